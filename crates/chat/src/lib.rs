@@ -1,0 +1,1 @@
+//! anedvd-chat: placeholder, filled in by its issue.

@@ -1,0 +1,2 @@
+//! The `anedvd` command-line tool.
+fn main() {}

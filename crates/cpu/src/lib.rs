@@ -1,0 +1,1 @@
+//! anedvd-cpu: placeholder, filled in by its issue.

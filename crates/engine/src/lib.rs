@@ -1,0 +1,1 @@
+//! anedvd-engine: placeholder, filled in by its issue.

@@ -1,0 +1,1 @@
+//! anedvd-gguf: placeholder, filled in by its issue.

@@ -1,0 +1,1 @@
+//! anedvd-graph: placeholder, filled in by its issue.

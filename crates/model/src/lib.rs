@@ -1,0 +1,1 @@
+//! anedvd-model: placeholder, filled in by its issue.

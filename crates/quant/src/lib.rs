@@ -1,0 +1,1 @@
+//! anedvd-quant: placeholder, filled in by its issue.

@@ -1,0 +1,1 @@
+//! anedvd-tokenizer: placeholder, filled in by its issue.
