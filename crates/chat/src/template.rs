@@ -1,0 +1,317 @@
+//! Compiling and rendering a chat template the way transformers' `apply_chat_template` does.
+
+use std::collections::BTreeMap;
+use minijinja::value::{Kwargs, Rest, Value};
+use minijinja::{AutoEscape, Environment, ErrorKind, State, UndefinedBehavior};
+use serde_json::Map;
+
+use crate::error::{Error, Result};
+use crate::message::Message;
+use crate::pyfmt::{self, DumpOptions};
+use crate::strftime::Timestamp;
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// Resource limits for one render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Instruction budget (minijinja fuel) per render.
+    pub fuel: u64,
+    /// Largest rendered prompt in bytes.
+    pub max_output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // A long tool-using conversation costs well under a million steps; a 16 MiB prompt is
+        // millions of tokens.
+        Limits { fuel: 50_000_000, max_output_bytes: 16 << 20 }
+    }
+}
+
+/// Per-render inputs besides the messages.
+#[derive(Debug, Clone, Default)]
+pub struct RenderOptions {
+    /// Append the header that opens an assistant turn.
+    pub add_generation_prompt: bool,
+    /// Tool schemas (`[{"type": "function", "function": {...}}, ...]`), shown as `tools`.
+    pub tools: Option<serde_json::Value>,
+    /// RAG documents, shown as `documents`.
+    pub documents: Option<serde_json::Value>,
+    /// Extra template variables (e.g. `enable_thinking`); they override `bos_token`/`eos_token`.
+    pub extra: Map<String, serde_json::Value>,
+    /// The clock `strftime_now` reads; `None` is the current UTC time.
+    pub now: Option<Timestamp>,
+}
+
+/// A compiled chat template plus the special tokens it is rendered with.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+    limits: Limits,
+    source: String,
+}
+
+/// Marks the error created by `raise_exception` so it can be told apart from other failures.
+#[derive(Debug)]
+struct Raised(String);
+
+impl std::fmt::Display for Raised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Raised {}
+
+thread_local! {
+    static CLOCK: std::cell::Cell<Option<Timestamp>> = const { std::cell::Cell::new(None) };
+}
+
+/// Rewrite transformers' `{% generation %}...{% endgeneration %}` (AssistantTracker extension, a
+/// pass-through when rendering) into `{% if true %}...{% endif %}`, keeping the `-` whitespace
+/// markers so trimming is unchanged.
+fn rewrite_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(pos) = rest.find("{%") {
+        out.push_str(&rest[..pos]);
+        let tag = &rest[pos..];
+        let Some(end) = tag.find("%}") else {
+            out.push_str(tag);
+            return out;
+        };
+        let inner = &tag[2..end];
+        let (lead, body) = match inner.strip_prefix(['-', '+']) {
+            Some(b) => (&inner[..1], b),
+            None => ("", inner),
+        };
+        let (body, trail) = match body.strip_suffix(['-', '+']) {
+            Some(b) => (b, &body[b.len()..]),
+            None => (body, ""),
+        };
+        match body.trim() {
+            "generation" => out.push_str(&format!("{{%{lead} if true {trail}%}}")),
+            "endgeneration" => out.push_str(&format!("{{%{lead} endif {trail}%}}")),
+            _ => out.push_str(&tag[..end + 2]),
+        }
+        rest = &tag[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> std::result::Result<Value, minijinja::Error> {
+    // Python signature: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+    let names = ["ensure_ascii", "indent", "separators", "sort_keys"];
+    if args.len() > names.len() {
+        return Err(minijinja::Error::from(ErrorKind::TooManyArguments));
+    }
+    let mut slots: [Option<Value>; 4] = Default::default();
+    for (slot, v) in slots.iter_mut().zip(args.iter()) {
+        *slot = Some(v.clone());
+    }
+    for (i, name) in names.iter().enumerate() {
+        if kwargs.has(name) {
+            slots[i] = Some(kwargs.get::<Value>(name)?);
+        }
+    }
+    kwargs.assert_all_used()?;
+    let [ensure_ascii, indent, separators, sort_keys] = slots;
+    let truthy = |v: &Option<Value>| v.as_ref().is_some_and(|v| v.is_true());
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() || v.is_undefined() => None,
+        Some(v) => match v.as_str() {
+            Some(s) => Some(s.to_owned()),
+            None => {
+                let n = i64::try_from(v.clone())?;
+                Some(" ".repeat(usize::try_from(n).unwrap_or(0).min(64)))
+            }
+        },
+    };
+    let separators = match separators {
+        Some(v) if !v.is_none() && !v.is_undefined() => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            match items.as_slice() {
+                [a, b] => Some((pyfmt::py_str(a), pyfmt::py_str(b))),
+                _ => {
+                    return Err(minijinja::Error::new(
+                        ErrorKind::InvalidOperation,
+                        "separators must be a pair of strings",
+                    ))
+                }
+            }
+        }
+        _ => None,
+    };
+    let opts = DumpOptions { ensure_ascii: truthy(&ensure_ascii), indent, separators, sort_keys: truthy(&sort_keys) };
+    pyfmt::json_dumps(value, &opts).map(Value::from)
+}
+
+/// Jinja2's `trim(value, chars=None)`: `str(value).strip(chars)` with Python's `str()`.
+fn trim(value: &Value, chars: Option<String>) -> String {
+    let s = pyfmt::py_str(value);
+    match chars {
+        Some(set) => s.trim_matches(|c| set.contains(c)).to_owned(),
+        None => s.trim_matches(pyfmt::is_py_space).to_owned(),
+    }
+}
+
+fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Error> {
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, message.clone()).with_source(Raised(message)))
+}
+
+fn strftime_now(format: &str) -> String {
+    let now = CLOCK.with(|c| c.get()).unwrap_or_else(Timestamp::now_utc);
+    now.strftime(format)
+}
+
+fn build_env(limits: Limits) -> Environment<'static> {
+    let mut env = Environment::new();
+    // ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True), Jinja2 defaults otherwise.
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_keep_trailing_newline(false);
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.set_undefined_behavior(UndefinedBehavior::Lenient);
+    env.set_fuel(Some(limits.fuel));
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_formatter(|out, _state: &State, value: &Value| {
+        if !value.is_undefined() {
+            out.write_str(&pyfmt::py_str(value)).map_err(|_| minijinja::Error::from(ErrorKind::WriteFailure))?;
+        }
+        Ok(())
+    });
+    env.add_filter("tojson", tojson);
+    env.add_filter("string", |v: &Value| Value::from(pyfmt::py_str(v)));
+    env.add_filter("trim", trim);
+    env.add_function("raise_exception", raise_exception);
+    env.add_function("strftime_now", strftime_now);
+    env
+}
+
+/// An `io::Write` that stops once the output passes a cap.
+struct CappedWriter {
+    buf: Vec<u8>,
+    cap: usize,
+    overflowed: bool,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len().saturating_add(data.len()) > self.cap {
+            self.overflowed = true;
+            return Err(std::io::Error::other("output cap reached"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn convert_error(err: &minijinja::Error, limits: Limits) -> Error {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(Raised(message)) = e.downcast_ref::<Raised>() {
+            return Error::Raised { message: message.clone() };
+        }
+        source = e.source();
+    }
+    let message = match err.detail() {
+        Some(d) => format!("{}: {d}", err.kind()),
+        None => err.kind().to_string(),
+    };
+    match err.kind() {
+        ErrorKind::SyntaxError | ErrorKind::BadEscape | ErrorKind::UnknownBlock => {
+            Error::Syntax { line: err.line(), message }
+        }
+        ErrorKind::OutOfFuel => Error::OutOfFuel { fuel: limits.fuel },
+        _ => Error::Render { line: err.line(), message },
+    }
+}
+
+impl ChatTemplate {
+    /// Compile `source` with the special tokens it will be rendered with, under default [`Limits`].
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
+        Self::with_limits(source, bos_token, eos_token, Limits::default())
+    }
+
+    /// Compile `source` with explicit resource limits.
+    pub fn with_limits(source: &str, bos_token: &str, eos_token: &str, limits: Limits) -> Result<ChatTemplate> {
+        let mut env = build_env(limits);
+        env.add_template_owned(TEMPLATE_NAME, rewrite_generation_tags(source))
+            .map_err(|e| convert_error(&e, limits))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.to_owned(),
+            eos_token: eos_token.to_owned(),
+            limits,
+            source: source.to_owned(),
+        })
+    }
+
+    /// The template source as given.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The limits renders run under.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Render a conversation to the prompt text, as `apply_chat_template(..., tokenize=False)` does.
+    pub fn render(&self, messages: &[Message], opts: &RenderOptions) -> Result<String> {
+        let msgs: Vec<serde_json::Value> = messages.iter().map(Message::to_template_value).collect();
+        self.render_values(serde_json::Value::Array(msgs), opts)
+    }
+
+    /// Render with messages given as raw JSON values (already in the template's shape).
+    pub fn render_values(&self, messages: serde_json::Value, opts: &RenderOptions) -> Result<String> {
+        let mut ctx: BTreeMap<String, Value> = BTreeMap::new();
+        ctx.insert("bos_token".into(), Value::from(self.bos_token.as_str()));
+        ctx.insert("eos_token".into(), Value::from(self.eos_token.as_str()));
+        for (k, v) in &opts.extra {
+            ctx.insert(k.clone(), Value::from_serialize(v));
+        }
+        ctx.insert("messages".into(), Value::from_serialize(&messages));
+        ctx.insert("tools".into(), Value::from_serialize(&opts.tools));
+        ctx.insert("documents".into(), Value::from_serialize(&opts.documents));
+        ctx.insert("add_generation_prompt".into(), Value::from(opts.add_generation_prompt));
+        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| convert_error(&e, self.limits))?;
+        let mut writer = CappedWriter { buf: Vec::new(), cap: self.limits.max_output_bytes, overflowed: false };
+        let previous = CLOCK.with(|c| c.replace(opts.now));
+        let result = tmpl.render_captured_to(Value::from_iter(ctx), &mut writer).map(|_| ());
+        CLOCK.with(|c| c.set(previous));
+        if writer.overflowed {
+            return Err(Error::OutputTooLarge { limit: self.limits.max_output_bytes });
+        }
+        result.map_err(|e| convert_error(&e, self.limits))?;
+        String::from_utf8(writer.buf).map_err(|e| Error::Render { line: None, message: e.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_tags_are_rewritten() {
+        assert_eq!(
+            rewrite_generation_tags("a{%- generation %}b{% endgeneration -%}c{{ x }}{% if y %}"),
+            "a{%- if true %}b{% endif -%}c{{ x }}{% if y %}"
+        );
+    }
+
+    #[test]
+    fn arc_is_send_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<std::sync::Arc<ChatTemplate>>();
+    }
+}
