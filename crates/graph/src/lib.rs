@@ -1,1 +1,31 @@
-//! anedvd-graph: placeholder, filled in by its issue.
+//! Backend-neutral description of a decoder-only transformer, and the traits
+//! every backend implements.
+//!
+//! A [`DecoderProgram`] is fully resolved: every layer carries its own head
+//! counts, attention scale, sliding window and RoPE frequencies, and binds each
+//! tensor [`Role`] to a tensor name in a [`WeightSource`](anedvd_base::WeightSource).
+//! A backend therefore never needs to know which model family it runs, and this
+//! crate knows nothing about file formats or family names (the `model` crate
+//! builds programs from family tables).
+//!
+//! Backends compile then run: [`Backend::compile`] gives an [`Executable`], an
+//! executable opens [`Session`]s, and a session owns its KV cache and turns
+//! token batches into logits.
+//!
+//! Every intermediate a backend computes is named `blk.{i}.{name}` (see
+//! [`intermediate`]) so activations can be dumped and compared layer by layer.
+//!
+//! ```
+//! use anedvd_graph::{Role, RopePairing};
+//! assert_eq!(Role::AttnQ.name(), "attn_q");
+//! assert_eq!(RopePairing::Neox.name(), "neox");
+//! ```
+
+mod error;
+pub mod intermediate;
+mod program;
+mod traits;
+
+pub use error::{Error, Result};
+pub use program::{Activation, DecoderProgram, LayerSpec, NormSpec, Role, Rope, RopePairing};
+pub use traits::{Backend, Executable, LogitsMode, Session};

@@ -1,1 +1,149 @@
-//! anedvd-model: placeholder, filled in by its issue.
+//! The generic decoder: [`DecoderConfig`] (every option as data), built from
+//! small family tables (`families/*.rs`), and the builder of the
+//! backend-neutral [`DecoderProgram`](anedvd_graph::DecoderProgram).
+//!
+//! This crate reads only [`anedvd_base::Metadata`] and
+//! [`anedvd_base::WeightSource`]; it never sees GGUF or safetensors types and
+//! knows nothing about backends. A family is identified by
+//! `general.architecture` (GGUF) or `model_type` (HF config.json); each table
+//! maps both namings of keys and tensor names to one vocabulary (see
+//! `docs/glossary.md`). There is no `if arch == ...` outside the tables.
+//!
+//! ```no_run
+//! # fn f(source: std::sync::Arc<dyn anedvd_base::WeightSource>) -> Result<(), anedvd_model::Error> {
+//! let (config, program) = anedvd_model::load(source, &anedvd_model::ConfigOverrides::default())?;
+//! println!("{} layers of {}", config.n_layer, config.family);
+//! # Ok(()) }
+//! ```
+
+mod config;
+pub mod families;
+pub mod family;
+mod program;
+
+pub use config::{DecoderConfig, RopeConfig, RopeScaling, SourceFormat};
+pub use program::{base_inv_freq, llama3_inv_freq};
+
+use anedvd_base::WeightSource;
+use anedvd_graph::{DecoderProgram, RopePairing};
+use std::sync::Arc;
+
+/// Errors while resolving a config or building a program.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No family table matches the source.
+    #[error("unknown model family: {format} `{name}` (known: {known})")]
+    UnknownFamily {
+        /// What was looked up (`general.architecture` or `model_type`).
+        format: &'static str,
+        /// The value found.
+        name: String,
+        /// Known families.
+        known: String,
+    },
+    /// A required hyperparameter is absent.
+    #[error("hyperparameter {param} is missing (looked for: {keys})")]
+    MissingParam {
+        /// The glossary name of the parameter.
+        param: String,
+        /// The keys tried.
+        keys: String,
+    },
+    /// A metadata value is unusable.
+    #[error("metadata key `{key}`: {reason}")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// A metadata read failed.
+    #[error(transparent)]
+    Metadata(#[from] anedvd_base::Error),
+    /// A tensor the config needs is absent.
+    #[error("tensor `{0}` not found")]
+    MissingTensor(String),
+    /// Hyperparameters are inconsistent.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+    /// A feature the generic decoder does not implement yet.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// The built program failed validation (e.g. a tensor shape).
+    #[error(transparent)]
+    Program(#[from] anedvd_graph::Error),
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Options that override what the metadata says.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigOverrides {
+    /// Force a family table by name (`"llama"`, `"gemma3"`, ...).
+    pub family: Option<String>,
+    /// Force the RoPE pairing (for files converted without the usual permutation).
+    pub rope_pairing: Option<RopePairing>,
+    /// Replace the training context length.
+    pub n_ctx_train: Option<usize>,
+}
+
+/// Picks the family table and naming for `source`.
+pub fn detect(
+    source: &dyn WeightSource,
+    overrides: &ConfigOverrides,
+) -> Result<(&'static family::Family, SourceFormat, String)> {
+    let md = source.metadata();
+    let known = || {
+        family::all()
+            .iter()
+            .map(|f| f.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (format, what, name) = if source.format_name() == "gguf" {
+        (
+            SourceFormat::Gguf,
+            "general.architecture",
+            md.str("general.architecture")?.to_string(),
+        )
+    } else {
+        (
+            SourceFormat::HuggingFace,
+            "model_type",
+            md.str("model_type")?.to_string(),
+        )
+    };
+    let fam = match &overrides.family {
+        Some(f) => family::by_name(f),
+        None => match format {
+            SourceFormat::Gguf => family::by_gguf_arch(&name),
+            SourceFormat::HuggingFace => family::by_hf_model_type(&name),
+        },
+    };
+    let fam = fam.ok_or_else(|| Error::UnknownFamily {
+        format: what,
+        name: overrides.family.clone().unwrap_or_else(|| name.clone()),
+        known: known(),
+    })?;
+    Ok((fam, format, name))
+}
+
+/// Resolves the config of `source` and builds its program. Every bound
+/// tensor's shape is checked against the config.
+pub fn load(
+    source: Arc<dyn WeightSource>,
+    overrides: &ConfigOverrides,
+) -> Result<(DecoderConfig, DecoderProgram)> {
+    let (fam, format, arch) = detect(source.as_ref(), overrides)?;
+    let cfg = config::resolve(
+        source.as_ref(),
+        fam,
+        format,
+        arch,
+        overrides.rope_pairing,
+        overrides.n_ctx_train,
+    )?;
+    let program = program::build(&cfg, fam, source)?;
+    Ok((cfg, program))
+}

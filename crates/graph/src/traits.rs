@@ -1,0 +1,50 @@
+//! The compile-then-run interface every backend implements.
+
+use crate::{DecoderProgram, Result};
+use std::path::PathBuf;
+
+/// Which logits a forward call returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsMode {
+    /// None (prefill chunks whose logits are not needed); an empty slice.
+    None,
+    /// `n_vocab` floats for the last token of the batch.
+    Last,
+    /// `n_tokens * n_vocab` floats, row-major, one row per token.
+    All,
+}
+
+/// A way of running decoder programs (CPU, ANE, ...).
+pub trait Backend: Send + Sync {
+    /// Short name (`"cpu"`).
+    fn name(&self) -> &str;
+    /// Prepares `program` for execution (checks tensors, types, shapes).
+    fn compile(&self, program: &DecoderProgram) -> Result<Box<dyn Executable>>;
+}
+
+/// A compiled program; opens independent sessions that share its weights.
+pub trait Executable: Send + Sync {
+    /// Opens a session able to hold `max_seq` positions.
+    fn new_session(&self, max_seq: usize) -> Result<Box<dyn Session>>;
+    /// Vocabulary size (length of one logits row).
+    fn vocab_size(&self) -> usize;
+    /// Context length the model was trained with.
+    fn n_ctx_train(&self) -> usize;
+}
+
+/// One sequence: its KV cache, position and scratch buffers.
+pub trait Session: Send {
+    /// Appends `tokens` at the current position and returns logits per `mode`.
+    /// Errors on an empty batch with logits requested, out-of-range ids, or
+    /// exceeding [`Session::max_seq`] (nothing is appended then).
+    fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]>;
+    /// Number of positions held.
+    fn position(&self) -> usize;
+    /// Drops every position at or beyond `n` (no-op if `n >= position()`).
+    fn truncate(&mut self, n: usize);
+    /// Capacity in positions.
+    fn max_seq(&self) -> usize;
+    /// Dumps every named intermediate of the NEXT forward call into `dir`
+    /// (one `.npy` f32 file per name plus `index.json`); `None` disables.
+    fn set_dump(&mut self, dir: Option<PathBuf>);
+}

@@ -1,0 +1,426 @@
+//! [`DecoderConfig`]: every option of the generic decoder as data, resolved
+//! from metadata through a family table.
+
+use crate::family::{Family, Param, SlidingDefault};
+use crate::{Error, Result};
+use anedvd_base::{Metadata, MetadataValue, WeightSource};
+use anedvd_graph::{Activation, Role, RopePairing};
+
+/// The naming a weight source uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceFormat {
+    /// GGUF keys and tensor names (`blk.{i}.attn_q.weight`).
+    Gguf,
+    /// HF config.json keys and safetensors names (`model.layers.{i}...`).
+    HuggingFace,
+}
+
+/// RoPE frequency scaling of global layers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// Frequencies divided by `factor` (position interpolation).
+    Linear {
+        /// The divisor.
+        factor: f64,
+    },
+    /// Llama 3.x smooth per-frequency scaling (HF `rope_type = "llama3"`).
+    Llama3 {
+        /// Divisor of low frequencies.
+        factor: f64,
+        /// `low_freq_factor`.
+        low_freq_factor: f64,
+        /// `high_freq_factor`.
+        high_freq_factor: f64,
+        /// `original_max_position_embeddings`.
+        original_context: f64,
+    },
+    /// Per-pair divisors stored in a tensor (llama.cpp's `rope_freqs.weight`,
+    /// how GGUF files carry llama3 scaling).
+    FreqFactors {
+        /// The tensor name.
+        tensor: String,
+    },
+}
+
+/// RoPE options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeConfig {
+    /// Base of global (full-attention) layers.
+    pub theta: f64,
+    /// Base of sliding layers, when they differ (Gemma 3); such layers get no scaling.
+    pub theta_local: Option<f64>,
+    /// Scaling of global layers.
+    pub scaling: RopeScaling,
+    /// Element pairing of the stored q/k rows.
+    pub pairing: RopePairing,
+    /// Rotated dimensions per head (partial rotary when below `head_dim`).
+    pub n_rot: usize,
+}
+
+/// Every option of the generic decoder, as data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecoderConfig {
+    /// Family table name.
+    pub family: &'static str,
+    /// Naming of the source.
+    pub format: SourceFormat,
+    /// Residual stream width.
+    pub n_embd: usize,
+    /// Number of layers.
+    pub n_layer: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_head_kv: usize,
+    /// Per-head dimension.
+    pub head_dim: usize,
+    /// Feed-forward hidden width.
+    pub n_ff: usize,
+    /// Vocabulary size (rows of the embedding tensor).
+    pub n_vocab: usize,
+    /// Training context length.
+    pub n_ctx_train: usize,
+    /// RoPE.
+    pub rope: RopeConfig,
+    /// RMS norm epsilon.
+    pub norm_eps: f32,
+    /// Added to stored norm weights (`(1 + w)` convention when 1.0).
+    pub norm_weight_offset: f32,
+    /// Feed-forward activation (always gated).
+    pub activation: Activation,
+    /// Per-head q/k norms present.
+    pub qk_norm: bool,
+    /// q/k/v biases present.
+    pub qkv_bias: bool,
+    /// Embedding multiplier.
+    pub embd_scale: f32,
+    /// Multiplier on q·k.
+    pub attn_scale: f32,
+    /// Soft-cap on attention scores.
+    pub attn_softcap: Option<f32>,
+    /// Soft-cap on final logits.
+    pub final_softcap: Option<f32>,
+    /// Sliding window size (used by layers with `sliding_layers[i]`).
+    pub sliding_window: Option<usize>,
+    /// Per layer: true when it uses the sliding window.
+    pub sliding_layers: Vec<bool>,
+    /// Post-attention and post-ffn norms present.
+    pub sandwich_norm: bool,
+    /// Output projection tied to the token embedding.
+    pub tied_output: bool,
+}
+
+/// Reads hyperparameters of one family in one naming.
+pub(crate) struct Reader<'a> {
+    pub md: &'a Metadata,
+    pub family: &'static Family,
+    pub format: SourceFormat,
+    pub arch: String,
+}
+
+impl Reader<'_> {
+    /// The first present key for `p`, with its value. Null-like empty values are skipped.
+    fn find(&self, p: Param) -> Option<(String, &MetadataValue)> {
+        for spec in self.family.keys(p) {
+            let keys = match self.format {
+                SourceFormat::Gguf => spec.gguf,
+                SourceFormat::HuggingFace => spec.hf,
+            };
+            for k in keys {
+                let k = k.replace("{arch}", &self.arch);
+                if let Some(v) = self.md.get(&k) {
+                    return Some((k, v));
+                }
+            }
+        }
+        None
+    }
+
+    fn all_keys(&self, p: Param) -> String {
+        let mut out = Vec::new();
+        for spec in self.family.keys(p) {
+            let keys = match self.format {
+                SourceFormat::Gguf => spec.gguf,
+                SourceFormat::HuggingFace => spec.hf,
+            };
+            out.extend(keys.iter().map(|k| k.replace("{arch}", &self.arch)));
+        }
+        out.join(", ")
+    }
+
+    pub fn f64(&self, p: Param) -> Result<Option<f64>> {
+        match self.find(p) {
+            None => Ok(None),
+            Some((key, v)) => v.as_f64().map(Some).ok_or_else(|| Error::BadValue {
+                key,
+                reason: format!("expected a number, found {}", v.type_name()),
+            }),
+        }
+    }
+
+    pub fn usize(&self, p: Param) -> Result<Option<usize>> {
+        match self.find(p) {
+            None => Ok(None),
+            Some((key, v)) => v
+                .as_i64()
+                .and_then(|i| usize::try_from(i).ok())
+                .map(Some)
+                .ok_or_else(|| Error::BadValue {
+                    key,
+                    reason: format!("expected a non-negative integer, found {v:?}"),
+                }),
+        }
+    }
+
+    pub fn require_usize(&self, p: Param) -> Result<usize> {
+        self.usize(p)?.ok_or_else(|| Error::MissingParam {
+            param: format!("{p:?}"),
+            keys: self.all_keys(p),
+        })
+    }
+
+    pub fn str(&self, p: Param) -> Result<Option<String>> {
+        match self.find(p) {
+            None => Ok(None),
+            Some((key, v)) => {
+                v.as_str()
+                    .map(|s| Some(s.to_string()))
+                    .ok_or_else(|| Error::BadValue {
+                        key,
+                        reason: format!("expected a string, found {}", v.type_name()),
+                    })
+            }
+        }
+    }
+
+    pub fn bool(&self, p: Param) -> Result<Option<bool>> {
+        match self.find(p) {
+            None => Ok(None),
+            Some((key, v)) => v.as_bool().map(Some).ok_or_else(|| Error::BadValue {
+                key,
+                reason: format!("expected a bool, found {}", v.type_name()),
+            }),
+        }
+    }
+
+    pub fn array(&self, p: Param) -> Option<(String, &[MetadataValue])> {
+        self.find(p).and_then(|(k, v)| v.as_array().map(|a| (k, a)))
+    }
+}
+
+/// Positive value or `None` (0 and negatives disable soft-caps).
+fn positive(v: Option<f64>) -> Option<f32> {
+    v.filter(|x| *x > 0.0).map(|x| x as f32)
+}
+
+/// Resolves the config of `family` from the source's metadata and tensors.
+pub(crate) fn resolve(
+    source: &dyn WeightSource,
+    family: &'static Family,
+    format: SourceFormat,
+    arch: String,
+    pairing_override: Option<RopePairing>,
+    n_ctx_override: Option<usize>,
+) -> Result<DecoderConfig> {
+    let r = Reader {
+        md: source.metadata(),
+        family,
+        format,
+        arch,
+    };
+    let q = &family.quirks;
+    let n_embd = r.require_usize(Param::NEmbd)?;
+    let n_layer = r.require_usize(Param::NLayer)?;
+    let n_head = r.require_usize(Param::NHead)?;
+    let n_head_kv = r.usize(Param::NHeadKv)?.unwrap_or(n_head);
+    if n_head == 0 || n_head_kv == 0 || n_layer == 0 || n_embd == 0 {
+        return Err(Error::Invalid(format!(
+            "n_embd {n_embd}, n_layer {n_layer}, n_head {n_head}, n_head_kv {n_head_kv} must be positive"
+        )));
+    }
+    let head_dim = r.usize(Param::HeadDim)?.unwrap_or(n_embd / n_head);
+    let n_ff = r.require_usize(Param::NFf)?;
+    let n_ctx_train = n_ctx_override
+        .or(r.usize(Param::NCtxTrain)?)
+        .unwrap_or(2048);
+
+    let embd_name = tensor_name(family, format, Role::TokenEmbd, 0);
+    let embd = source
+        .tensor(&embd_name)
+        .ok_or_else(|| Error::MissingTensor(embd_name.clone()))?;
+    let n_vocab = match embd.info.shape.as_slice() {
+        [d, v] if *d as usize == n_embd => *v as usize,
+        s => {
+            return Err(Error::Program(anedvd_graph::Error::Shape {
+                tensor: embd_name,
+                expected: vec![n_embd as u64, 0],
+                found: s.to_vec(),
+            }))
+        }
+    };
+
+    let n_rot = match (r.usize(Param::NRot)?, r.f64(Param::PartialRotaryFactor)?) {
+        (Some(n), _) => n,
+        (None, Some(f)) => ((head_dim as f64) * f).round() as usize,
+        (None, None) => head_dim,
+    };
+    let scaling = rope_scaling(&r, source)?;
+    let theta = r.f64(Param::RopeTheta)?.unwrap_or(q.default_rope_theta);
+    let theta_local = r.f64(Param::RopeThetaLocal)?.or(q.default_rope_theta_local);
+    let pairing = pairing_override.unwrap_or(match format {
+        SourceFormat::Gguf => q.gguf_rope_pairing,
+        SourceFormat::HuggingFace => q.hf_rope_pairing,
+    });
+
+    let norm_eps = r.f64(Param::NormEps)?.ok_or_else(|| Error::MissingParam {
+        param: "NormEps".into(),
+        keys: r.all_keys(Param::NormEps),
+    })? as f32;
+
+    let sliding_window = r
+        .usize(Param::SlidingWindow)?
+        .filter(|w| *w > 0)
+        .or(q.default_sliding_window);
+    let sliding_layers = sliding_layers(&r, n_layer, sliding_window.is_some())?;
+
+    let attn_scale = if let Some(s) = r.f64(Param::QueryPreAttnScalar)? {
+        (1.0 / s.sqrt()) as f32
+    } else if let Some(s) = r.f64(Param::AttnScale)?.filter(|s| *s > 0.0) {
+        s as f32
+    } else {
+        (1.0 / (head_dim as f64).sqrt()) as f32
+    };
+
+    let has = |role: Role| {
+        source
+            .tensor(&tensor_name(family, format, role, 0))
+            .is_some()
+    };
+    Ok(DecoderConfig {
+        family: family.name,
+        format,
+        n_embd,
+        n_layer,
+        n_head,
+        n_head_kv,
+        head_dim,
+        n_ff,
+        n_vocab,
+        n_ctx_train,
+        rope: RopeConfig {
+            theta,
+            theta_local,
+            scaling,
+            pairing,
+            n_rot,
+        },
+        norm_eps,
+        norm_weight_offset: match format {
+            SourceFormat::Gguf => q.gguf_norm_offset,
+            SourceFormat::HuggingFace => q.hf_norm_offset,
+        },
+        activation: q.activation,
+        qk_norm: q.qk_norm || has(Role::AttnQNorm),
+        qkv_bias: has(Role::AttnQBias),
+        embd_scale: if q.embd_scale_sqrt {
+            (n_embd as f64).sqrt() as f32
+        } else {
+            1.0
+        },
+        attn_scale,
+        attn_softcap: positive(r.f64(Param::AttnSoftcap)?),
+        final_softcap: positive(r.f64(Param::FinalSoftcap)?),
+        sliding_window,
+        sliding_layers,
+        sandwich_norm: q.sandwich_norm || has(Role::PostAttnNorm),
+        tied_output: !has(Role::Output),
+    })
+}
+
+fn rope_scaling(r: &Reader<'_>, source: &dyn WeightSource) -> Result<RopeScaling> {
+    if r.format == SourceFormat::Gguf {
+        if let Some(t) = r.family.gguf_rope_freqs {
+            if source.tensor(t).is_some() {
+                return Ok(RopeScaling::FreqFactors { tensor: t.into() });
+            }
+        }
+    }
+    let kind = r.str(Param::RopeScalingType)?;
+    let factor = r.f64(Param::RopeScalingFactor)?;
+    match kind.as_deref() {
+        None | Some("default") | Some("none") => Ok(RopeScaling::None),
+        Some("linear") => Ok(match factor {
+            Some(f) if f > 0.0 && f != 1.0 => RopeScaling::Linear { factor: f },
+            _ => RopeScaling::None,
+        }),
+        Some("llama3") => Ok(RopeScaling::Llama3 {
+            factor: factor.unwrap_or(8.0),
+            low_freq_factor: r.f64(Param::RopeLowFreqFactor)?.unwrap_or(1.0),
+            high_freq_factor: r.f64(Param::RopeHighFreqFactor)?.unwrap_or(4.0),
+            original_context: r.f64(Param::RopeOrigCtx)?.unwrap_or(8192.0),
+        }),
+        Some(other) => Err(Error::Unsupported(format!("rope scaling type `{other}`"))),
+    }
+}
+
+fn sliding_layers(r: &Reader<'_>, n_layer: usize, has_window: bool) -> Result<Vec<bool>> {
+    if !has_window || r.bool(Param::UseSlidingWindow)? == Some(false) {
+        return Ok(vec![false; n_layer]);
+    }
+    if let Some((key, items)) = r
+        .array(Param::LayerTypes)
+        .or(r.array(Param::SlidingWindowPattern))
+    {
+        if items.len() != n_layer {
+            return Err(Error::BadValue {
+                key,
+                reason: format!("{} entries for {n_layer} layers", items.len()),
+            });
+        }
+        return items
+            .iter()
+            .map(|v| match v {
+                MetadataValue::Bool(b) => Ok(*b),
+                MetadataValue::String(s) => Ok(s == "sliding_attention"),
+                other => Err(Error::BadValue {
+                    key: key.clone(),
+                    reason: format!("unexpected entry {other:?}"),
+                }),
+            })
+            .collect();
+    }
+    Ok(match r.family.quirks.sliding {
+        SlidingDefault::None => vec![false; n_layer],
+        SlidingDefault::AllLayers => vec![true; n_layer],
+        SlidingDefault::Pattern(default) => {
+            let period = r.usize(Param::SlidingWindowPattern)?.unwrap_or(default);
+            (0..n_layer)
+                .map(|i| period == 0 || i % period < period - 1)
+                .collect()
+        }
+    })
+}
+
+/// The name of `role`'s tensor in `layer` for this family and naming (the
+/// template with `{i}` replaced). Empty if the family has no template.
+pub(crate) fn tensor_name(
+    family: &Family,
+    format: SourceFormat,
+    role: Role,
+    layer: usize,
+) -> String {
+    family
+        .tensors
+        .iter()
+        .find(|t| t.role == role)
+        .map(|t| {
+            let tpl = match format {
+                SourceFormat::Gguf => t.gguf,
+                SourceFormat::HuggingFace => t.hf,
+            };
+            tpl.replace("{i}", &layer.to_string())
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,20 @@
+//! The family tables. Adding a family means adding a file here and a line to [`ALL`].
+
+use crate::family::Family;
+
+mod gemma2;
+mod gemma3;
+mod llama;
+mod mistral;
+mod qwen2;
+mod qwen3;
+
+/// Every family, in lookup order.
+pub const ALL: &[&Family] = &[
+    &llama::FAMILY,
+    &mistral::FAMILY,
+    &qwen2::FAMILY,
+    &qwen3::FAMILY,
+    &gemma2::FAMILY,
+    &gemma3::FAMILY,
+];

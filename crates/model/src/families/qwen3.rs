@@ -1,0 +1,29 @@
+//! Qwen3: llama layout with per-head q/k RMS norms (plain `w`), no biases,
+//! explicit `head_dim`; half-split RoPE in both formats.
+
+use crate::family::{Family, Quirks, SlidingDefault, LLAMA_TENSORS};
+use anedvd_graph::{Activation, RopePairing};
+
+/// The qwen3 table.
+pub const FAMILY: Family = Family {
+    name: "qwen3",
+    gguf_archs: &["qwen3"],
+    hf_model_types: &["qwen3"],
+    extra_keys: &[],
+    tensors: LLAMA_TENSORS,
+    gguf_rope_freqs: None,
+    quirks: Quirks {
+        activation: Activation::Silu,
+        gguf_rope_pairing: RopePairing::Neox,
+        hf_rope_pairing: RopePairing::Neox,
+        gguf_norm_offset: 0.0,
+        hf_norm_offset: 0.0,
+        embd_scale_sqrt: false,
+        sliding: SlidingDefault::None,
+        default_sliding_window: None,
+        default_rope_theta_local: None,
+        default_rope_theta: 1_000_000.0,
+        qk_norm: true,
+        sandwich_norm: false,
+    },
+};

@@ -1,0 +1,457 @@
+//! The shape of a family table, the hyperparameter keys shared by all
+//! families, and family lookup.
+
+use anedvd_graph::{Activation, Role, RopePairing};
+
+/// A hyperparameter read from metadata. Names follow `docs/glossary.md`.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Param {
+    NEmbd,
+    NLayer,
+    NHead,
+    NHeadKv,
+    HeadDim,
+    NFf,
+    NCtxTrain,
+    NVocab,
+    RopeTheta,
+    RopeThetaLocal,
+    RopeScalingType,
+    RopeScalingFactor,
+    RopeLowFreqFactor,
+    RopeHighFreqFactor,
+    RopeOrigCtx,
+    NRot,
+    PartialRotaryFactor,
+    NormEps,
+    SlidingWindow,
+    SlidingWindowPattern,
+    LayerTypes,
+    UseSlidingWindow,
+    AttnSoftcap,
+    FinalSoftcap,
+    QueryPreAttnScalar,
+    AttnScale,
+}
+
+/// Where a hyperparameter lives in each format. The first key present wins.
+/// GGUF keys contain `{arch}`, replaced by `general.architecture`.
+#[derive(Debug, Clone, Copy)]
+pub struct KeySpec {
+    /// The hyperparameter.
+    pub param: Param,
+    /// GGUF keys.
+    pub gguf: &'static [&'static str],
+    /// HF config.json keys (nested objects flattened with dots).
+    pub hf: &'static [&'static str],
+}
+
+const fn key(param: Param, gguf: &'static [&'static str], hf: &'static [&'static str]) -> KeySpec {
+    KeySpec { param, gguf, hf }
+}
+
+/// Keys shared by every family. A family's `extra_keys` are consulted first.
+pub const COMMON_KEYS: &[KeySpec] = &[
+    key(Param::NEmbd, &["{arch}.embedding_length"], &["hidden_size"]),
+    key(
+        Param::NLayer,
+        &["{arch}.block_count"],
+        &["num_hidden_layers"],
+    ),
+    key(
+        Param::NHead,
+        &["{arch}.attention.head_count"],
+        &["num_attention_heads"],
+    ),
+    key(
+        Param::NHeadKv,
+        &["{arch}.attention.head_count_kv"],
+        &["num_key_value_heads"],
+    ),
+    key(
+        Param::HeadDim,
+        &["{arch}.attention.key_length"],
+        &["head_dim"],
+    ),
+    key(
+        Param::NFf,
+        &["{arch}.feed_forward_length"],
+        &["intermediate_size"],
+    ),
+    key(
+        Param::NCtxTrain,
+        &["{arch}.context_length"],
+        &["max_position_embeddings"],
+    ),
+    key(Param::NVocab, &["{arch}.vocab_size"], &["vocab_size"]),
+    key(
+        Param::RopeTheta,
+        &["{arch}.rope.freq_base"],
+        &[
+            "rope_parameters.rope_theta",
+            "rope_parameters.full_attention.rope_theta",
+            "rope_theta",
+        ],
+    ),
+    key(
+        Param::RopeThetaLocal,
+        &["{arch}.rope.freq_base_swa"],
+        &[
+            "rope_parameters.sliding_attention.rope_theta",
+            "rope_local_base_freq",
+        ],
+    ),
+    key(
+        Param::RopeScalingType,
+        &["{arch}.rope.scaling.type"],
+        &[
+            "rope_parameters.rope_type",
+            "rope_parameters.full_attention.rope_type",
+            "rope_scaling.rope_type",
+            "rope_scaling.type",
+        ],
+    ),
+    key(
+        Param::RopeScalingFactor,
+        &["{arch}.rope.scaling.factor"],
+        &[
+            "rope_parameters.factor",
+            "rope_parameters.full_attention.factor",
+            "rope_scaling.factor",
+        ],
+    ),
+    key(
+        Param::RopeLowFreqFactor,
+        &[],
+        &[
+            "rope_parameters.low_freq_factor",
+            "rope_scaling.low_freq_factor",
+        ],
+    ),
+    key(
+        Param::RopeHighFreqFactor,
+        &[],
+        &[
+            "rope_parameters.high_freq_factor",
+            "rope_scaling.high_freq_factor",
+        ],
+    ),
+    key(
+        Param::RopeOrigCtx,
+        &["{arch}.rope.scaling.original_context_length"],
+        &[
+            "rope_parameters.original_max_position_embeddings",
+            "rope_scaling.original_max_position_embeddings",
+        ],
+    ),
+    key(Param::NRot, &["{arch}.rope.dimension_count"], &[]),
+    key(
+        Param::PartialRotaryFactor,
+        &[],
+        &[
+            "partial_rotary_factor",
+            "rope_parameters.partial_rotary_factor",
+        ],
+    ),
+    key(
+        Param::NormEps,
+        &["{arch}.attention.layer_norm_rms_epsilon"],
+        &["rms_norm_eps"],
+    ),
+    key(
+        Param::SlidingWindow,
+        &["{arch}.attention.sliding_window"],
+        &["sliding_window"],
+    ),
+    key(
+        Param::SlidingWindowPattern,
+        &["{arch}.attention.sliding_window_pattern"],
+        &["sliding_window_pattern", "_sliding_window_pattern"],
+    ),
+    key(Param::LayerTypes, &[], &["layer_types"]),
+    key(Param::UseSlidingWindow, &[], &["use_sliding_window"]),
+    key(
+        Param::AttnSoftcap,
+        &["{arch}.attn_logit_softcapping"],
+        &["attn_logit_softcapping"],
+    ),
+    key(
+        Param::FinalSoftcap,
+        &["{arch}.final_logit_softcapping"],
+        &["final_logit_softcapping"],
+    ),
+    key(Param::QueryPreAttnScalar, &[], &["query_pre_attn_scalar"]),
+    key(Param::AttnScale, &["{arch}.attention.scale"], &[]),
+];
+
+/// A tensor-name template in both namings; `{i}` is the layer index.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorName {
+    /// The role.
+    pub role: Role,
+    /// GGUF name.
+    pub gguf: &'static str,
+    /// HF safetensors name.
+    pub hf: &'static str,
+}
+
+const fn t(role: Role, gguf: &'static str, hf: &'static str) -> TensorName {
+    TensorName { role, gguf, hf }
+}
+
+/// Tensor names of llama-style checkpoints (llama, mistral, qwen2, qwen3).
+pub const LLAMA_TENSORS: &[TensorName] = &[
+    t(
+        Role::TokenEmbd,
+        "token_embd.weight",
+        "model.embed_tokens.weight",
+    ),
+    t(Role::OutputNorm, "output_norm.weight", "model.norm.weight"),
+    t(Role::Output, "output.weight", "lm_head.weight"),
+    t(
+        Role::AttnNorm,
+        "blk.{i}.attn_norm.weight",
+        "model.layers.{i}.input_layernorm.weight",
+    ),
+    t(
+        Role::AttnQ,
+        "blk.{i}.attn_q.weight",
+        "model.layers.{i}.self_attn.q_proj.weight",
+    ),
+    t(
+        Role::AttnK,
+        "blk.{i}.attn_k.weight",
+        "model.layers.{i}.self_attn.k_proj.weight",
+    ),
+    t(
+        Role::AttnV,
+        "blk.{i}.attn_v.weight",
+        "model.layers.{i}.self_attn.v_proj.weight",
+    ),
+    t(
+        Role::AttnOutput,
+        "blk.{i}.attn_output.weight",
+        "model.layers.{i}.self_attn.o_proj.weight",
+    ),
+    t(
+        Role::AttnQBias,
+        "blk.{i}.attn_q.bias",
+        "model.layers.{i}.self_attn.q_proj.bias",
+    ),
+    t(
+        Role::AttnKBias,
+        "blk.{i}.attn_k.bias",
+        "model.layers.{i}.self_attn.k_proj.bias",
+    ),
+    t(
+        Role::AttnVBias,
+        "blk.{i}.attn_v.bias",
+        "model.layers.{i}.self_attn.v_proj.bias",
+    ),
+    t(
+        Role::AttnOutputBias,
+        "blk.{i}.attn_output.bias",
+        "model.layers.{i}.self_attn.o_proj.bias",
+    ),
+    t(
+        Role::AttnQNorm,
+        "blk.{i}.attn_q_norm.weight",
+        "model.layers.{i}.self_attn.q_norm.weight",
+    ),
+    t(
+        Role::AttnKNorm,
+        "blk.{i}.attn_k_norm.weight",
+        "model.layers.{i}.self_attn.k_norm.weight",
+    ),
+    t(
+        Role::FfnNorm,
+        "blk.{i}.ffn_norm.weight",
+        "model.layers.{i}.post_attention_layernorm.weight",
+    ),
+    t(
+        Role::FfnGate,
+        "blk.{i}.ffn_gate.weight",
+        "model.layers.{i}.mlp.gate_proj.weight",
+    ),
+    t(
+        Role::FfnUp,
+        "blk.{i}.ffn_up.weight",
+        "model.layers.{i}.mlp.up_proj.weight",
+    ),
+    t(
+        Role::FfnDown,
+        "blk.{i}.ffn_down.weight",
+        "model.layers.{i}.mlp.down_proj.weight",
+    ),
+];
+
+/// Tensor names of Gemma 2/3 checkpoints (sandwich norms; HF's
+/// `post_attention_layernorm` is a post-norm here, not the ffn pre-norm).
+pub const GEMMA_TENSORS: &[TensorName] = &[
+    t(
+        Role::TokenEmbd,
+        "token_embd.weight",
+        "model.embed_tokens.weight",
+    ),
+    t(Role::OutputNorm, "output_norm.weight", "model.norm.weight"),
+    t(Role::Output, "output.weight", "lm_head.weight"),
+    t(
+        Role::AttnNorm,
+        "blk.{i}.attn_norm.weight",
+        "model.layers.{i}.input_layernorm.weight",
+    ),
+    t(
+        Role::AttnQ,
+        "blk.{i}.attn_q.weight",
+        "model.layers.{i}.self_attn.q_proj.weight",
+    ),
+    t(
+        Role::AttnK,
+        "blk.{i}.attn_k.weight",
+        "model.layers.{i}.self_attn.k_proj.weight",
+    ),
+    t(
+        Role::AttnV,
+        "blk.{i}.attn_v.weight",
+        "model.layers.{i}.self_attn.v_proj.weight",
+    ),
+    t(
+        Role::AttnOutput,
+        "blk.{i}.attn_output.weight",
+        "model.layers.{i}.self_attn.o_proj.weight",
+    ),
+    t(
+        Role::AttnQNorm,
+        "blk.{i}.attn_q_norm.weight",
+        "model.layers.{i}.self_attn.q_norm.weight",
+    ),
+    t(
+        Role::AttnKNorm,
+        "blk.{i}.attn_k_norm.weight",
+        "model.layers.{i}.self_attn.k_norm.weight",
+    ),
+    t(
+        Role::PostAttnNorm,
+        "blk.{i}.post_attention_norm.weight",
+        "model.layers.{i}.post_attention_layernorm.weight",
+    ),
+    t(
+        Role::FfnNorm,
+        "blk.{i}.ffn_norm.weight",
+        "model.layers.{i}.pre_feedforward_layernorm.weight",
+    ),
+    t(
+        Role::FfnGate,
+        "blk.{i}.ffn_gate.weight",
+        "model.layers.{i}.mlp.gate_proj.weight",
+    ),
+    t(
+        Role::FfnUp,
+        "blk.{i}.ffn_up.weight",
+        "model.layers.{i}.mlp.up_proj.weight",
+    ),
+    t(
+        Role::FfnDown,
+        "blk.{i}.ffn_down.weight",
+        "model.layers.{i}.mlp.down_proj.weight",
+    ),
+    t(
+        Role::PostFfnNorm,
+        "blk.{i}.post_ffw_norm.weight",
+        "model.layers.{i}.post_feedforward_layernorm.weight",
+    ),
+];
+
+/// Which layers use the sliding window when the metadata has no per-layer list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlidingDefault {
+    /// No layer slides unless `layer_types` says so.
+    None,
+    /// Every layer slides when a window is set (Mistral).
+    AllLayers,
+    /// Layer `i` slides unless `i % period == period - 1` (Gemma 2: 2, Gemma 3: 6);
+    /// `sliding_window_pattern` in the metadata overrides the period.
+    Pattern(usize),
+}
+
+/// Family quirks and defaults, all as data.
+#[derive(Debug, Clone, Copy)]
+pub struct Quirks {
+    /// Feed-forward activation.
+    pub activation: Activation,
+    /// RoPE pairing of q/k rows in GGUF files of this family.
+    pub gguf_rope_pairing: RopePairing,
+    /// RoPE pairing of q/k rows in HF checkpoints (always half split).
+    pub hf_rope_pairing: RopePairing,
+    /// Added to stored norm weights of GGUF files.
+    pub gguf_norm_offset: f32,
+    /// Added to stored norm weights of HF files (1.0 for Gemma's `(1 + w)`).
+    pub hf_norm_offset: f32,
+    /// Scale embeddings by `sqrt(n_embd)`.
+    pub embd_scale_sqrt: bool,
+    /// Which layers slide.
+    pub sliding: SlidingDefault,
+    /// Window when the metadata sets none but sliding layers exist.
+    pub default_sliding_window: Option<usize>,
+    /// Local-layer RoPE base when the metadata sets none (Gemma 3: 10000).
+    pub default_rope_theta_local: Option<f64>,
+    /// Global RoPE base when the metadata sets none.
+    pub default_rope_theta: f64,
+    /// Requires q/k norms in every layer.
+    pub qk_norm: bool,
+    /// Requires post-attention and post-ffn norms in every layer.
+    pub sandwich_norm: bool,
+}
+
+/// A model family: names, keys, tensor names and quirks.
+#[derive(Debug, Clone, Copy)]
+pub struct Family {
+    /// Our name for the family.
+    pub name: &'static str,
+    /// `general.architecture` values of GGUF files of this family.
+    pub gguf_archs: &'static [&'static str],
+    /// `model_type` values of HF config.json files of this family.
+    pub hf_model_types: &'static [&'static str],
+    /// Family-specific keys, consulted before [`COMMON_KEYS`].
+    pub extra_keys: &'static [KeySpec],
+    /// Tensor names.
+    pub tensors: &'static [TensorName],
+    /// GGUF name of a per-pair RoPE frequency-factor tensor (llama3 scaling), if any.
+    pub gguf_rope_freqs: Option<&'static str>,
+    /// Quirks and defaults.
+    pub quirks: Quirks,
+}
+
+impl Family {
+    /// The key specs for `param`: family-specific first, then common.
+    pub fn keys(&self, param: Param) -> impl Iterator<Item = &'static KeySpec> + '_ {
+        self.extra_keys
+            .iter()
+            .chain(COMMON_KEYS.iter())
+            .filter(move |k| k.param == param)
+    }
+}
+
+/// Every family this build knows.
+pub fn all() -> &'static [&'static Family] {
+    crate::families::ALL
+}
+
+/// The family whose GGUF architecture is `arch`.
+pub fn by_gguf_arch(arch: &str) -> Option<&'static Family> {
+    all().iter().copied().find(|f| f.gguf_archs.contains(&arch))
+}
+
+/// The family whose HF `model_type` is `model_type`.
+pub fn by_hf_model_type(model_type: &str) -> Option<&'static Family> {
+    all()
+        .iter()
+        .copied()
+        .find(|f| f.hf_model_types.contains(&model_type))
+}
+
+/// The family called `name`.
+pub fn by_name(name: &str) -> Option<&'static Family> {
+    all().iter().copied().find(|f| f.name == name)
+}

@@ -1,0 +1,183 @@
+//! Turns a [`DecoderConfig`] into a resolved [`DecoderProgram`]: per-layer
+//! RoPE frequencies, windows, and tensor names bound to roles.
+
+use crate::config::{tensor_name, DecoderConfig, RopeScaling};
+use crate::family::Family;
+use crate::{Error, Result};
+use anedvd_base::{GgmlType, WeightSource};
+use anedvd_graph::{DecoderProgram, LayerSpec, NormSpec, Role, Rope};
+use std::sync::Arc;
+
+/// Base frequencies `theta^(-2i/n_rot)` for `i < n_rot/2`.
+pub fn base_inv_freq(theta: f64, n_rot: usize) -> Vec<f64> {
+    (0..n_rot / 2)
+        .map(|i| theta.powf(-((2 * i) as f64) / n_rot as f64))
+        .collect()
+}
+
+/// Applies HF's llama3 frequency rule (`_compute_llama3_parameters`).
+pub fn llama3_inv_freq(
+    inv_freq: &[f64],
+    factor: f64,
+    low_freq_factor: f64,
+    high_freq_factor: f64,
+    original_context: f64,
+) -> Vec<f64> {
+    let low_wavelen = original_context / low_freq_factor;
+    let high_wavelen = original_context / high_freq_factor;
+    inv_freq
+        .iter()
+        .map(|&f| {
+            let wavelen = 2.0 * std::f64::consts::PI / f;
+            if wavelen < high_wavelen {
+                f
+            } else if wavelen > low_wavelen {
+                f / factor
+            } else {
+                let smooth = (original_context / wavelen - low_freq_factor)
+                    / (high_freq_factor - low_freq_factor);
+                (1.0 - smooth) * f / factor + smooth * f
+            }
+        })
+        .collect()
+}
+
+fn read_f32_vector(source: &dyn WeightSource, name: &str, len: usize) -> Result<Vec<f64>> {
+    let t = source
+        .tensor(name)
+        .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+    if t.info.dtype != GgmlType::F32 || t.info.elements() != len as u64 || t.data.len() != len * 4 {
+        return Err(Error::Program(anedvd_graph::Error::Shape {
+            tensor: name.to_string(),
+            expected: vec![len as u64],
+            found: t.info.shape.clone(),
+        }));
+    }
+    Ok(t.data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+        .collect())
+}
+
+fn global_inv_freq(cfg: &DecoderConfig, source: &dyn WeightSource) -> Result<Vec<f64>> {
+    let base = base_inv_freq(cfg.rope.theta, cfg.rope.n_rot);
+    Ok(match &cfg.rope.scaling {
+        RopeScaling::None => base,
+        RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_context,
+        } => llama3_inv_freq(
+            &base,
+            *factor,
+            *low_freq_factor,
+            *high_freq_factor,
+            *original_context,
+        ),
+        RopeScaling::FreqFactors { tensor } => {
+            let factors = read_f32_vector(source, tensor, cfg.rope.n_rot / 2)?;
+            base.iter().zip(&factors).map(|(f, d)| f / d).collect()
+        }
+    })
+}
+
+/// Builds the program for `cfg` over `source`, binding every tensor of the
+/// family table that the source holds, then validates shapes.
+pub(crate) fn build(
+    cfg: &DecoderConfig,
+    family: &Family,
+    source: Arc<dyn WeightSource>,
+) -> Result<DecoderProgram> {
+    let global = global_inv_freq(cfg, source.as_ref())?;
+    let local = cfg
+        .rope
+        .theta_local
+        .map(|t| base_inv_freq(t, cfg.rope.n_rot));
+    let mut layers = Vec::with_capacity(cfg.n_layer);
+    for i in 0..cfg.n_layer {
+        let sliding =
+            cfg.sliding_layers.get(i).copied().unwrap_or(false) && cfg.sliding_window.is_some();
+        let inv_freq = match (&local, sliding) {
+            (Some(l), true) => l.clone(),
+            _ => global.clone(),
+        };
+        let mut tensors = Vec::new();
+        for t in family.tensors.iter().filter(|t| !t.role.is_global()) {
+            let name = tensor_name(family, cfg.format, t.role, i);
+            if source.tensor(&name).is_some() {
+                tensors.push((t.role, name));
+            }
+        }
+        let mut required = vec![];
+        if cfg.qk_norm {
+            required.extend([Role::AttnQNorm, Role::AttnKNorm]);
+        }
+        if cfg.sandwich_norm {
+            required.extend([Role::PostAttnNorm, Role::PostFfnNorm]);
+        }
+        if cfg.qkv_bias {
+            required.extend([Role::AttnQBias, Role::AttnKBias, Role::AttnVBias]);
+        }
+        required.extend([
+            Role::AttnNorm,
+            Role::AttnQ,
+            Role::AttnK,
+            Role::AttnV,
+            Role::AttnOutput,
+            Role::FfnNorm,
+            Role::FfnGate,
+            Role::FfnUp,
+            Role::FfnDown,
+        ]);
+        for role in required {
+            if !tensors.iter().any(|(r, _)| *r == role) {
+                return Err(Error::MissingTensor(tensor_name(
+                    family, cfg.format, role, i,
+                )));
+            }
+        }
+        layers.push(LayerSpec {
+            n_head: cfg.n_head,
+            n_head_kv: cfg.n_head_kv,
+            head_dim: cfg.head_dim,
+            n_ff: cfg.n_ff,
+            attn_scale: cfg.attn_scale,
+            attn_softcap: cfg.attn_softcap,
+            sliding_window: if sliding { cfg.sliding_window } else { None },
+            rope: Rope {
+                pairing: cfg.rope.pairing,
+                n_rot: cfg.rope.n_rot,
+                inv_freq,
+                attn_factor: 1.0,
+            },
+            tensors,
+        });
+    }
+    let name = |role| tensor_name(family, cfg.format, role, 0);
+    let program = DecoderProgram {
+        family: cfg.family.to_string(),
+        n_embd: cfg.n_embd,
+        n_vocab: cfg.n_vocab,
+        n_ctx_train: cfg.n_ctx_train,
+        norm: NormSpec {
+            eps: cfg.norm_eps,
+            weight_offset: cfg.norm_weight_offset,
+        },
+        activation: cfg.activation,
+        embd_scale: cfg.embd_scale,
+        final_softcap: cfg.final_softcap,
+        token_embd: name(Role::TokenEmbd),
+        output_norm: name(Role::OutputNorm),
+        output: if cfg.tied_output {
+            None
+        } else {
+            Some(name(Role::Output))
+        },
+        layers,
+        weights: source,
+    };
+    program.validate()?;
+    Ok(program)
+}
