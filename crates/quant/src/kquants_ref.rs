@@ -1,92 +1,9 @@
-//! Reference k-quant quantizers (Q8_K, Q4_K, Q6_K), bit-exact with ggml's
-//! `quantize_row_*_ref` (no importance matrix).
+//! Reference quantizers for the asymmetric k-quants (Q2_K, Q4_K, Q5_K),
+//! bit-exact with ggml's `quantize_row_*_ref` (no importance matrix).
 
 use crate::float::{f16_to_f32, f32_to_f16};
 use crate::kquants::{get_scale_min_k4, QK_K};
 use crate::util::{nearest_int, put_u16};
-
-/// ggml's `GROUP_MAX_EPS`: below this a group counts as all-zero.
-const GROUP_MAX_EPS: f32 = 1e-15;
-
-/// One Q8_K block (the CPU backend's activation format): f32 scale, 256
-/// signed 8-bit quants and the sums of each 16 quants (292 bytes on disk).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BlockQ8K {
-    /// Scale; element `j` is `d * qs[j]`.
-    pub d: f32,
-    /// The quants.
-    pub qs: [i8; QK_K],
-    /// `bsums[j] = sum(qs[16*j .. 16*j+16])`.
-    pub bsums: [i16; QK_K / 16],
-}
-
-impl BlockQ8K {
-    /// Bytes of one block in ggml layout.
-    pub const BYTES: usize = 292;
-
-    /// An all-zero block.
-    pub const ZERO: Self = Self {
-        d: 0.0,
-        qs: [0; QK_K],
-        bsums: [0; QK_K / 16],
-    };
-
-    /// Parses a block from its ggml byte layout.
-    pub fn from_bytes(b: &[u8; Self::BYTES]) -> Self {
-        let mut out = Self::ZERO;
-        out.d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        for (q, &v) in out.qs.iter_mut().zip(&b[4..260]) {
-            *q = v as i8;
-        }
-        for (s, c) in out.bsums.iter_mut().zip(b[260..].chunks_exact(2)) {
-            *s = i16::from_le_bytes([c[0], c[1]]);
-        }
-        out
-    }
-
-    /// Serializes the block in ggml byte layout.
-    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
-        let mut b = [0u8; Self::BYTES];
-        b[..4].copy_from_slice(&self.d.to_le_bytes());
-        for (o, &q) in b[4..260].iter_mut().zip(&self.qs) {
-            *o = q as u8;
-        }
-        for (c, s) in b[260..].chunks_exact_mut(2).zip(&self.bsums) {
-            c.copy_from_slice(&s.to_le_bytes());
-        }
-        b
-    }
-
-    /// `quantize_row_q8_K_ref` for one block of 256 values.
-    pub fn quantize(x: &[f32; QK_K]) -> Self {
-        let (amax, max) = crate::legacy::signed_absmax(x);
-        let mut out = Self::ZERO;
-        if amax == 0.0 {
-            return out;
-        }
-        let iscale = -127.0 / max;
-        for (q, &v) in out.qs.iter_mut().zip(x) {
-            *q = nearest_int(iscale * v).min(127) as i8;
-        }
-        for (s, c) in out.bsums.iter_mut().zip(out.qs.chunks_exact(16)) {
-            *s = c.iter().map(|&q| q as i32).sum::<i32>() as i16;
-        }
-        out.d = 1.0 / iscale;
-        out
-    }
-}
-
-/// `quantize_row_q8_K_ref` into bytes.
-pub(crate) fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src
-        .chunks_exact(QK_K)
-        .zip(dst.chunks_exact_mut(BlockQ8K::BYTES))
-    {
-        let mut xa = [0.0f32; QK_K];
-        xa.copy_from_slice(x);
-        b.copy_from_slice(&BlockQ8K::quantize(&xa).to_bytes());
-    }
-}
 
 /// ggml's `make_qkx2_quants`: asymmetric scale/min search for one group.
 /// Returns `(scale, -min)`; `l` receives the levels.
@@ -174,37 +91,140 @@ fn make_qkx2_quants(
     (scale, -min)
 }
 
+/// The shared first half of `quantize_row_q4_K_ref` / `quantize_row_q5_K_ref`:
+/// per-32 scale/min search, 6-bit scale packing into `b[4..16]`, `d`/`dmin`
+/// into `b[0..4]`, then the final levels `0..=nmax` into `l`.
+fn quantize_k4_scales(
+    x: &[f32],
+    b: &mut [u8],
+    nmax: i32,
+    rmin: f32,
+    nstep: i32,
+    l: &mut [u8; QK_K],
+) {
+    let mut laux = [0u8; 32];
+    let mut weights = [0.0f32; 32];
+    let mut mins = [0.0f32; 8];
+    let mut scales = [0.0f32; 8];
+    let mut max_scale = 0.0f32;
+    let mut max_min = 0.0f32;
+    for j in 0..8 {
+        let xs = &x[32 * j..32 * j + 32];
+        let mut sum_x2 = 0.0f32;
+        for &v in xs {
+            sum_x2 += v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        for (w, &v) in weights.iter_mut().zip(xs) {
+            *w = av_x + v.abs();
+        }
+        let lj = &mut l[32 * j..32 * j + 32];
+        let (s, m) = make_qkx2_quants(nmax, xs, &weights, lj, &mut laux, rmin, 0.1, nstep, false);
+        scales[j] = s;
+        mins[j] = m;
+        if s > max_scale {
+            max_scale = s;
+        }
+        if m > max_min {
+            max_min = m;
+        }
+    }
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let sc = &mut b[4..16];
+    sc.fill(0);
+    for j in 0..8 {
+        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        if j < 4 {
+            sc[j] = ls;
+            sc[j + 4] = lm;
+        } else {
+            sc[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+            sc[j - 4] |= (ls >> 4) << 6;
+            sc[j] |= (lm >> 4) << 6;
+        }
+    }
+    let d16 = f32_to_f16(max_scale / 63.0);
+    let dmin16 = f32_to_f16(max_min / 63.0);
+    put_u16(b, 0, d16);
+    put_u16(b, 2, dmin16);
+    for j in 0..8 {
+        let (s, m) = get_scale_min_k4(j, &b[4..16]);
+        let d = f16_to_f32(d16) * s as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = f16_to_f32(dmin16) * m as f32;
+        for ii in 0..32 {
+            let q = nearest_int((x[32 * j + ii] + dm) / d);
+            l[32 * j + ii] = q.clamp(0, nmax) as u8;
+        }
+    }
+}
+
 /// `quantize_row_q4_K_ref`: Q4_K (144 bytes): d @0, dmin @2, scales[12] @4, qs[128] @16.
 pub(crate) fn quantize_q4_k(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(144)) {
         let mut l = [0u8; QK_K];
-        let mut laux = [0u8; 32];
-        let mut weights = [0.0f32; 32];
-        let mut mins = [0.0f32; 8];
-        let mut scales = [0.0f32; 8];
+        quantize_k4_scales(x, b, 15, -1.0, 20, &mut l);
+        for (n, q) in b[16..144].chunks_exact_mut(32).enumerate() {
+            for i in 0..32 {
+                q[i] = l[64 * n + i] | (l[64 * n + i + 32] << 4);
+            }
+        }
+    }
+}
+
+/// `quantize_row_q5_K_ref`: Q5_K (176 bytes): d @0, dmin @2, scales[12] @4,
+/// qh[32] @16, qs[128] @48.
+pub(crate) fn quantize_q5_k(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(176)) {
+        let mut l = [0u8; QK_K];
+        quantize_k4_scales(x, b, 31, -0.5, 15, &mut l);
+        let (qh, ql) = b[16..176].split_at_mut(32);
+        qh.fill(0);
+        for (n, ql) in ql.chunks_exact_mut(32).enumerate() {
+            let (m1, m2) = (1u8 << (2 * n), 2u8 << (2 * n));
+            for j in 0..32 {
+                let mut l1 = l[64 * n + j];
+                if l1 > 15 {
+                    l1 -= 16;
+                    qh[j] |= m1;
+                }
+                let mut l2 = l[64 * n + j + 32];
+                if l2 > 15 {
+                    l2 -= 16;
+                    qh[j] |= m2;
+                }
+                ql[j] = l1 | (l2 << 4);
+            }
+        }
+    }
+}
+
+/// `quantize_row_q2_K_ref`: Q2_K (84 bytes): scales[16] @0, qs[64] @16, d @80, dmin @82.
+pub(crate) fn quantize_q2_k(src: &[f32], dst: &mut [u8]) {
+    const Q4SCALE: f32 = 15.0;
+    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(84)) {
+        let mut l = [0u8; QK_K];
+        let mut laux = [0u8; 16];
+        let mut weights = [0.0f32; 16];
+        let mut mins = [0.0f32; 16];
+        let mut scales = [0.0f32; 16];
         let mut max_scale = 0.0f32;
         let mut max_min = 0.0f32;
-        for j in 0..8 {
-            let xs = &x[32 * j..32 * j + 32];
-            let mut sum_x2 = 0.0f32;
-            for &v in xs {
-                sum_x2 += v * v;
-            }
-            let av_x = (sum_x2 / 32.0).sqrt();
+        for j in 0..16 {
+            let xs = &x[16 * j..16 * j + 16];
             for (w, &v) in weights.iter_mut().zip(xs) {
-                *w = av_x + v.abs();
+                *w = v.abs();
             }
-            let (s, m) = make_qkx2_quants(
-                15,
-                xs,
-                &weights,
-                &mut l[32 * j..32 * j + 32],
-                &mut laux,
-                -1.0,
-                0.1,
-                20,
-                false,
-            );
+            let lj = &mut l[16 * j..16 * j + 16];
+            let (s, m) = make_qkx2_quants(3, xs, &weights, lj, &mut laux, -0.5, 0.1, 15, true);
             scales[j] = s;
             mins[j] = m;
             if s > max_scale {
@@ -214,145 +234,44 @@ pub(crate) fn quantize_q4_k(src: &[f32], dst: &mut [u8]) {
                 max_min = m;
             }
         }
-        let inv_scale = if max_scale > 0.0 {
-            63.0 / max_scale
+        let sc = &mut b[0..16];
+        if max_scale > 0.0 {
+            let iscale = Q4SCALE / max_scale;
+            for j in 0..16 {
+                sc[j] = nearest_int(iscale * scales[j]) as u8;
+            }
+            put_u16(b, 80, f32_to_f16(max_scale / Q4SCALE));
         } else {
-            0.0
-        };
-        let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
-        let sc = &mut b[4..16];
-        sc.fill(0);
-        for j in 0..8 {
-            let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
-            let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
-            if j < 4 {
-                sc[j] = ls;
-                sc[j + 4] = lm;
-            } else {
-                sc[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
-                sc[j - 4] |= (ls >> 4) << 6;
-                sc[j] |= (lm >> 4) << 6;
+            sc.fill(0);
+            put_u16(b, 80, f32_to_f16(0.0));
+        }
+        if max_min > 0.0 {
+            let iscale = Q4SCALE / max_min;
+            for j in 0..16 {
+                let q = nearest_int(iscale * mins[j]);
+                b[j] |= (q << 4) as u8;
             }
+            put_u16(b, 82, f32_to_f16(max_min / Q4SCALE));
+        } else {
+            put_u16(b, 82, f32_to_f16(0.0));
         }
-        let d16 = f32_to_f16(max_scale / 63.0);
-        let dmin16 = f32_to_f16(max_min / 63.0);
-        put_u16(b, 0, d16);
-        put_u16(b, 2, dmin16);
-        for j in 0..8 {
-            let (s, m) = get_scale_min_k4(j, &b[4..16]);
-            let d = f16_to_f32(d16) * s as f32;
-            if d == 0.0 {
-                continue;
-            }
-            let dm = f16_to_f32(dmin16) * m as f32;
-            for ii in 0..32 {
-                let q = nearest_int((x[32 * j + ii] + dm) / d);
-                l[32 * j + ii] = q.clamp(0, 15) as u8;
-            }
-        }
-        for (n, q) in b[16..144].chunks_exact_mut(32).enumerate() {
-            for i in 0..32 {
-                q[i] = l[64 * n + i] | (l[64 * n + i + 32] << 4);
-            }
-        }
-    }
-}
-
-/// ggml's `make_qx_quants` with `rmse_type = 1` and no weights: symmetric
-/// scale search for one group of Q6_K. `l` receives levels offset by `nmax`.
-fn make_qx_quants_rmse1(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
-    let mut max = 0.0f32;
-    let mut amax = 0.0f32;
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
-        l[..x.len()].fill(0);
-        return 0.0;
-    }
-    let levels = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
-    let sums = |iscale: f32| {
-        let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
-        for &v in x {
-            let q = levels(iscale, v) as f32;
-            let w = v * v;
-            sumlx += w * v * q;
-            suml2 += w * q * q;
-        }
-        (sumlx, suml2)
-    };
-    let mut iscale = -(nmax as f32) / max;
-    for (o, &v) in l.iter_mut().zip(x) {
-        *o = (levels(iscale, v) + nmax) as i8;
-    }
-    let (sumlx, suml2) = sums(iscale);
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    for is in -9..=9 {
-        if is == 0 {
-            continue;
-        }
-        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
-        let (sumlx, suml2) = sums(iscale);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            for (o, &v) in l.iter_mut().zip(x) {
-                *o = (levels(iscale, v) + nmax) as i8;
-            }
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
-    }
-    scale
-}
-
-/// `quantize_row_q6_K_ref`: Q6_K (210 bytes): ql[128] @0, qh[64] @128,
-/// scales[16] @192, d @208.
-pub(crate) fn quantize_q6_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(210)) {
-        let mut l = [0i8; QK_K];
-        let mut scales = [0.0f32; 16];
-        let mut max_scale = 0.0f32;
-        let mut max_abs_scale = 0.0f32;
-        for ib in 0..16 {
-            let s =
-                make_qx_quants_rmse1(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
-            scales[ib] = s;
-            if s.abs() > max_abs_scale {
-                max_abs_scale = s.abs();
-                max_scale = s;
-            }
-        }
-        b.fill(0);
-        if max_abs_scale < GROUP_MAX_EPS {
-            continue;
-        }
-        let iscale = -128.0 / max_scale;
-        let d16 = f32_to_f16(1.0 / iscale);
-        put_u16(b, 208, d16);
-        for ib in 0..16 {
-            b[192 + ib] = nearest_int(iscale * scales[ib]).min(127) as i8 as u8;
-        }
+        let d_all = f16_to_f32(crate::util::le_u16(b, 80));
+        let dmin_all = f16_to_f32(crate::util::le_u16(b, 82));
         for j in 0..16 {
-            let d = f16_to_f32(d16) * (b[192 + j] as i8) as f32;
+            let d = d_all * (b[j] & 0xF) as f32;
             if d == 0.0 {
                 continue;
             }
+            let dm = dmin_all * (b[j] >> 4) as f32;
             for ii in 0..16 {
-                let q = nearest_int(x[16 * j + ii] / d).clamp(-32, 31);
-                l[16 * j + ii] = (q + 32) as i8;
+                let q = nearest_int((x[16 * j + ii] + dm) / d);
+                l[16 * j + ii] = q.clamp(0, 3) as u8;
             }
         }
         for n in 0..2 {
-            let (j, lo, hi) = (128 * n, 64 * n, 128 + 32 * n);
             for i in 0..32 {
-                let q = |k: usize| l[j + i + 32 * k] as u8;
-                b[lo + i] = (q(0) & 0xF) | ((q(2) & 0xF) << 4);
-                b[lo + i + 32] = (q(1) & 0xF) | ((q(3) & 0xF) << 4);
-                b[hi + i] =
-                    (q(0) >> 4) | ((q(1) >> 4) << 2) | ((q(2) >> 4) << 4) | ((q(3) >> 4) << 6);
+                let q = |k: usize| l[128 * n + i + 32 * k];
+                b[16 + 32 * n + i] = q(0) | (q(1) << 2) | (q(2) << 4) | (q(3) << 6);
             }
         }
     }

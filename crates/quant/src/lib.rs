@@ -24,8 +24,10 @@ mod float;
 mod iq;
 mod kquants;
 mod kquants_ref;
+mod kquants_sym;
 mod legacy;
 mod mxfp4;
+mod q8k;
 mod ternary;
 mod util;
 
@@ -34,9 +36,9 @@ use anedvd_base::GgmlType;
 pub use dot::vec_dot;
 pub use float::{bf16_to_f32, e8m0_to_f32_half, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use kquants::QK_K;
-pub use kquants_ref::BlockQ8K;
 pub use legacy::BlockQ8_0;
 pub use mxfp4::KVALUES_MXFP4;
+pub use q8k::BlockQ8K;
 
 /// Errors of the quant layer.
 #[derive(Debug, thiserror::Error)]
@@ -101,9 +103,12 @@ fn quant_fn(ty: GgmlType) -> Option<RowFn<f32, u8>> {
         Q5_1 => legacy::quantize_q5_1,
         Q8_0 => legacy::quantize_q8_0,
         Q8_1 => legacy::quantize_q8_1,
+        Q2K => kquants_ref::quantize_q2_k,
+        Q3K => kquants_sym::quantize_q3_k,
         Q4K => kquants_ref::quantize_q4_k,
-        Q6K => kquants_ref::quantize_q6_k,
-        Q8K => kquants_ref::quantize_q8_k,
+        Q5K => kquants_ref::quantize_q5_k,
+        Q6K => kquants_sym::quantize_q6_k,
+        Q8K => q8k::quantize_q8_k,
         TQ1_0 => ternary::quantize_tq1_0,
         TQ2_0 => ternary::quantize_tq2_0,
         MXFP4 => mxfp4::quantize_mxfp4,
@@ -152,8 +157,8 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Error
 /// Quantizes `src` into `dst` with ggml's reference quantizer for `ty`
 /// (`quantize_row_*_ref`, no importance matrix), bit-exactly.
 ///
-/// Implemented for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q4_K,
-/// Q6_K, Q8_K, TQ1_0, TQ2_0 and MXFP4 (see [`can_quantize`]); other types give
+/// Implemented for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K,
+/// Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, TQ1_0, TQ2_0 and MXFP4 (see [`can_quantize`]); other types give
 /// [`Error::Unsupported`]. `dst.len()` must be `ty.row_bytes(src.len())`.
 pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Error> {
     let f = quant_fn(ty).ok_or(Error::Unsupported(ty))?;

@@ -83,7 +83,7 @@ fn pack5(x: &[f32], id: f32, m: usize, stride: usize, count: usize) -> u8 {
 /// C's `((uint16_t)q * 256 + (243 - 1)) / 243` stored back into a byte.
 #[inline]
 fn ceil_div_243(q: u8) -> u8 {
-    ((q as u32 * 256 + 242) / 243) as u8
+    (q as u32 * 256).div_ceil(243) as u8
 }
 
 /// `quantize_row_tq1_0_ref`.
@@ -91,15 +91,14 @@ pub(crate) fn quantize_tq1_0(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(54)) {
         let (d, id) = scale(x);
         put_u16(b, 52, f32_to_f16(d));
-        for m in 0..32 {
-            b[m] = ceil_div_243(pack5(&x[..160], id, m, 32, 5));
+        for (m, o) in b[..32].iter_mut().enumerate() {
+            *o = ceil_div_243(pack5(&x[..160], id, m, 32, 5));
         }
-        for m in 0..16 {
-            b[32 + m] = ceil_div_243(pack5(&x[160..240], id, m, 16, 5));
+        for (m, o) in b[32..48].iter_mut().enumerate() {
+            *o = ceil_div_243(pack5(&x[160..240], id, m, 16, 5));
         }
-        for j in 0..4 {
-            let q = pack5(&x[240..256], id, j, 4, 4).wrapping_mul(3);
-            b[48 + j] = ceil_div_243(q);
+        for (j, o) in b[48..52].iter_mut().enumerate() {
+            *o = ceil_div_243(pack5(&x[240..256], id, j, 4, 4).wrapping_mul(3));
         }
     }
 }

@@ -42,7 +42,7 @@ pub(crate) fn nearest_int(x: f32) -> i32 {
 /// truncation toward zero, and `i32::MIN` for NaN or out-of-range values.
 #[inline]
 pub(crate) fn c_trunc_i32(x: f32) -> i32 {
-    if x.is_nan() || x >= 2_147_483_648.0 || x < -2_147_483_648.0 {
+    if !(-2_147_483_648.0..2_147_483_648.0).contains(&x) {
         i32::MIN
     } else {
         x as i32

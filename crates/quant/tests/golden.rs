@@ -1,6 +1,8 @@
 //! Golden tests: anedvd-quant against gguf-py and ggml (libggml-base) outputs
 //! stored under tests/golden/ (see tests/golden/README.md for provenance).
 
+#![allow(clippy::unwrap_used)]
+
 use anedvd_base::GgmlType;
 use std::path::PathBuf;
 
