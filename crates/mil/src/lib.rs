@@ -3,6 +3,7 @@
 //! Placeholder docs; see the full crate docs below.
 
 mod error;
+pub mod blob;
 pub mod ir;
 mod lex;
 pub mod parse;
