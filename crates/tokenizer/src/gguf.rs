@@ -1,0 +1,453 @@
+//! Building a [`Tokenizer`] from GGUF `tokenizer.ggml.*` metadata, following
+//! llama.cpp's `llama_vocab::impl::load`.
+
+use crate::model::{build_merges, split_merge, Fallback, Model};
+use crate::pretok::Rule;
+use crate::special::SpecialMatcher;
+use crate::tokenizer::{Front, LlamaFront, Specials, Tokenizer};
+use crate::unicode::char_to_byte;
+use crate::vocab::{parse_byte_token, TokenAttr, Vocab, EOG_TEXTS, EOT_TEXTS};
+use crate::{Error, Result};
+use anedvd_base::{Metadata, MetadataValue};
+
+/// Pre-tokenizer settings for one `tokenizer.ggml.pre` value.
+struct Pre {
+    patterns: &'static [&'static str],
+    ignore_merges: bool,
+    add_bos: bool,
+}
+
+const GPT2: &[&str] = &[r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"];
+const LLAMA3: &[&str] = &[
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+];
+const QWEN2: &[&str] = &[
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+];
+const QWEN35: &[&str] = &[
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+];
+const DEFAULT: &[&str] = &[
+    r"[\p{P}\$\+<=>\^~\|]+",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+    r"\p{N}+",
+    "[0-9][0-9][0-9]",
+];
+const STARCODER: &[&str] = &[
+    r"\p{N}",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+];
+const FALCON: &[&str] = &[
+    r"[\p{P}\$\+<=>\^~\|`]+",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+    "[0-9][0-9][0-9]",
+];
+const DEEPSEEK_LLM: &[&str] = &[
+    "[\r\n]",
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+    "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+    "\\s+$",
+    "[一-龥ࠀ-一가-퟿]+",
+    "\\p{N}+",
+];
+const DEEPSEEK_CODER: &[&str] = &[
+    "[\r\n]",
+    "\\s?\\p{L}+",
+    "\\s?\\p{P}+",
+    "[一-龥ࠀ-一가-퟿]+",
+    "\\p{N}",
+];
+const DEEPSEEK3: &[&str] = &[
+    "\\p{N}{1,3}",
+    "[一-龥぀-ゟ゠-ヿ]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+];
+const BLOOM: &[&str] = &[" ?[^(\\s|.,!?…。，、।۔،)]+"];
+const VIKING: &[&str] = &[" ?[^(\\s|.,!?…。，、।۔،)]+", "\\p{N}"];
+const GPT4O: &[&str] = &[
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+const TEKKEN: &[&str] = &[
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+const SEED_CODER: &[&str] = &[
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+
+/// llama.cpp's table from `tokenizer.ggml.pre` to splitting rules. Names
+/// whose splitting needs llama.cpp-specific code we do not port are absent
+/// and refused.
+fn pre_for(name: &str) -> Option<Pre> {
+    let p = |patterns, ignore_merges, add_bos| Pre {
+        patterns,
+        ignore_merges,
+        add_bos,
+    };
+    Some(match name {
+        "default" => p(DEFAULT, false, false),
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
+        | "lfm2" | "jina-v5-nano" => p(LLAMA3, true, true),
+        "dbrx" | "smaug-bpe" | "chatglm-bpe" => p(LLAMA3, false, false),
+        "glm4" | "glm5" => p(LLAMA3, true, false),
+        "deepseek-llm" => p(DEEPSEEK_LLM, false, false),
+        "deepseek-coder" => p(DEEPSEEK_CODER, false, false),
+        "deepseek-v3" | "hunyuan-dense" | "joyai-llm" | "hy_v4" => p(DEEPSEEK3, false, false),
+        "falcon" => p(FALCON, false, false),
+        "mpt" | "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
+        | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "jina-v1-en" | "jina-v2-code"
+        | "roberta-bpe" | "olmo" | "jais" | "trillion" | "granite-docling" | "exaone4" => {
+            p(GPT2, false, false)
+        }
+        "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone" | "minerva-7b"
+        | "mellum2" => p(STARCODER, false, false),
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "stablelm2" | "hunyuan"
+        | "solar-open" | "megrez" | "grok-2" => p(QWEN2, false, false),
+        "qwen35" => p(QWEN35, false, false),
+        "poro-chat" | "bloom" | "gpt3-finnish" => p(BLOOM, false, false),
+        "viking" => p(VIKING, false, false),
+        "tekken" => p(TEKKEN, true, true),
+        "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => p(GPT4O, false, false),
+        "seed-coder" => p(SEED_CODER, false, false),
+        _ => return None,
+    })
+}
+
+fn strings(md: &Metadata, key: &str) -> Result<Vec<String>> {
+    md.array(key)?
+        .iter()
+        .map(|v| match v {
+            MetadataValue::String(s) => Ok(s.clone()),
+            other => Err(Error::Metadata(anedvd_base::Error::WrongType {
+                key: key.to_string(),
+                expected: "array[string]",
+                found: format!("array[{}]", other.type_name()),
+            })),
+        })
+        .collect()
+}
+
+fn numbers(md: &Metadata, key: &str, n: usize) -> Result<Option<Vec<f64>>> {
+    let Some(arr) = md.opt_array(key)? else {
+        return Ok(None);
+    };
+    if arr.len() != n {
+        return Err(Error::LengthMismatch {
+            key: key.to_string(),
+            expected: n,
+            found: arr.len(),
+        });
+    }
+    arr.iter()
+        .map(|v| {
+            v.as_f64().ok_or_else(|| {
+                Error::Metadata(anedvd_base::Error::WrongType {
+                    key: key.to_string(),
+                    expected: "array[number]",
+                    found: format!("array[{}]", v.type_name()),
+                })
+            })
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+fn first_with_text(vocab: &Vocab, texts: &[&str]) -> Option<u32> {
+    (0..vocab.len() as u32).find(|&i| texts.contains(&vocab.texts[i as usize].as_str()))
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer described by GGUF `tokenizer.ggml.*` keys.
+    /// Supports `tokenizer.ggml.model` = `llama` (SentencePiece-style),
+    /// `gpt2` (byte-level BPE, `tokenizer.ggml.pre` picks the splitter) and
+    /// `gemma4` (SentencePiece-style BPE).
+    pub fn from_gguf_metadata(md: &Metadata) -> Result<Tokenizer> {
+        let kind = md.str("tokenizer.ggml.model")?;
+        let pre_name = md.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
+        let mut texts = strings(md, "tokenizer.ggml.tokens")?;
+        let n = texts.len();
+        if n == 0 {
+            return Err(Error::EmptyVocab);
+        }
+        for (i, t) in texts.iter_mut().enumerate() {
+            if t.is_empty() {
+                *t = format!("[EMPTY_{i}]");
+            }
+        }
+        let scores = numbers(md, "tokenizer.ggml.scores", n)?
+            .map(|v| v.into_iter().map(|x| x as f32).collect())
+            .unwrap_or_else(|| vec![0.0; n]);
+        let attrs = match numbers(md, "tokenizer.ggml.token_type", n)? {
+            None => vec![TokenAttr::NORMAL; n],
+            Some(types) => types
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| {
+                    TokenAttr::from_gguf_type(t as i64).ok_or(Error::BadTokenType {
+                        id: i as u32,
+                        value: t as i64,
+                    })
+                })
+                .collect::<Result<_>>()?,
+        };
+        let mut vocab = Vocab::new(texts, scores, attrs);
+
+        let mut specials = Specials::default();
+        let (model, fallback, front) = match kind {
+            "llama" => {
+                specials.bos = Some(1);
+                specials.eos = Some(2);
+                specials.unk = Some(0);
+                specials.add_bos = true;
+                let front = LlamaFront {
+                    rules: Vec::new(),
+                    byte_encode: false,
+                    escape_whitespace: true,
+                    add_space_prefix: md.opt_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(true),
+                    newline_words: false,
+                };
+                (Model::Spm, Fallback::SpmBytes, front)
+            }
+            "gpt2" | "gemma4" => {
+                let gemma4 = kind == "gemma4";
+                let merges = strings(md, "tokenizer.ggml.merges").map_err(|e| match e {
+                    Error::Metadata(anedvd_base::Error::MissingKey { key }) => Error::MissingMerges(key),
+                    e => e,
+                })?;
+                let merges = build_merges(
+                    &vocab,
+                    merges.iter().enumerate().map(|(i, m)| split_merge(i, m)),
+                )?;
+                let (rules, ignore_merges) = if gemma4 {
+                    specials.add_bos = true;
+                    (vec![Rule::Newlines], false)
+                } else {
+                    specials.bos = Some(11);
+                    specials.eos = Some(11);
+                    let pre = pre_for(pre_name).ok_or_else(|| Error::UnknownPre(pre_name.to_string()))?;
+                    specials.add_bos = pre.add_bos;
+                    let rules = pre
+                        .patterns
+                        .iter()
+                        .map(|p| Rule::from_pattern(p))
+                        .collect::<Result<Vec<_>>>()?;
+                    (rules, pre.ignore_merges)
+                };
+                let front = LlamaFront {
+                    rules,
+                    byte_encode: !gemma4,
+                    escape_whitespace: gemma4,
+                    add_space_prefix: md.opt_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(false),
+                    newline_words: gemma4,
+                };
+                let fallback = if gemma4 { Fallback::ByteTokens } else { Fallback::BpeRawBytes };
+                (
+                    Model::Bpe {
+                        merges,
+                        ignore_merges,
+                    },
+                    fallback,
+                    front,
+                )
+            }
+            other => return Err(Error::UnknownModel(other.to_string())),
+        };
+
+        // Special ids from metadata (defaults that fall outside the vocabulary are dropped).
+        for slot in [&mut specials.bos, &mut specials.eos, &mut specials.unk] {
+            if slot.is_some_and(|id| id as usize >= n) {
+                *slot = None;
+            }
+        }
+        let mut fim_keys_present = false;
+        for (key, slot) in [
+            ("tokenizer.ggml.bos_token_id", &mut specials.bos),
+            ("tokenizer.ggml.eos_token_id", &mut specials.eos),
+            ("tokenizer.ggml.eot_token_id", &mut specials.eot),
+            ("tokenizer.ggml.eom_token_id", &mut specials.eom),
+            ("tokenizer.ggml.unknown_token_id", &mut specials.unk),
+            ("tokenizer.ggml.padding_token_id", &mut specials.pad),
+        ] {
+            if let Some(id) = md.opt_u64(key)? {
+                if id as usize >= n {
+                    return Err(Error::BadSpecialId {
+                        key: key.to_string(),
+                        id,
+                        vocab_size: n,
+                    });
+                }
+                *slot = Some(id as u32);
+            }
+        }
+        for key in ["tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id"] {
+            fim_keys_present |= md.contains(key);
+        }
+        if let Some(b) = md.opt_bool("tokenizer.ggml.add_bos_token")? {
+            specials.add_bos = b;
+        }
+        if let Some(b) = md.opt_bool("tokenizer.ggml.add_eos_token")? {
+            specials.add_eos = b;
+        }
+        if kind == "gemma4" {
+            specials.add_bos = true;
+        }
+
+        let eog = detect_specials(&mut vocab, &mut specials, md, fim_keys_present)?;
+
+        // Byte tokens must be <0xXX>.
+        let mut pieces = Vec::with_capacity(n);
+        let front_ref = &front;
+        for i in 0..n {
+            let (text, attr) = (&vocab.texts[i], vocab.attrs[i]);
+            let piece = if attr.has(TokenAttr(
+                TokenAttr::CONTROL.0 | TokenAttr::UNKNOWN.0 | TokenAttr::USER_DEFINED.0,
+            )) {
+                text.as_bytes().to_vec()
+            } else if attr.has(TokenAttr::NORMAL) {
+                if front_ref.escape_whitespace {
+                    text.replace('\u{2581}', " ").into_bytes()
+                } else {
+                    let mut b = Vec::with_capacity(text.len());
+                    for c in text.chars() {
+                        match char_to_byte(c) {
+                            Some(x) => b.push(x),
+                            None => b.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                        }
+                    }
+                    b
+                }
+            } else if attr.has(TokenAttr::BYTE) {
+                let b = parse_byte_token(text).ok_or_else(|| Error::BadByteToken {
+                    id: i as u32,
+                    text: text.clone(),
+                })?;
+                vec![b]
+            } else {
+                Vec::new()
+            };
+            pieces.push(piece);
+        }
+
+        let matcher = SpecialMatcher::new((0..n).filter_map(|i| {
+            let a = vocab.attrs[i];
+            a.has(TokenAttr(
+                TokenAttr::CONTROL.0 | TokenAttr::USER_DEFINED.0 | TokenAttr::UNKNOWN.0,
+            ))
+            .then(|| (i as u32, vocab.texts[i].as_str(), a))
+        }));
+        let byte_ids = vocab.byte_tokens();
+        let strip_first_space = front.add_space_prefix;
+        Ok(Tokenizer {
+            vocab,
+            model,
+            fallback,
+            front: Front::Llama(front),
+            matcher,
+            specials,
+            eog,
+            byte_ids,
+            pieces,
+            strip_first_space,
+        })
+    }
+}
+
+/// llama.cpp's text-based detection of EOT/EOM/FIM/EOG tokens and the
+/// per-model attribute fix-ups. Returns the sorted EOG ids.
+fn detect_specials(
+    vocab: &mut Vocab,
+    specials: &mut Specials,
+    md: &Metadata,
+    fim_keys_present: bool,
+) -> Result<Vec<u32>> {
+    let mark_control = |vocab: &mut Vocab, id: u32| vocab.attrs[id as usize].insert(TokenAttr::CONTROL);
+    if specials.eot.is_none() {
+        specials.eot = first_with_text(vocab, EOT_TEXTS);
+        if let Some(id) = specials.eot {
+            mark_control(vocab, id);
+        }
+    }
+    if specials.eom.is_none() {
+        specials.eom = first_with_text(vocab, &["<|eom_id|>"]);
+        if let Some(id) = specials.eom {
+            mark_control(vocab, id);
+        }
+    }
+    let fim_lists: [&[&str]; 6] = [
+        &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"],
+        &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"],
+        &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"],
+        &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
+        &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"],
+        &["<|file_sep|>"],
+    ];
+    let mut eog: Vec<u32> = Vec::new();
+    if !fim_keys_present {
+        for (k, list) in fim_lists.iter().enumerate() {
+            if let Some(id) = first_with_text(vocab, list) {
+                mark_control(vocab, id);
+                if k >= 3 {
+                    eog.push(id);
+                }
+            }
+        }
+    }
+    for i in 0..vocab.len() {
+        if EOG_TEXTS.contains(&vocab.texts[i].as_str()) {
+            eog.push(i as u32);
+            vocab.attrs[i].insert(TokenAttr::CONTROL);
+        }
+    }
+    for i in 0..vocab.len() {
+        if matches!(
+            vocab.texts[i].as_str(),
+            "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
+        ) {
+            vocab.attrs[i] = TokenAttr::USER_DEFINED;
+        }
+    }
+    eog.extend(specials.eos);
+    eog.extend(specials.eot);
+    eog.extend(specials.eom);
+    eog.sort_unstable();
+    eog.dedup();
+    let text_of = |id: &u32| vocab.texts[*id as usize].as_str();
+    let has = |t: &str| eog.iter().any(|id| text_of(id) == t);
+    let end = eog.iter().copied().find(|id| text_of(id) == "<|end|>");
+    if let Some(end) = end {
+        if (has("<|return|>") && (has("<|call|>") || has("<|calls|>")))
+            || ((has("<|call|>") || has("<|calls|>")) && has("<|flush|>"))
+        {
+            eog.retain(|&x| x != end);
+            vocab.attrs[end as usize] = TokenAttr::USER_DEFINED;
+        }
+    }
+    let text_of = |id: &u32| vocab.texts[*id as usize].as_str();
+    let s = eog.iter().copied().find(|id| text_of(id) == "</s>");
+    let marker = eog
+        .iter()
+        .any(|id| matches!(text_of(id), "<|tool_response>" | "<|plamo:eos|>"));
+    if let (Some(s), true) = (s, marker) {
+        eog.retain(|&x| x != s);
+        vocab.attrs[s as usize] = TokenAttr::NORMAL;
+    }
+
+    // phi-3: special tokens swallow whitespace on their right.
+    let name = md.opt_str("general.name")?.unwrap_or("").to_lowercase();
+    if name.contains("phi-3") || name.contains("phi3") {
+        let special = TokenAttr(TokenAttr::CONTROL.0 | TokenAttr::USER_DEFINED.0 | TokenAttr::UNKNOWN.0);
+        for i in 0..vocab.len() {
+            if vocab.attrs[i].has(special) {
+                vocab.attrs[i].insert(TokenAttr::RSTRIP);
+            }
+        }
+        if let Some(id) = vocab.get("</s>") {
+            vocab.attrs[id as usize].insert(TokenAttr::RSTRIP);
+        }
+        for t in ["<unk>", "<s>", "<|endoftext|>"] {
+            if let Some(id) = vocab.get(t) {
+                vocab.attrs[id as usize].remove(TokenAttr::RSTRIP);
+            }
+        }
+    }
+    Ok(eog)
+}
