@@ -2,7 +2,9 @@
 //!
 //! Fixtures: `tests/golden/gguf_py/<TYPE>.blocks.bin` (random blocks whose f16
 //! scales include ±0, subnormals, f16 max, ±Inf and NaN) and `<TYPE>.f32.bin`
-//! (gguf-py's output), written by `tests/golden/gen_golden.py`.
+//! (gguf-py's output), written by `tests/golden/gen_golden.py`; and
+//! `tests/golden/ggml/<TYPE>.f32.bin`, ggml's own `dequantize_row_iq*` of the
+//! same blocks, written by `tests/golden/gen_golden_ggml.py`.
 
 use anedvd_base::GgmlType;
 use anedvd_quant::{dequantize, Error};
@@ -20,20 +22,26 @@ const IQ: [GgmlType; 9] = [
     GgmlType::IQ4XS,
 ];
 
-fn golden(name: &str) -> Vec<u8> {
+fn golden(dir: &str, name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/gguf_py")
+        .join("tests/golden")
+        .join(dir)
         .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// `(blocks, expected)` for `ty`.
-fn load(ty: GgmlType) -> (Vec<u8>, Vec<f32>) {
-    let blocks = golden(&format!("{}.blocks.bin", ty.name()));
-    let expected = golden(&format!("{}.f32.bin", ty.name()))
+/// Little-endian f32 values of a fixture file.
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+        .collect()
+}
+
+/// `(blocks, gguf-py's expected values)` for `ty`.
+fn load(ty: GgmlType) -> (Vec<u8>, Vec<f32>) {
+    let blocks = golden("gguf_py", &format!("{}.blocks.bin", ty.name()));
+    let expected = floats(&golden("gguf_py", &format!("{}.f32.bin", ty.name())));
     (blocks, expected)
 }
 
@@ -77,6 +85,22 @@ fn iq_dequantize_matches_gguf_py_bit_exactly() {
             "{ty}: no Inf in fixture"
         );
         let mut got = vec![f32::from_bits(0x7fc0_dead); want.len()];
+        dequantize(ty, &blocks, &mut got).unwrap_or_else(|e| panic!("{ty}: {e}"));
+        let bad = mismatches(ty, &got, &want);
+        if bad > 0 {
+            failed.push(format!("{ty}: {bad} of {} values differ", want.len()));
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+#[test]
+fn iq_dequantize_matches_ggml_bit_exactly() {
+    let mut failed = Vec::new();
+    for ty in IQ {
+        let (blocks, _) = load(ty);
+        let want = floats(&golden("ggml", &format!("{}.f32.bin", ty.name())));
+        let mut got = vec![0f32; want.len()];
         dequantize(ty, &blocks, &mut got).unwrap_or_else(|e| panic!("{ty}: {e}"));
         let bad = mismatches(ty, &got, &want);
         if bad > 0 {

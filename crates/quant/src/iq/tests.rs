@@ -1,0 +1,131 @@
+//! Unit tests of the i-quant module: tables against gguf-py, dispatch, lengths.
+
+use super::grids::*;
+use super::*;
+use std::path::PathBuf;
+
+const IQ: [GgmlType; 9] = [
+    GgmlType::IQ1S,
+    GgmlType::IQ1M,
+    GgmlType::IQ2XXS,
+    GgmlType::IQ2XS,
+    GgmlType::IQ2S,
+    GgmlType::IQ3XXS,
+    GgmlType::IQ3S,
+    GgmlType::IQ4NL,
+    GgmlType::IQ4XS,
+];
+
+/// gguf-py's copy of a table, from `tests/iq_grids/<name>.bin`.
+fn gguf_py_table(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/iq_grids")
+        .join(format!("{name}.bin"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn grids_match_gguf_py() {
+    let le64 = |t: &[u64]| t.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    let le32 = |t: &[u32]| t.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    let i8s = |t: &[i8]| t.iter().map(|v| *v as u8).collect::<Vec<u8>>();
+    let ours: [(&str, Vec<u8>); 8] = [
+        ("IQ2XXS_GRID", le64(&IQ2XXS_GRID)),
+        ("IQ2XS_GRID", le64(&IQ2XS_GRID)),
+        ("IQ2S_GRID", le64(&IQ2S_GRID)),
+        ("IQ3XXS_GRID", le32(&IQ3XXS_GRID)),
+        ("IQ3S_GRID", le32(&IQ3S_GRID)),
+        ("IQ1S_GRID", le64(&IQ1S_GRID)),
+        ("KSIGNS_IQ2XS", KSIGNS_IQ2XS.to_vec()),
+        ("KVALUES_IQ4NL", i8s(&KVALUES_IQ4NL)),
+    ];
+    for (name, ours) in ours {
+        let theirs = gguf_py_table(name);
+        assert_eq!(ours.len(), theirs.len(), "{name} length");
+        let first = ours.iter().zip(&theirs).position(|(a, b)| a != b);
+        assert_eq!(first, None, "{name} differs from gguf-py at byte {first:?}");
+    }
+    assert_eq!(IQ1S_DELTA, 0.125);
+    assert_eq!(IQ1M_DELTA, IQ1S_DELTA);
+}
+
+#[test]
+fn ksigns_have_even_parity() {
+    // ggml stores 7 sign bits; the 8th makes the count of negatives even.
+    for (i, s) in KSIGNS_IQ2XS.iter().enumerate() {
+        assert_eq!(usize::from(s & 127), i);
+        assert_eq!(s.count_ones() % 2, 0, "entry {i}");
+    }
+}
+
+#[test]
+fn block_layouts_match_ggml_type_sizes() {
+    let ours = [
+        (GgmlType::IQ1S, iq1::IQ1_S_BYTES, QK_K),
+        (GgmlType::IQ1M, iq1::IQ1_M_BYTES, QK_K),
+        (GgmlType::IQ2XXS, iq2::IQ2_XXS_BYTES, QK_K),
+        (GgmlType::IQ2XS, iq2::IQ2_XS_BYTES, QK_K),
+        (GgmlType::IQ2S, iq2::IQ2_S_BYTES, QK_K),
+        (GgmlType::IQ3XXS, iq3::IQ3_XXS_BYTES, QK_K),
+        (GgmlType::IQ3S, iq3::IQ3_S_BYTES, QK_K),
+        (GgmlType::IQ4NL, iq4::IQ4_NL_BYTES, iq4::QK4_NL),
+        (GgmlType::IQ4XS, iq4::IQ4_XS_BYTES, QK_K),
+    ];
+    for (ty, bytes, qk) in ours {
+        assert_eq!(ty.block_bytes(), bytes as u64, "{ty}");
+        assert_eq!(ty.block_size(), qk as u64, "{ty}");
+    }
+}
+
+#[test]
+fn non_iq_types_are_not_claimed() {
+    for ty in [
+        GgmlType::F32,
+        GgmlType::Q4_0,
+        GgmlType::Q4K,
+        GgmlType::TQ1_0,
+    ] {
+        assert!(dequantize(ty, &[], &mut []).is_none(), "{ty}");
+    }
+    for ty in IQ {
+        assert!(dequantize(ty, &[], &mut []).is_some(), "{ty}");
+    }
+}
+
+#[test]
+fn length_errors() {
+    for ty in IQ {
+        let (qk, bb) = (ty.block_size() as usize, ty.block_bytes() as usize);
+        let src = vec![0u8; 2 * bb + 1];
+        let mut dst = vec![0f32; 2 * qk];
+        let ok = dequantize(ty, &src[..2 * bb], &mut dst);
+        assert!(matches!(ok, Some(Ok(()))), "{ty}");
+        let empty = dequantize(ty, &[], &mut []);
+        assert!(matches!(empty, Some(Ok(()))), "{ty} empty");
+        for (s, d) in [
+            (2 * bb - 1, 2 * qk),
+            (2 * bb + 1, 2 * qk),
+            (bb, 2 * qk),
+            (2 * bb, qk),
+            (bb, qk - 1),
+        ] {
+            let r = dequantize(ty, &src[..s], &mut dst[..d]);
+            assert!(
+                matches!(r, Some(Err(Error::BadLength { ty: t, .. })) if t == ty),
+                "{ty} src {s} dst {d}: {r:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn zero_blocks_give_zeros() {
+    // An all-zero block has scale +0.0 (IQ1_M's split scale too), and every
+    // grid and code-book value is finite, so every output is ±0.
+    for ty in IQ {
+        let mut dst = vec![f32::NAN; ty.block_size() as usize];
+        let src = vec![0u8; ty.block_bytes() as usize];
+        assert!(matches!(dequantize(ty, &src, &mut dst), Some(Ok(()))));
+        assert!(dst.iter().all(|v| *v == 0.0), "{ty}: {dst:?}");
+    }
+}
