@@ -159,3 +159,33 @@ fn round_trip_error_is_bounded() {
         );
     }
 }
+
+/// vec_dot over rows whose length is not a multiple of its 256-element chunk
+/// (ragged tails) equals the in-order dot over `dequantize`'s output, for
+/// every type; random bytes never make either panic.
+#[test]
+fn vec_dot_matches_dequantize_on_ragged_rows() {
+    for &ty in GgmlType::all() {
+        let bs = ty.block_size() as usize;
+        let bb = ty.block_bytes() as usize;
+        for blocks in [1usize, 3, 9, 17] {
+            let n = blocks * bs;
+            let raw: Vec<u8> = values(blocks * bb, 99 + blocks as u32)
+                .iter()
+                .map(|v| (v.to_bits() >> 7) as u8)
+                .collect();
+            let a = values(n, 5 + blocks as u32);
+            let mut w = vec![0.0f32; n];
+            dequantize(ty, &raw, &mut w).unwrap();
+            let mut want = 0.0f32;
+            for (x, y) in w.iter().zip(&a) {
+                want += x * y;
+            }
+            let got = vec_dot(ty, &raw, &a).unwrap();
+            assert!(
+                (got.is_nan() && want.is_nan()) || got.to_bits() == want.to_bits(),
+                "{ty} x{blocks}: {got} vs {want}"
+            );
+        }
+    }
+}

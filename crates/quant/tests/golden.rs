@@ -230,3 +230,21 @@ fn golden_typed_q8() {
     let got: Vec<u8> = blocks.iter().flat_map(|b| b.to_bytes()).collect();
     assert_eq!(got, want);
 }
+
+/// First rows of real Gemma 3 270M tensors (Q8_0, Q5_0, Q4_K, Q6_K) against
+/// gguf-py: real scale statistics rather than random bytes.
+#[test]
+fn golden_real_model_rows() {
+    use GgmlType::*;
+    let mut errs = Vec::new();
+    for ty in [Q8_0, Q5_0, Q4K, Q6K] {
+        let name = ty.name();
+        let blocks = fixture("gguf_py", &format!("model_{name}.blocks.bin"));
+        let want = f32s(&fixture("gguf_py", &format!("model_{name}.f32.bin")));
+        let mut got = vec![0.0f32; want.len()];
+        anedvd_quant::dequantize(ty, &blocks, &mut got).unwrap();
+        errs.extend(diff(&format!("model {name} vs gguf-py"), &got, &want));
+        assert!(want.iter().all(|v| v.is_finite()), "{name}");
+    }
+    assert!(errs.is_empty(), "{}", errs.join("\n"));
+}

@@ -22,11 +22,19 @@ are quantized; fixtures:
     quant_<TYPE>.in.f32.bin   input, little-endian f32
     quant_<TYPE>.out.bin      gguf-py's quantized bytes
 
+If the Gemma 3 270M Q4_K_M GGUF is present (env ANEDVD_GEMMA3_GGUF or
+/root/.cache/models/gemma3-270m-q4_k_m.gguf), the first rows of one tensor of
+each quantized type in it are copied with gguf-py's dequantization (real
+weight statistics rather than random bytes):
+
+    model_<TYPE>.blocks.bin / model_<TYPE>.f32.bin   (and manifest "model")
+
 `manifest.json` records the gguf-py and numpy versions, seed and counts.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 from importlib.metadata import version
 from pathlib import Path
@@ -223,6 +231,33 @@ def quant_fixtures(rng: np.random.Generator, manifest: dict) -> None:
         }
 
 
+MODEL_TENSORS = {
+    "Q8_0": ("token_embd.weight", 4),
+    "Q5_0": ("blk.0.attn_k.weight", 4),
+    "Q4_K": ("blk.0.attn_output.weight", 2),
+    "Q6_K": (None, 2),  # first Q6_K tensor in the file
+}
+
+
+def model_fixtures(manifest: dict) -> None:
+    path = os.environ.get("ANEDVD_GEMMA3_GGUF", "/root/.cache/models/gemma3-270m-q4_k_m.gguf")
+    if not Path(path).exists():
+        print(f"model {path} absent: skipping model_* fixtures")
+        return
+    reader = gguf.GGUFReader(path)
+    manifest["model"] = {"file": Path(path).name}
+    for tname, (tensor_name, rows) in MODEL_TENSORS.items():
+        qt = T[tname]
+        t = next(t for t in reader.tensors
+                 if t.tensor_type == qt and (tensor_name is None or t.name == tensor_name))
+        data = np.asarray(t.data)[:rows]  # (rows, row_bytes) uint8 view
+        blocks = np.ascontiguousarray(data).reshape(-1)
+        out = gq.dequantize(blocks.copy(), qt).astype(np.float32).reshape(-1)
+        manifest["model"][tname] = {"tensor": t.name, "rows": rows, "elements": int(out.size),
+                                    "bytes": write(f"model_{tname}.blocks.bin", blocks)
+                                    + write(f"model_{tname}.f32.bin", out.astype("<f4"))}
+
+
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(SEED)
@@ -238,8 +273,10 @@ def main() -> int:
     with np.errstate(all="ignore"):
         dequant_fixtures(rng, manifest)
     quant_fixtures(rng, manifest)
+    model_fixtures(manifest)
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     total = sum(v["bytes"] for k in ("dequant", "quant") for v in manifest[k].values())
+    total += sum(v["bytes"] for v in manifest.get("model", {}).values() if isinstance(v, dict))
     print(f"gguf {manifest['gguf_version']} numpy {np.__version__}: "
           f"{len(manifest['dequant'])} dequant + {len(manifest['quant'])} quant fixtures, {total} bytes")
     return 0
