@@ -136,7 +136,10 @@ impl BuiltinTemplate {
 
     fn entry(self) -> &'static Entry {
         // ENTRIES lists every variant; the fallback is never reached.
-        ENTRIES.iter().find(|e| e.template == self).unwrap_or(&ENTRIES[0])
+        ENTRIES
+            .iter()
+            .find(|e| e.template == self)
+            .unwrap_or(&ENTRIES[0])
     }
 
     /// Short name (`gemma`, `chatml`, `llama3`, ...).
@@ -162,14 +165,20 @@ impl BuiltinTemplate {
 
 /// Choose a built-in template for a model without one, from its GGUF `general.architecture` and
 /// a test for whether its vocabulary holds a token. `None` when nothing fits.
-pub fn builtin_for(architecture: &str, has_token: impl Fn(&str) -> bool) -> Option<BuiltinTemplate> {
+pub fn builtin_for(
+    architecture: &str,
+    has_token: impl Fn(&str) -> bool,
+) -> Option<BuiltinTemplate> {
     if let Some((_, t)) = BY_ARCHITECTURE.iter().find(|(a, _)| *a == architecture) {
         return Some(*t);
     }
     if let Some((_, t)) = BY_TOKEN.iter().find(|(tok, _)| has_token(tok)) {
         return Some(*t);
     }
-    FALLBACK.iter().find(|(a, _)| *a == architecture).map(|(_, t)| *t)
+    FALLBACK
+        .iter()
+        .find(|(a, _)| *a == architecture)
+        .map(|(_, t)| *t)
 }
 
 #[cfg(test)]
@@ -190,11 +199,23 @@ mod tests {
         let none = |_: &str| false;
         assert_eq!(builtin_for("gemma3", none), Some(BuiltinTemplate::Gemma));
         assert_eq!(builtin_for("qwen2", none), Some(BuiltinTemplate::Chatml));
-        assert_eq!(builtin_for("llama", |t| t == "<|start_header_id|>"), Some(BuiltinTemplate::Llama3));
-        assert_eq!(builtin_for("llama", |t| t == "<|im_start|>"), Some(BuiltinTemplate::Chatml));
-        assert_eq!(builtin_for("llama", |t| t == "[INST]"), Some(BuiltinTemplate::Mistral));
+        assert_eq!(
+            builtin_for("llama", |t| t == "<|start_header_id|>"),
+            Some(BuiltinTemplate::Llama3)
+        );
+        assert_eq!(
+            builtin_for("llama", |t| t == "<|im_start|>"),
+            Some(BuiltinTemplate::Chatml)
+        );
+        assert_eq!(
+            builtin_for("llama", |t| t == "[INST]"),
+            Some(BuiltinTemplate::Mistral)
+        );
         assert_eq!(builtin_for("llama", none), Some(BuiltinTemplate::Llama2));
-        assert_eq!(builtin_for("unknownarch", |t| t == "<start_of_turn>"), Some(BuiltinTemplate::Gemma));
+        assert_eq!(
+            builtin_for("unknownarch", |t| t == "<start_of_turn>"),
+            Some(BuiltinTemplate::Gemma)
+        );
         assert_eq!(builtin_for("unknownarch", none), None);
     }
 }

@@ -195,7 +195,10 @@ mod tests {
         let mut m = Message::assistant("4.");
         m.reasoning_content = Some("think".into());
         let v = m.to_template_value();
-        let keys: Vec<&str> = v.as_object().map(|o| o.keys().map(|k| k.as_str()).collect()).unwrap_or_default();
+        let keys: Vec<&str> = v
+            .as_object()
+            .map(|o| o.keys().map(|k| k.as_str()).collect())
+            .unwrap_or_default();
         assert_eq!(keys, ["thinking", "role", "content", "reasoning_content"]);
     }
 }

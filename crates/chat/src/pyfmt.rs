@@ -43,9 +43,29 @@ pub fn is_py_space(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
+/// Python's `str.title()`: a cased character after a cased one is lowered, any other is raised.
+pub fn py_title(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut prev_cased = false;
+    for c in s.chars() {
+        let cased = c.is_uppercase() || c.is_lowercase();
+        if prev_cased {
+            out.extend(c.to_lowercase());
+        } else {
+            out.extend(c.to_uppercase());
+        }
+        prev_cased = cased;
+    }
+    out
+}
+
 /// Python's `repr()` of a string: single quotes unless the text has `'` and no `"`.
 fn str_repr(out: &mut String, s: &str) {
-    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
     out.push(quote);
     for c in s.chars() {
         match c {
@@ -185,13 +205,21 @@ impl Dumper<'_> {
 
     fn key(&self, out: &mut String, key: &Value) -> Result<(), Error> {
         match key.kind() {
-            ValueKind::String => json_str(out, key.as_str().unwrap_or_default(), self.opts.ensure_ascii),
+            ValueKind::String => json_str(
+                out,
+                key.as_str().unwrap_or_default(),
+                self.opts.ensure_ascii,
+            ),
             ValueKind::Number => {
                 out.push('"');
                 out.push_str(&number_str(key));
                 out.push('"');
             }
-            ValueKind::Bool => out.push_str(if key.is_true() { "\"true\"" } else { "\"false\"" }),
+            ValueKind::Bool => out.push_str(if key.is_true() {
+                "\"true\""
+            } else {
+                "\"false\""
+            }),
             ValueKind::None => out.push_str("\"null\""),
             k => {
                 return Err(Error::new(
@@ -216,7 +244,9 @@ impl Dumper<'_> {
                     other => other,
                 });
             }
-            ValueKind::String => json_str(out, v.as_str().unwrap_or_default(), self.opts.ensure_ascii),
+            ValueKind::String => {
+                json_str(out, v.as_str().unwrap_or_default(), self.opts.ensure_ascii)
+            }
             ValueKind::Seq | ValueKind::Iterable => {
                 let items: Vec<Value> = v.try_iter()?.collect();
                 if items.is_empty() {
@@ -257,7 +287,11 @@ impl Dumper<'_> {
                 out.push('}');
             }
             k => {
-                let name = if k == ValueKind::Undefined { "Undefined".to_owned() } else { k.to_string() };
+                let name = if k == ValueKind::Undefined {
+                    "Undefined".to_owned()
+                } else {
+                    k.to_string()
+                };
                 return Err(Error::new(
                     ErrorKind::InvalidOperation,
                     format!("Object of type {name} is not JSON serializable"),
@@ -275,7 +309,11 @@ pub fn json_dumps(v: &Value, opts: &DumpOptions) -> Result<String, Error> {
         None if opts.indent.is_some() => (",", ": "),
         None => (", ", ": "),
     };
-    let dumper = Dumper { opts, item_sep, key_sep };
+    let dumper = Dumper {
+        opts,
+        item_sep,
+        key_sep,
+    };
     let mut out = String::new();
     dumper.dump(&mut out, v, 0)?;
     Ok(out)
@@ -308,10 +346,23 @@ mod tests {
         let v = Value::from_serialize(serde_json::json!({"b": [1, {"c": "é\n"}], "a": {}}));
         let plain = json_dumps(&v, &DumpOptions::default()).unwrap_or_default();
         assert_eq!(plain, "{\"b\": [1, {\"c\": \"é\\n\"}], \"a\": {}}");
-        let opts = DumpOptions { indent: Some("  ".into()), sort_keys: true, ..Default::default() };
+        let opts = DumpOptions {
+            indent: Some("  ".into()),
+            sort_keys: true,
+            ..Default::default()
+        };
         let pretty = json_dumps(&v, &opts).unwrap_or_default();
-        assert_eq!(pretty, "{\n  \"a\": {},\n  \"b\": [\n    1,\n    {\n      \"c\": \"é\\n\"\n    }\n  ]\n}");
-        let ascii = DumpOptions { ensure_ascii: true, ..Default::default() };
-        assert_eq!(json_dumps(&Value::from("é😀"), &ascii).unwrap_or_default(), "\"\\u00e9\\ud83d\\ude00\"");
+        assert_eq!(
+            pretty,
+            "{\n  \"a\": {},\n  \"b\": [\n    1,\n    {\n      \"c\": \"é\\n\"\n    }\n  ]\n}"
+        );
+        let ascii = DumpOptions {
+            ensure_ascii: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            json_dumps(&Value::from("é😀"), &ascii).unwrap_or_default(),
+            "\"\\u00e9\\ud83d\\ude00\""
+        );
     }
 }

@@ -20,10 +20,28 @@ pub struct Timestamp {
 }
 
 const MONTHS: [&str; 12] = [
-    "January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-    "November", "December",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 ];
-const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+const DAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
 
 /// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
 fn days_from_civil(y: i32, m: u32, d: u32) -> i64 {
@@ -43,7 +61,10 @@ fn is_leap(y: i32) -> bool {
 impl Timestamp {
     /// The current time in UTC (transformers uses local time; servers usually run in UTC).
     pub fn now_utc() -> Timestamp {
-        let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
         let secs = i64::try_from(secs).unwrap_or(0);
         Self::from_unix(secs)
     }
@@ -73,7 +94,8 @@ impl Timestamp {
 
     fn weekday(&self) -> usize {
         // 1970-01-01 was a Thursday (index 3 with Monday = 0).
-        usize::try_from((days_from_civil(self.year, self.month, self.day) + 3).rem_euclid(7)).unwrap_or(0)
+        usize::try_from((days_from_civil(self.year, self.month, self.day) + 3).rem_euclid(7))
+            .unwrap_or(0)
     }
 
     fn day_of_year(&self) -> i64 {
@@ -105,7 +127,10 @@ impl Timestamp {
                     format!("{n:0width$}")
                 }
             };
-            let month_name = MONTHS.get(self.month.saturating_sub(1) as usize).copied().unwrap_or("?");
+            let month_name = MONTHS
+                .get(self.month.saturating_sub(1) as usize)
+                .copied()
+                .unwrap_or("?");
             let day_name = DAYS.get(self.weekday()).copied().unwrap_or("?");
             let h12 = match self.hour % 12 {
                 0 => 12,
@@ -132,7 +157,12 @@ impl Timestamp {
                 'F' => format!("{}-{:02}-{:02}", self.year, self.month, self.day),
                 'T' => format!("{:02}:{:02}:{:02}", self.hour, self.minute, self.second),
                 'R' => format!("{:02}:{:02}", self.hour, self.minute),
-                'D' => format!("{:02}/{:02}/{:02}", self.month, self.day, self.year.rem_euclid(100)),
+                'D' => format!(
+                    "{:02}/{:02}/{:02}",
+                    self.month,
+                    self.day,
+                    self.year.rem_euclid(100)
+                ),
                 'n' => "\n".to_owned(),
                 't' => "\t".to_owned(),
                 '%' => "%".to_owned(),
@@ -158,7 +188,10 @@ impl Timestamp {
             2 => 28,
             _ => return false,
         };
-        (1..=days_in_month).contains(&self.day) && self.hour < 24 && self.minute < 60 && self.second < 60
+        (1..=days_in_month).contains(&self.day)
+            && self.hour < 24
+            && self.minute < 60
+            && self.second < 60
     }
 }
 
@@ -169,15 +202,35 @@ mod tests {
     #[test]
     fn unix_round_trip() {
         let t = Timestamp::from_unix(1_741_338_303); // 2025-03-07 09:05:03 UTC
-        assert_eq!(t, Timestamp { year: 2025, month: 3, day: 7, hour: 9, minute: 5, second: 3 });
+        assert_eq!(
+            t,
+            Timestamp {
+                year: 2025,
+                month: 3,
+                day: 7,
+                hour: 9,
+                minute: 5,
+                second: 3
+            }
+        );
         assert!(t.is_valid());
     }
 
     #[test]
     fn formats() {
-        let t = Timestamp { year: 2025, month: 3, day: 7, hour: 9, minute: 5, second: 3 };
+        let t = Timestamp {
+            year: 2025,
+            month: 3,
+            day: 7,
+            hour: 9,
+            minute: 5,
+            second: 3,
+        };
         assert_eq!(t.strftime("%d %b %Y"), "07 Mar 2025");
         assert_eq!(t.strftime("%B %d, %Y"), "March 07, 2025");
-        assert_eq!(t.strftime("%A %-d %H:%M:%S %j %%"), "Friday 7 09:05:03 066 %");
+        assert_eq!(
+            t.strftime("%A %-d %H:%M:%S %j %%"),
+            "Friday 7 09:05:03 066 %"
+        );
     }
 }

@@ -1,9 +1,9 @@
 //! Compiling and rendering a chat template the way transformers' `apply_chat_template` does.
 
-use std::collections::BTreeMap;
 use minijinja::value::{Kwargs, Rest, Value};
 use minijinja::{AutoEscape, Environment, ErrorKind, State, UndefinedBehavior};
 use serde_json::Map;
+use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 use crate::message::Message;
@@ -23,9 +23,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        // A long tool-using conversation costs well under a million steps; a 16 MiB prompt is
+        // The golden conversations cost under 1,000 steps each; a 16 MiB prompt is
         // millions of tokens.
-        Limits { fuel: 50_000_000, max_output_bytes: 16 << 20 }
+        Limits {
+            fuel: 10_000_000,
+            max_output_bytes: 16 << 20,
+        }
     }
 }
 
@@ -103,7 +106,11 @@ fn rewrite_generation_tags(source: &str) -> String {
     out
 }
 
-fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> std::result::Result<Value, minijinja::Error> {
+fn tojson(
+    value: &Value,
+    args: Rest<Value>,
+    kwargs: Kwargs,
+) -> std::result::Result<Value, minijinja::Error> {
     // Python signature: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
     let names = ["ensure_ascii", "indent", "separators", "sort_keys"];
     if args.len() > names.len() {
@@ -147,8 +154,42 @@ fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> std::result::Resu
         }
         _ => None,
     };
-    let opts = DumpOptions { ensure_ascii: truthy(&ensure_ascii), indent, separators, sort_keys: truthy(&sort_keys) };
+    let opts = DumpOptions {
+        ensure_ascii: truthy(&ensure_ascii),
+        indent,
+        separators,
+        sort_keys: truthy(&sort_keys),
+    };
     pyfmt::json_dumps(value, &opts).map(Value::from)
+}
+
+/// Python methods on values (`.strip()`, `.split()`, `.items()`, ...): minijinja-contrib's
+/// pycompat, with `str.title()` done Python's way (any uncased character starts a new word).
+fn python_method(
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> std::result::Result<Value, minijinja::Error> {
+    if method == "title" && args.is_empty() {
+        if let Some(s) = value.as_str() {
+            return Ok(Value::from(pyfmt::py_title(s)));
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// Jinja2's `length`: Python `len()`, and 0 for an undefined value (Jinja2's `Undefined` is empty).
+fn length(value: &Value) -> std::result::Result<usize, minijinja::Error> {
+    if value.is_undefined() {
+        return Ok(0);
+    }
+    value.len().ok_or_else(|| {
+        minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!("object of type {} has no len()", value.kind()),
+        )
+    })
 }
 
 /// Jinja2's `trim(value, chars=None)`: `str(value).strip(chars)` with Python's `str()`.
@@ -161,7 +202,10 @@ fn trim(value: &Value, chars: Option<String>) -> String {
 }
 
 fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Error> {
-    Err(minijinja::Error::new(ErrorKind::InvalidOperation, message.clone()).with_source(Raised(message)))
+    Err(
+        minijinja::Error::new(ErrorKind::InvalidOperation, message.clone())
+            .with_source(Raised(message)),
+    )
 }
 
 fn strftime_now(format: &str) -> String {
@@ -178,16 +222,19 @@ fn build_env(limits: Limits) -> Environment<'static> {
     env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_undefined_behavior(UndefinedBehavior::Lenient);
     env.set_fuel(Some(limits.fuel));
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(python_method);
     env.set_formatter(|out, _state: &State, value: &Value| {
         if !value.is_undefined() {
-            out.write_str(&pyfmt::py_str(value)).map_err(|_| minijinja::Error::from(ErrorKind::WriteFailure))?;
+            out.write_str(&pyfmt::py_str(value))
+                .map_err(|_| minijinja::Error::from(ErrorKind::WriteFailure))?;
         }
         Ok(())
     });
     env.add_filter("tojson", tojson);
     env.add_filter("string", |v: &Value| Value::from(pyfmt::py_str(v)));
     env.add_filter("trim", trim);
+    env.add_filter("length", length);
+    env.add_filter("count", length);
     env.add_function("raise_exception", raise_exception);
     env.add_function("strftime_now", strftime_now);
     env
@@ -219,7 +266,9 @@ fn convert_error(err: &minijinja::Error, limits: Limits) -> Error {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = source {
         if let Some(Raised(message)) = e.downcast_ref::<Raised>() {
-            return Error::Raised { message: message.clone() };
+            return Error::Raised {
+                message: message.clone(),
+            };
         }
         source = e.source();
     }
@@ -228,11 +277,15 @@ fn convert_error(err: &minijinja::Error, limits: Limits) -> Error {
         None => err.kind().to_string(),
     };
     match err.kind() {
-        ErrorKind::SyntaxError | ErrorKind::BadEscape | ErrorKind::UnknownBlock => {
-            Error::Syntax { line: err.line(), message }
-        }
+        ErrorKind::SyntaxError | ErrorKind::BadEscape | ErrorKind::UnknownBlock => Error::Syntax {
+            line: err.line(),
+            message,
+        },
         ErrorKind::OutOfFuel => Error::OutOfFuel { fuel: limits.fuel },
-        _ => Error::Render { line: err.line(), message },
+        _ => Error::Render {
+            line: err.line(),
+            message,
+        },
     }
 }
 
@@ -243,7 +296,12 @@ impl ChatTemplate {
     }
 
     /// Compile `source` with explicit resource limits.
-    pub fn with_limits(source: &str, bos_token: &str, eos_token: &str, limits: Limits) -> Result<ChatTemplate> {
+    pub fn with_limits(
+        source: &str,
+        bos_token: &str,
+        eos_token: &str,
+        limits: Limits,
+    ) -> Result<ChatTemplate> {
         let mut env = build_env(limits);
         env.add_template_owned(TEMPLATE_NAME, rewrite_generation_tags(source))
             .map_err(|e| convert_error(&e, limits))?;
@@ -268,12 +326,27 @@ impl ChatTemplate {
 
     /// Render a conversation to the prompt text, as `apply_chat_template(..., tokenize=False)` does.
     pub fn render(&self, messages: &[Message], opts: &RenderOptions) -> Result<String> {
-        let msgs: Vec<serde_json::Value> = messages.iter().map(Message::to_template_value).collect();
+        self.render_with_fuel(messages, opts).map(|(text, _)| text)
+    }
+
+    /// [`render`](Self::render), also returning the instruction count (fuel) the render consumed.
+    pub fn render_with_fuel(
+        &self,
+        messages: &[Message],
+        opts: &RenderOptions,
+    ) -> Result<(String, u64)> {
+        let msgs: Vec<serde_json::Value> =
+            messages.iter().map(Message::to_template_value).collect();
         self.render_values(serde_json::Value::Array(msgs), opts)
     }
 
-    /// Render with messages given as raw JSON values (already in the template's shape).
-    pub fn render_values(&self, messages: serde_json::Value, opts: &RenderOptions) -> Result<String> {
+    /// Render with messages given as raw JSON values (already in the template's shape); also
+    /// returns the fuel consumed.
+    pub fn render_values(
+        &self,
+        messages: serde_json::Value,
+        opts: &RenderOptions,
+    ) -> Result<(String, u64)> {
         let mut ctx: BTreeMap<String, Value> = BTreeMap::new();
         ctx.insert("bos_token".into(), Value::from(self.bos_token.as_str()));
         ctx.insert("eos_token".into(), Value::from(self.eos_token.as_str()));
@@ -283,17 +356,40 @@ impl ChatTemplate {
         ctx.insert("messages".into(), Value::from_serialize(&messages));
         ctx.insert("tools".into(), Value::from_serialize(&opts.tools));
         ctx.insert("documents".into(), Value::from_serialize(&opts.documents));
-        ctx.insert("add_generation_prompt".into(), Value::from(opts.add_generation_prompt));
-        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| convert_error(&e, self.limits))?;
-        let mut writer = CappedWriter { buf: Vec::new(), cap: self.limits.max_output_bytes, overflowed: false };
+        ctx.insert(
+            "add_generation_prompt".into(),
+            Value::from(opts.add_generation_prompt),
+        );
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| convert_error(&e, self.limits))?;
+        let mut writer = CappedWriter {
+            buf: Vec::new(),
+            cap: self.limits.max_output_bytes,
+            overflowed: false,
+        };
         let previous = CLOCK.with(|c| c.replace(opts.now));
-        let result = tmpl.render_captured_to(Value::from_iter(ctx), &mut writer).map(|_| ());
+        let result = tmpl
+            .render_captured_to(Value::from_iter(ctx), &mut writer)
+            .map(|captured| {
+                captured
+                    .state()
+                    .fuel_levels()
+                    .map_or(0, |(consumed, _)| consumed)
+            });
         CLOCK.with(|c| c.set(previous));
         if writer.overflowed {
-            return Err(Error::OutputTooLarge { limit: self.limits.max_output_bytes });
+            return Err(Error::OutputTooLarge {
+                limit: self.limits.max_output_bytes,
+            });
         }
-        result.map_err(|e| convert_error(&e, self.limits))?;
-        String::from_utf8(writer.buf).map_err(|e| Error::Render { line: None, message: e.to_string() })
+        let fuel = result.map_err(|e| convert_error(&e, self.limits))?;
+        let text = String::from_utf8(writer.buf).map_err(|e| Error::Render {
+            line: None,
+            message: e.to_string(),
+        })?;
+        Ok((text, fuel))
     }
 }
 

@@ -44,33 +44,49 @@ fn transformers_goldens() {
     };
     let (mut total, mut passed, mut expected_errors) = (0usize, 0usize, 0usize);
     let mut failures = Vec::new();
+    let mut max_fuel = 0u64;
     for t in templates["templates"].as_array().expect("templates") {
         let name = t["name"].as_str().expect("name");
         let source = template_source(t["source"].as_str().expect("source"));
         let expected = read_json(&dir.join("expected").join(format!("{name}.json")));
-        let tmpl = ChatTemplate::new(&source, t["bos"].as_str().expect("bos"), t["eos"].as_str().expect("eos"))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let tmpl = ChatTemplate::new(
+            &source,
+            t["bos"].as_str().expect("bos"),
+            t["eos"].as_str().expect("eos"),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         for case in cases["cases"].as_array().expect("cases") {
             let cname = case["name"].as_str().expect("case name");
-            let Some(want) = expected.get(cname) else { continue };
+            let Some(want) = expected.get(cname) else {
+                continue;
+            };
             total += 1;
-            let messages: Vec<Message> =
-                serde_json::from_value(case["messages"].clone()).unwrap_or_else(|e| panic!("{cname}: {e}"));
+            let messages: Vec<Message> = serde_json::from_value(case["messages"].clone())
+                .unwrap_or_else(|e| panic!("{cname}: {e}"));
             let opts = RenderOptions {
                 add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap_or(false),
                 tools: case.get("tools").cloned(),
                 documents: None,
-                extra: case.get("kwargs").and_then(Value::as_object).cloned().unwrap_or_default(),
+                extra: case
+                    .get("kwargs")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default(),
                 now: Some(now),
             };
-            let got = tmpl.render(&messages, &opts);
+            let got = tmpl.render_with_fuel(&messages, &opts).map(|(text, fuel)| {
+                max_fuel = max_fuel.max(fuel);
+                text
+            });
             let ok = match (want.get("ok").and_then(Value::as_str), &got) {
                 (Some(w), Ok(g)) => w == g,
                 (None, Err(e)) => {
                     expected_errors += 1;
                     let raised = want["raised"].as_bool().unwrap_or(false);
                     match e {
-                        Error::Raised { message } => raised && Some(message.as_str()) == want["error"].as_str(),
+                        Error::Raised { message } => {
+                            raised && Some(message.as_str()) == want["error"].as_str()
+                        }
                         _ => !raised,
                     }
                 }
@@ -83,7 +99,12 @@ fn transformers_goldens() {
             }
         }
     }
-    println!("golden cases: {passed}/{total} equal ({expected_errors} expected errors)");
-    assert!(failures.is_empty(), "{} of {total} golden cases differ:\n{}", failures.len(), failures.join("\n"));
+    println!("golden cases: {passed}/{total} equal ({expected_errors} expected errors); max fuel {max_fuel}");
+    assert!(
+        failures.is_empty(),
+        "{} of {total} golden cases differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert!(total >= 250, "too few golden cases: {total}");
 }
