@@ -1,1 +1,102 @@
-//! anedvd-cpu: placeholder, filled in by its issue.
+//! The CPU backend: runs a [`DecoderProgram`](anedvd_graph::DecoderProgram)
+//! with generic scalar kernels (written to autovectorize; per-ISA kernels come
+//! later), weights used in place from the source bytes (decoded row by row
+//! into scratch, never copied whole), rayon parallelism over output rows,
+//! batched prefill, GQA, an f16 KV cache, causal and sliding-window masks.
+//!
+//! This crate knows the graph vocabulary and ggml block formats; it never
+//! sees model families or file formats.
+//!
+//! ```no_run
+//! # fn f(program: &anedvd_graph::DecoderProgram) -> anedvd_graph::Result<()> {
+//! use anedvd_graph::{Backend, LogitsMode};
+//! let exe = anedvd_cpu::CpuBackend::new(2)?.compile(program)?;
+//! let mut session = exe.new_session(512)?;
+//! let logits = session.forward(&[2, 651, 6037], LogitsMode::Last)?;
+//! assert_eq!(logits.len(), exe.vocab_size());
+//! # Ok(()) }
+//! ```
+
+mod attention;
+mod compiled;
+mod dump;
+pub mod kernels;
+mod matmul;
+mod session;
+
+use anedvd_graph::{Backend, DecoderProgram, Error, Executable, Result, Session};
+use std::sync::Arc;
+
+pub use matmul::decode_row;
+
+/// The CPU backend with its own thread pool.
+pub struct CpuBackend {
+    pool: Arc<rayon::ThreadPool>,
+    threads: usize,
+}
+
+impl CpuBackend {
+    /// A backend running on `threads` threads (0 = one per logical CPU).
+    pub fn new(threads: usize) -> Result<Self> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("anedvd-cpu-{i}"))
+            .build()
+            .map_err(|e| Error::Backend {
+                backend: "cpu".into(),
+                message: format!("thread pool: {e}"),
+            })?;
+        let threads = pool.current_num_threads();
+        Ok(Self {
+            pool: Arc::new(pool),
+            threads,
+        })
+    }
+
+    /// Threads in the pool.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn compile(&self, program: &DecoderProgram) -> Result<Box<dyn Executable>> {
+        program.validate()?;
+        let model = compiled::Model::new(program)?;
+        Ok(Box::new(CpuExecutable {
+            model: Arc::new(model),
+            pool: self.pool.clone(),
+        }))
+    }
+}
+
+/// A compiled program; sessions share its weights and thread pool.
+pub struct CpuExecutable {
+    model: Arc<compiled::Model>,
+    pool: Arc<rayon::ThreadPool>,
+}
+
+impl Executable for CpuExecutable {
+    fn new_session(&self, max_seq: usize) -> Result<Box<dyn Session>> {
+        if max_seq == 0 {
+            return Err(Error::InvalidArgument("max_seq must be positive".into()));
+        }
+        Ok(Box::new(session::CpuSession::new(
+            self.model.clone(),
+            self.pool.clone(),
+            max_seq,
+        )))
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.n_vocab
+    }
+
+    fn n_ctx_train(&self) -> usize {
+        self.model.n_ctx_train
+    }
+}

@@ -23,9 +23,11 @@
 
 mod error;
 pub mod intermediate;
+mod memory;
 mod program;
 mod traits;
 
 pub use error::{Error, Result};
+pub use memory::MemorySource;
 pub use program::{Activation, DecoderProgram, LayerSpec, NormSpec, Role, Rope, RopePairing};
 pub use traits::{Backend, Executable, LogitsMode, Session};

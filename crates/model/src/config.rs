@@ -221,8 +221,7 @@ pub(crate) fn resolve(
     family: &'static Family,
     format: SourceFormat,
     arch: String,
-    pairing_override: Option<RopePairing>,
-    n_ctx_override: Option<usize>,
+    overrides: &crate::ConfigOverrides,
 ) -> Result<DecoderConfig> {
     let r = Reader {
         md: source.metadata(),
@@ -242,7 +241,8 @@ pub(crate) fn resolve(
     }
     let head_dim = r.usize(Param::HeadDim)?.unwrap_or(n_embd / n_head);
     let n_ff = r.require_usize(Param::NFf)?;
-    let n_ctx_train = n_ctx_override
+    let n_ctx_train = overrides
+        .n_ctx_train
         .or(r.usize(Param::NCtxTrain)?)
         .unwrap_or(2048);
 
@@ -269,7 +269,7 @@ pub(crate) fn resolve(
     let scaling = rope_scaling(&r, source)?;
     let theta = r.f64(Param::RopeTheta)?.unwrap_or(q.default_rope_theta);
     let theta_local = r.f64(Param::RopeThetaLocal)?.or(q.default_rope_theta_local);
-    let pairing = pairing_override.unwrap_or(match format {
+    let pairing = overrides.rope_pairing.unwrap_or(match format {
         SourceFormat::Gguf => q.gguf_rope_pairing,
         SourceFormat::HuggingFace => q.hf_rope_pairing,
     });
@@ -279,10 +279,13 @@ pub(crate) fn resolve(
         keys: r.all_keys(Param::NormEps),
     })? as f32;
 
-    let sliding_window = r
-        .usize(Param::SlidingWindow)?
-        .filter(|w| *w > 0)
-        .or(q.default_sliding_window);
+    let sliding_window = match overrides.sliding_window {
+        Some(w) => Some(w).filter(|w| *w > 0),
+        None => r
+            .usize(Param::SlidingWindow)?
+            .filter(|w| *w > 0)
+            .or(q.default_sliding_window),
+    };
     let sliding_layers = sliding_layers(&r, n_layer, sliding_window.is_some())?;
 
     let attn_scale = if let Some(s) = r.f64(Param::QueryPreAttnScalar)? {

@@ -86,6 +86,10 @@ pub struct ConfigOverrides {
     pub rope_pairing: Option<RopePairing>,
     /// Replace the training context length.
     pub n_ctx_train: Option<usize>,
+    /// Replace the sliding window (0 disables it). Needed for Mistral GGUFs,
+    /// whose converter drops the window (llama.cpp ignores it too); use with
+    /// `family: Some("mistral")` to apply it to every layer.
+    pub sliding_window: Option<usize>,
 }
 
 /// Picks the family table and naming for `source`.
@@ -136,14 +140,7 @@ pub fn load(
     overrides: &ConfigOverrides,
 ) -> Result<(DecoderConfig, DecoderProgram)> {
     let (fam, format, arch) = detect(source.as_ref(), overrides)?;
-    let cfg = config::resolve(
-        source.as_ref(),
-        fam,
-        format,
-        arch,
-        overrides.rope_pairing,
-        overrides.n_ctx_train,
-    )?;
+    let cfg = config::resolve(source.as_ref(), fam, format, arch, overrides)?;
     let program = program::build(&cfg, fam, source)?;
     Ok((cfg, program))
 }

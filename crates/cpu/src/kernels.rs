@@ -1,0 +1,181 @@
+//! Scalar element-wise kernels (written so the compiler can vectorize them):
+//! dot products, RMS norm, RoPE, activations, soft-caps, softmax.
+
+use anedvd_graph::{Activation, Rope, RopePairing};
+
+/// `sum(a[i] * b[i])` with 8 independent accumulators.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f32; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s = 0.0;
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
+/// Dot product of little-endian f32 bytes with `x`.
+#[inline]
+pub fn dot_f32_bytes(row: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let cr = row.chunks_exact(32);
+    let cx = x.chunks_exact(8);
+    let (rr, rx) = (cr.remainder(), cx.remainder());
+    for (b, y) in cr.zip(cx) {
+        for i in 0..8 {
+            let w = f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+            acc[i] += w * y[i];
+        }
+    }
+    let mut s = 0.0;
+    for (b, y) in rr.chunks_exact(4).zip(rx) {
+        s += f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * y;
+    }
+    s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
+/// `y += a * x`.
+#[inline]
+pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += a * x;
+    }
+}
+
+/// RMS norm of each `w.len()`-wide row of `x` into `out`, times `w`
+/// (offset already folded into `w`).
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let n = w.len();
+    for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let ss: f32 = dot(xr, xr);
+        let scale = 1.0 / (ss / n as f32 + eps).sqrt();
+        for ((o, v), g) in or.iter_mut().zip(xr).zip(w) {
+            *o = v * scale * g;
+        }
+    }
+}
+
+/// In-place RMS norm of each `w.len()`-wide chunk of `x` (per-head q/k norm).
+pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    let n = w.len();
+    for r in x.chunks_exact_mut(n) {
+        let ss: f32 = dot(r, r);
+        let scale = 1.0 / (ss / n as f32 + eps).sqrt();
+        for (v, g) in r.iter_mut().zip(w) {
+            *v = *v * scale * g;
+        }
+    }
+}
+
+/// Rotates every head of a row (`n_heads` heads of `head_dim`) at position `pos`.
+/// `cs` holds `(cos, sin)` per pair for this position.
+pub fn rope_row(row: &mut [f32], head_dim: usize, rope: &Rope, cs: &[(f32, f32)]) {
+    let half = rope.n_rot / 2;
+    for head in row.chunks_exact_mut(head_dim) {
+        for (i, &(c, s)) in cs.iter().enumerate().take(half) {
+            let (a, b) = match rope.pairing {
+                RopePairing::Norm => (2 * i, 2 * i + 1),
+                RopePairing::Neox => (i, i + half),
+            };
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0 * c - x1 * s;
+            head[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/// `(cos, sin)` of `pos * inv_freq[i]`, times the attention factor.
+pub fn rope_cos_sin(rope: &Rope, pos: usize, out: &mut Vec<(f32, f32)>) {
+    out.clear();
+    out.extend(rope.inv_freq.iter().map(|f| {
+        let (s, c) = (pos as f64 * f).sin_cos();
+        (c as f32 * rope.attn_factor, s as f32 * rope.attn_factor)
+    }));
+}
+
+/// GELU with the tanh approximation.
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const K: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * x * (1.0 + (K * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// SiLU.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// `gate = act(gate) * up`, element-wise.
+pub fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
+    match act {
+        Activation::Silu => gate.iter_mut().zip(up).for_each(|(g, u)| *g = silu(*g) * u),
+        Activation::GeluTanh => gate
+            .iter_mut()
+            .zip(up)
+            .for_each(|(g, u)| *g = gelu_tanh(*g) * u),
+    }
+}
+
+/// `cap * tanh(x / cap)` in place.
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x {
+        *v = cap * (*v / cap).tanh();
+    }
+}
+
+/// In-place softmax.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_matches_naive_on_ragged_lengths() {
+        for n in [0usize, 1, 7, 8, 9, 31, 64, 100] {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
+            let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((dot(&a, &b) - naive).abs() < 1e-4);
+            let bytes: Vec<u8> = a.iter().flat_map(|v| v.to_le_bytes()).collect();
+            assert!((dot_f32_bytes(&bytes, &b) - naive).abs() < 1e-4);
+        }
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let mut x = vec![1.0, 2.0, 3.0, -1e9];
+        softmax(&mut x);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert_eq!(x[3], 0.0);
+    }
+
+    #[test]
+    fn gelu_known_values() {
+        // torch.nn.functional.gelu(torch.tensor([1.0, -0.5]), approximate="tanh")
+        assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-5);
+        assert!((gelu_tanh(-0.5) - -0.154_286).abs() < 1e-5);
+    }
+}
