@@ -1,6 +1,6 @@
 //! Compiling and rendering a chat template the way transformers' `apply_chat_template` does.
 
-use minijinja::value::{Kwargs, Rest, Value};
+use minijinja::value::{Kwargs, Rest, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, ErrorKind, State, UndefinedBehavior};
 use serde_json::Map;
 use std::collections::BTreeMap;
@@ -179,6 +179,28 @@ fn python_method(
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }
 
+/// Jinja2's `is iterable`: Python `iter(x)` succeeds (not for `None` or numbers; Jinja2's
+/// `Undefined` is iterable).
+fn is_iterable(value: &Value) -> bool {
+    match value.kind() {
+        ValueKind::None | ValueKind::Bool | ValueKind::Number | ValueKind::Invalid => false,
+        ValueKind::Undefined
+        | ValueKind::String
+        | ValueKind::Seq
+        | ValueKind::Map
+        | ValueKind::Iterable => true,
+        _ => value.try_iter().is_ok(),
+    }
+}
+
+/// Jinja2's `is sequence`: has `len()` and indexing (strings, lists, dicts and `Undefined`).
+fn is_sequence(value: &Value) -> bool {
+    matches!(
+        value.kind(),
+        ValueKind::Undefined | ValueKind::String | ValueKind::Seq | ValueKind::Map
+    )
+}
+
 /// Jinja2's `length`: Python `len()`, and 0 for an undefined value (Jinja2's `Undefined` is empty).
 fn length(value: &Value) -> std::result::Result<usize, minijinja::Error> {
     if value.is_undefined() {
@@ -235,6 +257,8 @@ fn build_env(limits: Limits) -> Environment<'static> {
     env.add_filter("trim", trim);
     env.add_filter("length", length);
     env.add_filter("count", length);
+    env.add_test("iterable", is_iterable);
+    env.add_test("sequence", is_sequence);
     env.add_function("raise_exception", raise_exception);
     env.add_function("strftime_now", strftime_now);
     env
