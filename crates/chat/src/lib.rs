@@ -6,6 +6,12 @@
 //! finds the template in a `tokenizer_config.json` / `chat_template.jinja`, and carries built-in
 //! official templates for model files that have none.
 //!
+//! Known differences from Jinja2 (none of them met by the golden templates): iterating `none`
+//! yields nothing where Jinja2 raises; `~` concatenation prints booleans/`none` as minijinja does
+//! (`true`, `none`) where Python prints `True`/`None` (`{{ }}` output, `string`, `join`, `trim`
+//! and `tojson` do follow Python); Python `%` string formatting is not supported; repeated string
+//! doubling (`s + s` in a loop) is bounded only by fuel, not by the output cap.
+//!
 //! It does not know GGUF, files or tokenizers: callers pass text (a template, a JSON config) and
 //! token strings in, and get a prompt string out.
 //!

@@ -201,6 +201,32 @@ fn is_sequence(value: &Value) -> bool {
     )
 }
 
+/// Jinja2's `join(value, d='', attribute=None)`, items printed with Python's `str()`.
+fn join(
+    value: &Value,
+    sep: Option<String>,
+    kwargs: Kwargs,
+) -> std::result::Result<String, minijinja::Error> {
+    let attribute: Option<String> = kwargs.get("attribute")?;
+    kwargs.assert_all_used()?;
+    if value.is_undefined() || value.is_none() {
+        return Ok(String::new());
+    }
+    if let Some(s) = value.as_str() {
+        let sep = sep.unwrap_or_default();
+        return Ok(s.chars().map(String::from).collect::<Vec<_>>().join(&sep));
+    }
+    let mut parts = Vec::new();
+    for item in value.try_iter()? {
+        let item = match &attribute {
+            Some(path) => path.split('.').try_fold(item, |v, key| v.get_attr(key))?,
+            None => item,
+        };
+        parts.push(pyfmt::py_str(&item));
+    }
+    Ok(parts.join(&sep.unwrap_or_default()))
+}
+
 /// Jinja2's `length`: Python `len()`, and 0 for an undefined value (Jinja2's `Undefined` is empty).
 fn length(value: &Value) -> std::result::Result<usize, minijinja::Error> {
     if value.is_undefined() {
@@ -256,6 +282,7 @@ fn build_env(limits: Limits) -> Environment<'static> {
     env.add_filter("string", |v: &Value| Value::from(pyfmt::py_str(v)));
     env.add_filter("trim", trim);
     env.add_filter("length", length);
+    env.add_filter("join", join);
     env.add_filter("count", length);
     env.add_test("iterable", is_iterable);
     env.add_test("sequence", is_sequence);
