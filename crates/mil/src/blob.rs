@@ -185,10 +185,14 @@ pub struct BlobView<'a> {
 impl BlobView<'_> {
     /// Decodes a Float16 payload.
     pub fn to_f16(&self) -> Result<Vec<f16>> {
-        if self.dtype != BlobDType::Float16 || self.data.len() % 2 != 0 {
+        if self.dtype != BlobDType::Float16 || !self.data.len().is_multiple_of(2) {
             return Err(Error::blob(
                 self.meta_offset,
-                format!("expected an fp16 payload, found {:?} of {} bytes", self.dtype, self.data.len()),
+                format!(
+                    "expected an fp16 payload, found {:?} of {} bytes",
+                    self.dtype,
+                    self.data.len()
+                ),
             ));
         }
         Ok(self
@@ -236,12 +240,18 @@ impl<'a> BlobFile<'a> {
     /// Checks the header (length, version 2).
     pub fn parse(bytes: &'a [u8]) -> Result<Self> {
         if (bytes.len() as u64) < BLOCK {
-            return Err(Error::blob(0, format!("file is {} bytes, header needs 64", bytes.len())));
+            return Err(Error::blob(
+                0,
+                format!("file is {} bytes, header needs 64", bytes.len()),
+            ));
         }
         let header_count = u32_at(bytes, 0)?;
         let version = u32_at(bytes, 4)?;
         if version != VERSION {
-            return Err(Error::blob(4, format!("storage version {version}, expected 2")));
+            return Err(Error::blob(
+                4,
+                format!("storage version {version}, expected 2"),
+            ));
         }
         Ok(BlobFile {
             bytes,
@@ -304,7 +314,11 @@ impl<'a> BlobFile<'a> {
             let aligned = end.next_multiple_of(BLOCK);
             pos = if u32_at(self.bytes, end).is_ok_and(|s| s == SENTINEL) {
                 end
-            } else if aligned >= len || self.bytes[end as usize..aligned as usize].iter().all(|&z| z == 0) {
+            } else if aligned >= len
+                || self.bytes[end as usize..aligned as usize]
+                    .iter()
+                    .all(|&z| z == 0)
+            {
                 aligned
             } else {
                 return Err(Error::blob(end, "non-zero bytes between blobs"));

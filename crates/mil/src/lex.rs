@@ -144,7 +144,12 @@ pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>> {
 /// Parses a decimal integer literal.
 pub(crate) fn parse_int(text: &str) -> Option<i128> {
     let t = text.strip_prefix('+').unwrap_or(text);
-    if t.is_empty() || !t.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) {
+    if t.is_empty()
+        || !t
+            .trim_start_matches('-')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     t.parse::<i128>().ok()

@@ -414,7 +414,13 @@ impl Parser {
         }
     }
 
-    fn list(&mut self, shape: &[usize], dt: DType, depth: usize, out: &mut Vec<Scalar>) -> Result<()> {
+    fn list(
+        &mut self,
+        shape: &[usize],
+        dt: DType,
+        depth: usize,
+        out: &mut Vec<Scalar>,
+    ) -> Result<()> {
         if depth > MAX_NESTING {
             return self.err("list nesting too deep");
         }
@@ -458,9 +464,10 @@ impl Parser {
                 Some(v) => Ok(Scalar::Float(d, round_to(d, v))),
                 None => self.err_prev(format!("`{n}` is not a valid {d}")),
             },
-            (d, Tok::Ident(s)) if d.is_float() && (s == "inf" || s == "nan") => Ok(
-                Scalar::Float(d, if s == "inf" { f64::INFINITY } else { f64::NAN }),
-            ),
+            (d, Tok::Ident(s)) if d.is_float() && (s == "inf" || s == "nan") => Ok(Scalar::Float(
+                d,
+                if s == "inf" { f64::INFINITY } else { f64::NAN },
+            )),
             _ => self.err_prev(format!("expected a {dt} literal")),
         }
     }

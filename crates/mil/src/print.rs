@@ -124,7 +124,10 @@ pub fn value_str(v: &Value, st: ScalarStyle) -> String {
             "{}(BLOBFILE(path = {}, offset = {}))",
             type_str(&ValueType::Tensor(b.ty.clone())),
             value_str(&Value::Scalar(Scalar::Str(b.path.clone())), st),
-            value_str(&Value::Scalar(Scalar::Int(DType::UInt64, b.offset.into())), st),
+            value_str(
+                &Value::Scalar(Scalar::Int(DType::UInt64, b.offset.into())),
+                st
+            ),
         ),
     }
 }
@@ -207,9 +210,17 @@ fn sci_to_plain(sci: &str) -> String {
     let point = exp + 1; // digits before the decimal point
     let n = digits.len() as i64;
     let mut s = if point <= 0 {
-        format!("0.{}{}", "0".repeat(usize::try_from(-point).unwrap_or(0)), digits)
+        format!(
+            "0.{}{}",
+            "0".repeat(usize::try_from(-point).unwrap_or(0)),
+            digits
+        )
     } else if point >= n {
-        format!("{}{}.0", digits, "0".repeat(usize::try_from(point - n).unwrap_or(0)))
+        format!(
+            "{}{}.0",
+            digits,
+            "0".repeat(usize::try_from(point - n).unwrap_or(0))
+        )
     } else {
         let p = usize::try_from(point).unwrap_or(0);
         format!("{}.{}", &digits[..p], &digits[p..])
@@ -241,7 +252,9 @@ mod tests {
         // 1e-6 is a subnormal in fp16; `%f` would print 0.000001 (ane-spec §2.1)
         let v = crate::ir::round_to(DType::Fp16, 1e-6);
         let s = format_float(DType::Fp16, v);
-        let back = s.parse::<f64>().map(|p| crate::ir::round_to(DType::Fp16, p));
+        let back = s
+            .parse::<f64>()
+            .map(|p| crate::ir::round_to(DType::Fp16, p));
         assert_eq!(back, Ok(v), "{s}");
         // every finite fp16 round-trips
         for bits in 0u16..=u16::MAX {

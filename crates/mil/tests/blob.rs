@@ -7,7 +7,9 @@ use anedvd_mil::Error;
 use half::f16;
 
 fn fixture(rel: &str) -> Vec<u8> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -79,7 +81,9 @@ fn reader_reads_both_layouts() {
         let got: Vec<u64> = blobs.iter().map(|b| b.meta_offset).collect();
         assert_eq!(got, offsets, "{file}");
         for off in offsets {
-            let b = f.blob_at(off).unwrap_or_else(|e| panic!("{file}@{off}: {e}"));
+            let b = f
+                .blob_at(off)
+                .unwrap_or_else(|e| panic!("{file}@{off}: {e}"));
             assert_eq!(b.dtype, BlobDType::Float16);
             assert_eq!(b.to_f16().map(|v| v.len()), Ok(n));
         }

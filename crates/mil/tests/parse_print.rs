@@ -27,7 +27,11 @@ fn mil_files() -> Vec<PathBuf> {
 #[test]
 fn all_fixtures_parse_and_print_is_a_fixed_point() {
     let files = mil_files();
-    assert_eq!(files.len(), 32, "expected 29 espresso + 1 coremltools + 2 generated fixtures");
+    assert_eq!(
+        files.len(),
+        32,
+        "expected 29 espresso + 1 coremltools + 2 generated fixtures"
+    );
     for f in &files {
         let src = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         let p = parse(&src).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
