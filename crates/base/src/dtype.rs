@@ -200,7 +200,7 @@ impl GgmlType {
     /// whole number of blocks or the size overflows.
     pub fn row_bytes(self, elements: u64) -> Result<u64> {
         let block = self.block_size();
-        if elements % block != 0 {
+        if !elements.is_multiple_of(block) {
             return Err(Error::RaggedRow {
                 ty: self,
                 elements,
