@@ -37,6 +37,12 @@ pub enum Error {
         /// The cap in bytes.
         limit: usize,
     },
+    /// `continue_final_message` cannot be honoured for this conversation or template.
+    #[error("cannot continue the final message: {reason}")]
+    Continue {
+        /// Why.
+        reason: String,
+    },
     /// A JSON input (tokenizer_config.json, a message, a case) is malformed.
     #[error("invalid JSON in {what}: {message}")]
     Json {

@@ -11,6 +11,27 @@ use crate::pyfmt::{self, DumpOptions};
 use crate::strftime::Timestamp;
 
 const TEMPLATE_NAME: &str = "chat_template";
+/// The marker transformers appends to a message it is asked to continue.
+const CONTINUE_TAG: &str = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+/// Cut a render at the continue marker, as transformers does.
+fn cut_at_continue_tag(rendered: String, final_text: &str) -> Result<String> {
+    let tag = CONTINUE_TAG.trim_matches(pyfmt::is_py_space);
+    let final_text = final_text.trim_matches(pyfmt::is_py_space);
+    let (Some(pos), true) = (rendered.rfind(tag), rendered.contains(final_text)) else {
+        return Err(Error::Continue {
+            reason: "the final message does not appear in the rendered chat".to_owned(),
+        });
+    };
+    let mut out = rendered;
+    let keeps_spacing = out[pos..].starts_with(CONTINUE_TAG);
+    out.truncate(pos);
+    if !keeps_spacing {
+        let end = out.trim_end_matches(pyfmt::is_py_space).len();
+        out.truncate(end);
+    }
+    Ok(out)
+}
 
 /// Resource limits for one render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +66,9 @@ pub struct RenderOptions {
     pub extra: Map<String, serde_json::Value>,
     /// The clock `strftime_now` reads; `None` is the current UTC time.
     pub now: Option<Timestamp>,
+    /// Leave the final message open so the model continues it (transformers'
+    /// `continue_final_message=True`, e.g. an assistant prefill); excludes `add_generation_prompt`.
+    pub continue_final_message: bool,
 }
 
 /// A compiled chat template plus the special tokens it is rendered with.
@@ -386,9 +410,58 @@ impl ChatTemplate {
         messages: &[Message],
         opts: &RenderOptions,
     ) -> Result<(String, u64)> {
-        let msgs: Vec<serde_json::Value> =
+        let mut msgs: Vec<serde_json::Value> =
             messages.iter().map(Message::to_template_value).collect();
-        self.render_values(serde_json::Value::Array(msgs), opts)
+        if !opts.continue_final_message {
+            return self.render_values(serde_json::Value::Array(msgs), opts);
+        }
+        let final_text = self.tag_final_message(&mut msgs, opts)?;
+        let (rendered, fuel) = self.render_values(serde_json::Value::Array(msgs), opts)?;
+        Ok((cut_at_continue_tag(rendered, &final_text)?, fuel))
+    }
+
+    /// transformers' `continue_final_message` preparation: append the tag to the final message's
+    /// text (its last text part for a list) and return the text it had.
+    fn tag_final_message(
+        &self,
+        msgs: &mut [serde_json::Value],
+        opts: &RenderOptions,
+    ) -> Result<String> {
+        let fail = |reason: &str| Error::Continue {
+            reason: reason.to_owned(),
+        };
+        if opts.add_generation_prompt {
+            return Err(fail(
+                "continue_final_message and add_generation_prompt are not compatible",
+            ));
+        }
+        let last = msgs
+            .last_mut()
+            .ok_or_else(|| fail("the conversation is empty"))?;
+        let content = last
+            .get_mut("content")
+            .ok_or_else(|| fail("the final message has no content to continue"))?;
+        if !self.source.contains("content") {
+            return Err(fail("the template does not read `content`"));
+        }
+        match content {
+            serde_json::Value::String(s) => {
+                let text = s.clone();
+                s.push_str(CONTINUE_TAG);
+                Ok(text)
+            }
+            serde_json::Value::Array(parts) => {
+                let text_part = parts
+                    .iter_mut()
+                    .rev()
+                    .find_map(|p| p.get_mut("text").filter(|t| t.is_string()))
+                    .ok_or_else(|| fail("the final message has no text part to continue"))?;
+                let text = text_part.as_str().unwrap_or_default().to_owned();
+                *text_part = serde_json::Value::String(text.clone() + CONTINUE_TAG);
+                Ok(text)
+            }
+            _ => Err(fail("the final message content is neither text nor parts")),
+        }
     }
 
     /// Render with messages given as raw JSON values (already in the template's shape); also

@@ -172,3 +172,29 @@ fn bos_and_extra_kwargs() {
         Some("B|<eos>|False")
     );
 }
+
+#[test]
+fn continue_final_message_rules() {
+    let tmpl = ChatTemplate::new(BuiltinTemplate::Chatml.source(), "", "").expect("compiles");
+    let msgs = [Message::user("Hi"), Message::assistant("Hello")];
+    let opts = RenderOptions {
+        continue_final_message: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        tmpl.render(&msgs, &opts).ok().as_deref(),
+        Some("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello")
+    );
+    let both = RenderOptions {
+        add_generation_prompt: true,
+        ..opts.clone()
+    };
+    assert!(matches!(
+        tmpl.render(&msgs, &both),
+        Err(Error::Continue { .. })
+    ));
+    assert!(matches!(
+        tmpl.render(&[], &opts),
+        Err(Error::Continue { .. })
+    ));
+}

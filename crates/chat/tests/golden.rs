@@ -73,6 +73,7 @@ fn transformers_goldens() {
                     .cloned()
                     .unwrap_or_default(),
                 now: Some(now),
+                continue_final_message: case["continue_final_message"].as_bool().unwrap_or(false),
             };
             let got = tmpl.render_with_fuel(&messages, &opts).map(|(text, fuel)| {
                 max_fuel = max_fuel.max(fuel);

@@ -64,6 +64,7 @@ def main():
                     tools=case.get("tools"),
                     chat_template=text,
                     add_generation_prompt=case.get("add_generation_prompt", False),
+                    continue_final_message=case.get("continue_final_message", False),
                     bos_token=t["bos"],
                     eos_token=t["eos"],
                     **kwargs,
