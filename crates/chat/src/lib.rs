@@ -9,8 +9,10 @@
 //! Known differences from Jinja2 (none of them met by the golden templates): iterating `none`
 //! yields nothing where Jinja2 raises; `~` concatenation prints booleans/`none` as minijinja does
 //! (`true`, `none`) where Python prints `True`/`None` (`{{ }}` output, `string`, `join`, `trim`
-//! and `tojson` do follow Python); Python `%` string formatting is not supported; repeated string
-//! doubling (`s + s` in a loop) is bounded only by fuel, not by the output cap.
+//! and `tojson` do follow Python); Python `%` string formatting is not supported. Limits: fuel
+//! stops endless loops and the output cap stops huge prompts, but a template that doubles a
+//! string in a short loop (`s + s`) can still exhaust memory before either trips (transformers
+//! has the same exposure).
 //!
 //! It does not know GGUF, files or tokenizers: callers pass text (a template, a JSON config) and
 //! token strings in, and get a prompt string out.
