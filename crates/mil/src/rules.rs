@@ -219,8 +219,7 @@ fn check_function(
                 push(RuleId::BlobOffset, loc.clone(), detail);
             }
         }
-        if !PROVEN_OPS.iter().any(|(n, _)| *n == s.op) && !cfg.extra_ops.contains(&s.op)
-        {
+        if !PROVEN_OPS.iter().any(|(n, _)| *n == s.op) && !cfg.extra_ops.contains(&s.op) {
             push(
                 RuleId::UnprovenOp,
                 loc.clone(),
