@@ -6,6 +6,7 @@
 //! little-endian bytes; the tables in [`grids`] are generated from
 //! `ggml-common.h` by `gen_grids.py`.
 
+mod dot;
 mod grids;
 mod iq1;
 mod iq2;
@@ -14,6 +15,10 @@ mod iq4;
 
 use crate::Error;
 use anedvd_base::GgmlType;
+
+// Not yet called by the crate's public API (lib.rs); tested in `tests`.
+#[allow(unused_imports)]
+pub(crate) use dot::{vec_dot_q8, vec_dot_type};
 
 /// Elements per super-block of the 256-element i-quants (ggml's `QK_K`).
 const QK_K: usize = 256;

@@ -129,3 +129,97 @@ fn zero_blocks_give_zeros() {
         assert!(dst.iter().all(|v| *v == 0.0), "{ty}: {dst:?}");
     }
 }
+
+/// Reads `tests/iq_dot/<name>`.
+fn iq_dot_fixture(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/iq_dot")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn vec_dot_q8_matches_ggml_generic_bit_exactly() {
+    // Rows as in gen_iq_dot.py: (first 256-element unit, units).
+    let rows: Vec<(usize, usize)> = (0..24).map(|u| (u, 1)).chain([(24, 4), (28, 4)]).collect();
+    let mut failed = Vec::new();
+    for ty in IQ {
+        let act_ty = vec_dot_type(ty).unwrap_or_else(|| panic!("{ty}"));
+        let w = iq_dot_fixture(&format!("{}.w.bin", ty.name()));
+        let act = iq_dot_fixture(if act_ty == GgmlType::Q8K {
+            "q8_K.bin"
+        } else {
+            "q8_0.bin"
+        });
+        let want: Vec<f32> = iq_dot_fixture(&format!("{}.dot.bin", ty.name()))
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(want.len(), rows.len(), "{ty}");
+        let wu = ty.row_bytes(256).unwrap_or_else(|e| panic!("{e}")) as usize;
+        let au = act_ty.row_bytes(256).unwrap_or_else(|e| panic!("{e}")) as usize;
+        assert_eq!(w.len(), 32 * wu, "{ty}");
+        assert_eq!(act.len(), 32 * au, "{ty}");
+        for (&(u0, nu), want) in rows.iter().zip(&want) {
+            let got = vec_dot_q8(
+                ty,
+                &w[u0 * wu..(u0 + nu) * wu],
+                &act[u0 * au..(u0 + nu) * au],
+            );
+            let got = match got {
+                Some(Ok(v)) => v,
+                other => panic!("{ty} row {u0}: {other:?}"),
+            };
+            let same = if want.is_nan() {
+                got.is_nan()
+            } else {
+                got.to_bits() == want.to_bits()
+            };
+            if !same {
+                failed.push(format!("{ty} row ({u0}, {nu}): got {got:e}, want {want:e}"));
+            }
+        }
+        // The fixture covers non-finite and finite results.
+        assert!(want.iter().any(|v| !v.is_finite()), "{ty}");
+        assert!(
+            want.iter().filter(|v| v.is_finite() && **v != 0.0).count() >= 20,
+            "{ty}"
+        );
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+#[test]
+fn vec_dot_q8_checks_lengths() {
+    for ty in [GgmlType::F32, GgmlType::Q4K] {
+        assert!(vec_dot_type(ty).is_none());
+        assert!(vec_dot_q8(ty, &[], &[]).is_none());
+    }
+    for ty in IQ {
+        let act_ty = vec_dot_type(ty).unwrap_or_else(|| panic!("{ty}"));
+        let wb = ty.row_bytes(512).unwrap_or_else(|e| panic!("{e}")) as usize;
+        let ab = act_ty.row_bytes(512).unwrap_or_else(|e| panic!("{e}")) as usize;
+        let (w, a) = (vec![0u8; wb + 1], vec![0u8; ab + 1]);
+        assert!(
+            matches!(vec_dot_q8(ty, &w[..wb], &a[..ab]), Some(Ok(v)) if v == 0.0),
+            "{ty}"
+        );
+        assert!(
+            matches!(vec_dot_q8(ty, &[], &[]), Some(Ok(v)) if v == 0.0),
+            "{ty}"
+        );
+        for (ws, as_) in [
+            (wb - 1, ab),
+            (wb + 1, ab),
+            (wb, ab - 1),
+            (wb, ab + 1),
+            (wb / 2, ab),
+        ] {
+            let r = vec_dot_q8(ty, &w[..ws], &a[..as_]);
+            assert!(
+                matches!(r, Some(Err(Error::BadLength { ty: t, .. })) if t == ty),
+                "{ty} w {ws} act {as_}: {r:?}"
+            );
+        }
+    }
+}
