@@ -223,3 +223,103 @@ fn vec_dot_q8_checks_lengths() {
         }
     }
 }
+
+/// splitmix64: a small deterministic generator for property tests.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+    /// A finite normal f16 in ±[2^-8, 2^0), as bits.
+    fn f16_bits(&mut self) -> u16 {
+        let r = self.next();
+        let exp = 7 + (r % 8) as u16; // biased exponent 7..=14
+        ((r >> 8) as u16 & 0x8000) | (exp << 10) | ((r >> 16) as u16 & 0x3ff)
+    }
+}
+
+/// Overwrites the f16 super-block scale(s) of each block of `w` with finite values.
+fn finite_scales(ty: GgmlType, w: &mut [u8], rng: &mut Rng) {
+    for b in w.chunks_exact_mut(ty.block_bytes() as usize) {
+        let v = rng.f16_bits();
+        if ty == GgmlType::IQ1M {
+            for k in 0..4 {
+                let at = 48 + 2 * k;
+                let word = u16::from_le_bytes([b[at], b[at + 1]]);
+                let word = (word & 0x0fff) | (((v >> (4 * k)) & 0xf) << 12);
+                b[at..at + 2].copy_from_slice(&word.to_le_bytes());
+            }
+        } else {
+            b[..2].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+/// Random Q8_K (consistent `bsums`) or Q8_0 activations for `n` elements, and their values.
+fn random_q8(act_ty: GgmlType, n: usize, rng: &mut Rng) -> (Vec<u8>, Vec<f64>) {
+    let (mut bytes, mut vals) = (Vec::new(), Vec::new());
+    let qk = act_ty.block_size() as usize;
+    for _ in 0..n / qk {
+        let qs: Vec<i8> = (0..qk).map(|_| rng.next() as i8).collect();
+        let d = if act_ty == GgmlType::Q8K {
+            let d = (rng.next() % 1000 + 1) as f32 / 64_000.0;
+            bytes.extend(d.to_le_bytes());
+            bytes.extend(qs.iter().map(|q| *q as u8));
+            for c in qs.chunks_exact(16) {
+                let s: i16 = c.iter().map(|q| i16::from(*q)).sum();
+                bytes.extend(s.to_le_bytes());
+            }
+            f64::from(d)
+        } else {
+            let bits = rng.f16_bits();
+            bytes.extend(bits.to_le_bytes());
+            bytes.extend(qs.iter().map(|q| *q as u8));
+            f64::from(half::f16::from_bits(bits).to_f32())
+        };
+        vals.extend(qs.iter().map(|q| d * f64::from(*q)));
+    }
+    (bytes, vals)
+}
+
+#[test]
+fn vec_dot_q8_agrees_with_dequantized_dot() {
+    // The integer path sums exactly and rounds in f32 only a few times per
+    // block, so it must agree with an f64 dot of the dequantized operands up
+    // to a few f32 ulps of the sum of |products|.
+    const REL_TOL: f64 = 1e-5;
+    let mut rng = Rng(20261130);
+    for ty in IQ {
+        let act_ty = vec_dot_type(ty).unwrap_or_else(|| panic!("{ty}"));
+        for round in 0..50 {
+            let n = 256 * (1 + (rng.next() % 6) as usize);
+            let wb = ty.row_bytes(n as u64).unwrap_or_else(|e| panic!("{e}")) as usize;
+            let mut w = rng.bytes(wb);
+            finite_scales(ty, &mut w, &mut rng);
+            let (act, a) = random_q8(act_ty, n, &mut rng);
+            let mut x = vec![0f32; n];
+            assert!(matches!(dequantize(ty, &w, &mut x), Some(Ok(()))));
+            let exact: f64 = x.iter().zip(&a).map(|(x, a)| f64::from(*x) * a).sum();
+            let scale: f64 = x
+                .iter()
+                .zip(&a)
+                .map(|(x, a)| (f64::from(*x) * a).abs())
+                .sum();
+            let got = match vec_dot_q8(ty, &w, &act) {
+                Some(Ok(v)) => f64::from(v),
+                other => panic!("{ty}: {other:?}"),
+            };
+            assert!(
+                (got - exact).abs() <= REL_TOL * scale + 1e-30,
+                "{ty} round {round} n {n}: got {got}, dequantized dot {exact} (scale {scale})"
+            );
+        }
+    }
+}
