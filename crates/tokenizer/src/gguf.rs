@@ -4,7 +4,7 @@
 use crate::model::{build_merges, split_merge, Fallback, Model};
 use crate::pretok::Rule;
 use crate::special::SpecialMatcher;
-use crate::tokenizer::{Front, LlamaFront, Specials, Tokenizer};
+use crate::tokenizer::{FirstPiece, Front, LlamaFront, Specials, Tokenizer};
 use crate::unicode::char_to_byte;
 use crate::vocab::{parse_byte_token, TokenAttr, Vocab, EOG_TEXTS, EOT_TEXTS};
 use crate::{Error, Result};
@@ -340,7 +340,11 @@ impl Tokenizer {
             .then(|| (i as u32, vocab.texts[i].as_str(), a))
         }));
         let byte_ids = vocab.byte_tokens();
-        let strip_first_space = front.add_space_prefix;
+        let first_piece = if front.add_space_prefix {
+            FirstPiece::StripOneSpace
+        } else {
+            FirstPiece::Keep
+        };
         Ok(Tokenizer {
             vocab,
             model,
@@ -351,7 +355,7 @@ impl Tokenizer {
             eog,
             byte_ids,
             pieces,
-            strip_first_space,
+            first_piece,
         })
     }
 }

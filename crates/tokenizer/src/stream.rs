@@ -32,13 +32,13 @@ impl<'a> StreamDecoder<'a> {
         if self.skip_special && self.tok.is_special(id) {
             return Ok(String::new());
         }
-        let piece = if self.first && self.tok.strip_first_space {
-            piece.strip_prefix(b" ").unwrap_or(piece)
+        let piece = if self.first {
+            self.tok.first_piece.apply(piece)
         } else {
-            piece
+            piece.into()
         };
-        self.first &= piece.is_empty();
-        self.pending.extend_from_slice(piece);
+        self.first &= self.tok.first_piece.still_first(&piece);
+        self.pending.extend_from_slice(&piece);
         Ok(self.take_complete())
     }
 

@@ -59,8 +59,35 @@ pub struct Tokenizer {
     pub(crate) byte_ids: [Option<u32>; 256],
     /// Bytes each token decodes to.
     pub(crate) pieces: Vec<Vec<u8>>,
-    /// Drop one leading space from the first decoded piece.
-    pub(crate) strip_first_space: bool,
+    /// What happens to the first decoded piece.
+    pub(crate) first_piece: FirstPiece,
+}
+
+/// Treatment of the first decoded token (undoing the prefix space).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FirstPiece {
+    /// As is.
+    Keep,
+    /// Drop one leading space (llama.cpp `add_space_prefix`, HF `Strip` decoder).
+    StripOneSpace,
+    /// Drop every space that came from the replacement character (HF `Metaspace` decoder).
+    DropSpaces,
+}
+
+impl FirstPiece {
+    /// Whether the token after `piece` still counts as the first: HF's
+    /// Metaspace decoder looks at token 0 only; a leading-space strip waits for text.
+    pub(crate) fn still_first(self, piece: &[u8]) -> bool {
+        self != FirstPiece::DropSpaces && piece.is_empty()
+    }
+
+    pub(crate) fn apply<'p>(self, piece: &'p [u8]) -> std::borrow::Cow<'p, [u8]> {
+        match self {
+            FirstPiece::Keep => piece.into(),
+            FirstPiece::StripOneSpace => piece.strip_prefix(b" ").unwrap_or(piece).into(),
+            FirstPiece::DropSpaces => piece.iter().copied().filter(|&b| b != b' ').collect::<Vec<u8>>().into(),
+        }
+    }
 }
 
 impl Tokenizer {
@@ -173,13 +200,13 @@ impl Tokenizer {
             if skip_special && self.vocab.attrs[id as usize].is_special() {
                 continue;
             }
-            let piece = if first && self.strip_first_space {
-                piece.strip_prefix(b" ").unwrap_or(piece)
+            let piece = if first {
+                self.first_piece.apply(piece)
             } else {
-                piece
+                piece.into()
             };
-            first &= piece.is_empty();
-            bytes.extend_from_slice(piece);
+            first &= self.first_piece.still_first(&piece);
+            bytes.extend_from_slice(&piece);
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }

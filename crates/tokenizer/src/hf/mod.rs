@@ -6,7 +6,7 @@ mod pipeline;
 use crate::merge::Scratch;
 use crate::model::{build_merges, split_merge, Fallback, Model, ModelCtx};
 use crate::special::{Fragment, SpecialMatcher};
-use crate::tokenizer::{encode_cached, Front, Specials, Tokenizer};
+use crate::tokenizer::{encode_cached, FirstPiece, Front, Specials, Tokenizer};
 use crate::unicode::FxHashMap;
 use crate::vocab::{parse_byte_token, TokenAttr, Vocab, EOG_TEXTS, EOT_TEXTS};
 use crate::{Error, Result};
@@ -319,9 +319,9 @@ impl Tokenizer {
             }
         }
         let mut steps = Vec::new();
-        let mut strip_first_space = false;
+        let mut first_piece = FirstPiece::Keep;
         if let Some(d) = root.get("decoder").filter(|v| !v.is_null()) {
-            parse_decoder(d, &mut steps, &mut strip_first_space)?;
+            parse_decoder(d, &mut steps, &mut first_piece)?;
         }
 
         // Special ids.
@@ -387,7 +387,7 @@ impl Tokenizer {
             eog,
             byte_ids,
             pieces,
-            strip_first_space,
+            first_piece,
         })
     }
 }

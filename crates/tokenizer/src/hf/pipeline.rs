@@ -2,6 +2,7 @@
 //! pre-tokenizers and per-token decoders, parsed from tokenizer.json.
 
 use crate::pretok::{compile, Rule};
+use crate::tokenizer::FirstPiece;
 use crate::unicode::{byte_encode, char_to_byte};
 use crate::vocab::parse_byte_token;
 use crate::{Error, Result};
@@ -445,7 +446,7 @@ pub(crate) enum DecodeStep {
 
 /// Parses the decoder into per-token steps plus "strip one leading space
 /// from the start of the text".
-pub(crate) fn parse_decoder(v: &Value, steps: &mut Vec<DecodeStep>, strip_first: &mut bool) -> Result<()> {
+pub(crate) fn parse_decoder(v: &Value, steps: &mut Vec<DecodeStep>, first: &mut FirstPiece) -> Result<()> {
     let t = field_str(v, "type", "decoder")?;
     match t {
         "Sequence" => {
@@ -454,7 +455,7 @@ pub(crate) fn parse_decoder(v: &Value, steps: &mut Vec<DecodeStep>, strip_first:
                 .and_then(Value::as_array)
                 .ok_or_else(|| json_err("decoder Sequence without `decoders`"))?
             {
-                parse_decoder(d, steps, strip_first)?;
+                parse_decoder(d, steps, first)?;
             }
         }
         "ByteLevel" => steps.push(DecodeStep::ByteLevel),
@@ -472,13 +473,13 @@ pub(crate) fn parse_decoder(v: &Value, steps: &mut Vec<DecodeStep>, strip_first:
             let content = v.get("content").and_then(Value::as_str).unwrap_or(" ");
             let start = v.get("start").and_then(Value::as_u64).unwrap_or(0);
             if content == " " && start > 0 {
-                *strip_first = true;
+                *first = FirstPiece::StripOneSpace;
             }
         }
         "Metaspace" => {
             steps.push(DecodeStep::Replace(replacement(v).to_string(), " ".to_string()));
             if parse_prepend(v) != Prepend::Never {
-                *strip_first = true;
+                *first = FirstPiece::DropSpaces;
             }
         }
         _ => return Err(unsupported("decoder", v)),
