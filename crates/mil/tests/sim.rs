@@ -215,3 +215,187 @@ fn declared_type_mismatch_is_an_error() {
     let r = Simulator::new_unchecked(&p, &w).run("main", &[("x", t(&[1, 2], &[1.0, -1.0]))]);
     assert!(matches!(r, Err(Error::Semantic { .. })), "{r:?}");
 }
+
+/// Espresso's fused_ffn.mil (fp32 I/O, casts, two convs) over Espresso's own
+/// `ffn_blob_ref.bin` (maderix layout: offsets 64/176, header count 1).
+/// Reference: a plain f64 matrix product of the SOURCES.md weights
+/// W1[i]=i+0.5, W3[i]=i+400.75 in this test.
+#[test]
+fn espresso_fused_ffn_over_compat_blob() {
+    let p = parse(&String::from_utf8(fixture("espresso/fused_ffn.mil")).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut w = Weights::new();
+    w.insert(
+        "@model_path/weights/weight.bin",
+        fixture("espresso/ffn_blob_ref.bin"),
+    );
+    let cfg = RuleConfig {
+        surface: SurfaceStyle::Strided,
+        ..RuleConfig::default()
+    };
+    let sim = Simulator::new(&p, &w, &cfg).unwrap_or_else(|e| panic!("{e}"));
+    let xv = [0.25f32, -0.5, 1.0, 0.75, -1.0, 0.125, 0.5, -0.25]; // x[c][s], C=4, S=2
+    let x = Tensor::from_f32(DType::Fp32, &[1, 4, 1, 2], &xv).unwrap_or_else(|e| panic!("{e}"));
+    let out = sim
+        .run("main", &[("x", x)])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        out.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["out1", "out3"]
+    );
+    for ((_, t), add) in out.iter().zip([0.5f64, 400.75]) {
+        assert_eq!(t.dtype(), DType::Fp32);
+        let got = t.to_f32();
+        for o in 0..6 {
+            for s in 0..2 {
+                let want: f64 = (0..4)
+                    .map(|i| ((o * 4 + i) as f64 + add) * f64::from(xv[i * 2 + s]))
+                    .sum();
+                let g = f64::from(got[o * 2 + s]);
+                assert!(
+                    (g - want).abs() <= 2e-3 * want.abs().max(1.0),
+                    "o={o} s={s}: {g} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+/// The SwiGLU FFN written with the builder computes exactly what the fixture text computes.
+#[test]
+fn builder_swiglu_equals_fixture_program() -> Result<(), Error> {
+    let path = "@model_path/weights/weight.bin";
+    let mut b = FunctionBuilder::new("main");
+    let x = b.input("x", DType::Fp16, &[1, 4, 1, 2])?;
+    let wg = b.const_blob("w_gate", DType::Fp16, &[6, 4, 1, 1], path, 64)?;
+    let wu = b.const_blob("w_up", DType::Fp16, &[6, 4, 1, 1], path, 192)?;
+    let wd = b.const_blob("w_down", DType::Fp16, &[4, 6, 1, 1], path, 320)?;
+    let gate = b.conv("gate", &x, &wg)?;
+    let up = b.conv("up", &x, &wu)?;
+    let sig = b.sigmoid("gate_sig", &gate)?;
+    let act = b.mul("gate_act", &gate, &sig)?;
+    let hidden = b.mul("hidden", &act, &up)?;
+    let y = b.conv("y", &hidden, &wd)?;
+    b.output(&y);
+    let built = program(vec![b.finish()]);
+    let text = anedvd_mil::print(&built);
+    assert_eq!(parse(&text)?, built);
+    // shared parameter consts: exactly one of each
+    assert_eq!(text.matches("= const()").count(), 3 + 5, "{text}");
+
+    let fixture_prog =
+        parse(&String::from_utf8(fixture("generated/swiglu_ffn.mil")).unwrap_or_default())?;
+    let mut w = Weights::new();
+    w.insert(path, fixture("generated/swiglu_ffn.weights.bin"));
+    let cfg = RuleConfig {
+        surface: SurfaceStyle::Strided,
+        ..RuleConfig::default()
+    };
+    let xv = [0.3f32, -1.2, 2.5, 0.01, -0.7, 1.9, 0.0, -3.0];
+    let run = |p| -> Result<Vec<f32>, Error> {
+        let sim = Simulator::new(p, &w, &cfg)?;
+        Ok(
+            sim.run("main", &[("x", Tensor::f16(&[1, 4, 1, 2], &xv)?)])?[0]
+                .1
+                .to_f32(),
+        )
+    };
+    assert_eq!(run(&built)?, run(&fixture_prog)?);
+    Ok(())
+}
+
+/// Every fixture runs end to end on synthetic
+/// weights: each statement's computed type equals its declared type (the
+/// simulator checks this) and outputs are finite.
+#[test]
+fn fixtures_run_end_to_end_on_synthetic_weights() {
+    use anedvd_mil::blob::{BlobLayout, BlobWriter};
+    use anedvd_mil::ir::Value;
+    use std::collections::BTreeMap;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut ran = Vec::new();
+    for sub in ["espresso", "generated", "coremltools"] {
+        let mut files: Vec<_> = std::fs::read_dir(dir.join(sub))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        for f in files
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "mil"))
+        {
+            let p = parse(&std::fs::read_to_string(&f).unwrap_or_default())
+                .unwrap_or_else(|e| panic!("{e}"));
+            let func = &p.functions[0];
+            let mut by_path: BTreeMap<String, Vec<(u64, usize)>> = BTreeMap::new();
+            for s in &func.body {
+                if let Some(Value::Blob(b)) = s.const_val() {
+                    by_path
+                        .entry(b.path.clone())
+                        .or_default()
+                        .push((b.offset, b.ty.numel()));
+                }
+            }
+            let mut w = Weights::new();
+            let mut layout_ok = true;
+            for (path, mut refs) in by_path {
+                refs.sort();
+                refs.dedup();
+                let mut try_layout = |layout| {
+                    let mut bw = BlobWriter::new(layout);
+                    let ok = refs.iter().enumerate().all(|(j, &(off, n))| {
+                        let vals: Vec<f32> = (0..n)
+                            .map(|i| (((i * 7 + j * 13) % 17) as f32 - 8.0) / 256.0)
+                            .collect();
+                        bw.add_f32_as_f16(&vals) == off
+                    });
+                    ok.then(|| bw.finish())
+                };
+                match try_layout(BlobLayout::Aligned)
+                    .or_else(|| try_layout(BlobLayout::EspressoCompat))
+                {
+                    Some(bytes) => w.insert(path, bytes),
+                    None => layout_ok = false,
+                }
+            }
+            assert!(
+                layout_ok,
+                "{}: could not lay out synthetic blobs",
+                f.display()
+            );
+            let inputs: Vec<(&str, Tensor)> = func
+                .inputs
+                .iter()
+                .map(|(n, t)| {
+                    let v: Vec<f32> = (0..t.numel())
+                        .map(|i| ((i % 11) as f32 - 5.0) / 8.0)
+                        .collect();
+                    (
+                        n.as_str(),
+                        Tensor::from_f32(t.dtype, &t.shape, &v).unwrap_or_else(|e| panic!("{e}")),
+                    )
+                })
+                .collect();
+            let sim = Simulator::new_unchecked(&p, &w);
+            let out = sim
+                .run("main", &inputs)
+                .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            for (n, t) in &out {
+                assert!(
+                    t.to_f32().iter().all(|v| v.is_finite()),
+                    "{}: output {n} not finite",
+                    f.display()
+                );
+            }
+            ran.push(
+                f.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    println!("ran {} fixtures: {ran:?}", ran.len());
+    assert_eq!(ran.len(), 32);
+}
