@@ -76,7 +76,7 @@ fn rewhitespace(src: &str) -> String {
         if !in_str && (c == ' ' || c == '\n') {
             let prev = chars[..i].iter().rev().find(|c| !c.is_whitespace());
             let next = chars[i + 1..].iter().find(|c| !c.is_whitespace());
-            if !(punct(prev) || punct(next)) && !out.ends_with("\n\t") {
+            if !(punct(prev) || punct(next) || out.ends_with("\n\t")) {
                 out.push_str("\n\t");
             }
             continue;

@@ -343,7 +343,7 @@ fn fixtures_run_end_to_end_on_synthetic_weights() {
             for (path, mut refs) in by_path {
                 refs.sort();
                 refs.dedup();
-                let mut try_layout = |layout| {
+                let try_layout = |layout| {
                     let mut bw = BlobWriter::new(layout);
                     let ok = refs.iter().enumerate().all(|(j, &(off, n))| {
                         let vals: Vec<f32> = (0..n)
