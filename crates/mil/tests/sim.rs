@@ -399,3 +399,36 @@ fn fixtures_run_end_to_end_on_synthetic_weights() {
     println!("ran {} fixtures: {ran:?}", ran.len());
     assert_eq!(ran.len(), 32);
 }
+
+/// Programs the rule check would refuse still fail cleanly when run unchecked.
+#[test]
+fn hostile_programs_fail_cleanly_unchecked() {
+    let x = "tensor<fp16, [1, 1, 1, 2]> x";
+    let bodies = [
+        // custom padding of 2^20 on each side: a multi-terabyte result
+        "string pt = const()[name = string(\"pt\"), val = string(\"custom\")];\n tensor<int32, [4]> pd = const()[name = string(\"pd\"), val = tensor<int32, [4]>([1048576, 1048576, 1048576, 1048576])];\n tensor<fp16, [1, 1, 1, 1]> w = const()[name = string(\"w\"), val = tensor<fp16, [1, 1, 1, 1]>([[[[1.0]]]])];\n tensor<fp16, [1, 1, 1, 2]> y = conv(pad = pd, pad_type = pt, weight = w, x = x)[name = string(\"y\")];",
+        // reshape dims whose product overflows i64
+        "tensor<int32, [4]> s = const()[name = string(\"s\"), val = tensor<int32, [4]>([2147483647, 2147483647, 2147483647, 2147483647])];\n tensor<fp16, [1, 1, 1, 2]> y = reshape(shape = s, x = x)[name = string(\"y\")];",
+        // undefined argument, missing argument, string where a tensor is needed
+        "tensor<fp16, [1, 1, 1, 2]> y = relu(x = nope)[name = string(\"y\")];",
+        "tensor<fp16, [1, 1, 1, 2]> y = relu()[name = string(\"y\")];",
+        "string s = const()[name = string(\"s\"), val = string(\"a\")];\n tensor<fp16, [1, 1, 1, 2]> y = relu(x = s)[name = string(\"y\")];",
+        // slice out of range, bad perm, axis out of range
+        "tensor<int32, [4]> b = const()[name = string(\"b\"), val = tensor<int32, [4]>([0, 0, 0, 1])];\n tensor<fp16, [1, 1, 1, 2]> y = slice_by_size(begin = b, size = b, x = x)[name = string(\"y\")];",
+        "tensor<int32, [4]> p = const()[name = string(\"p\"), val = tensor<int32, [4]>([0, 0, 1, 2])];\n tensor<fp16, [1, 1, 1, 2]> y = transpose(perm = p, x = x)[name = string(\"y\")];",
+        "int32 a = const()[name = string(\"a\"), val = int32(7)];\n tensor<fp16, [1, 1, 1, 2]> y = softmax(axis = a, x = x)[name = string(\"y\")];",
+        // BLOBFILE without a weight file
+        "tensor<fp16, [1, 1, 1, 2]> y = const()[name = string(\"y\"), val = tensor<fp16, [1, 1, 1, 2]>(BLOBFILE(path = string(\"@model_path/weights/none.bin\"), offset = uint64(64)))];",
+    ];
+    for body in bodies {
+        let src = format!("program(1.3) {{ func main<ios18>({x}) {{ {body} }} -> (y); }}");
+        let p = parse(&src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        let w = Weights::new();
+        let r =
+            Simulator::new_unchecked(&p, &w).run("main", &[("x", t(&[1, 1, 1, 2], &[1.0, 2.0]))]);
+        assert!(
+            matches!(r, Err(Error::Semantic { .. } | Error::Blob { .. })),
+            "{body}: {r:?}"
+        );
+    }
+}

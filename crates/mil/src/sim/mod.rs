@@ -332,7 +332,11 @@ fn value_to_val(loc: &str, v: &Value, weights: Option<&Weights>) -> Result<Val> 
 }
 
 fn reshape_dims(loc: &str, dims: &[i64], numel: usize) -> Result<Vec<usize>> {
-    let known: i64 = dims.iter().filter(|&&d| d != -1).product();
+    let known = dims
+        .iter()
+        .filter(|&&d| d != -1)
+        .try_fold(1i64, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| Error::sem(loc, format!("reshape dims {dims:?} overflow")))?;
     let holes = dims.iter().filter(|&&d| d == -1).count();
     let mut out = Vec::with_capacity(dims.len());
     for &d in dims {

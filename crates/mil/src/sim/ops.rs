@@ -6,6 +6,25 @@ use crate::ir::DType;
 
 type R = Result<Tensor>;
 
+/// Largest tensor the simulator will allocate (elements), so a hostile
+/// program run through `Simulator::new_unchecked` fails cleanly instead of
+/// aborting on allocation.
+pub(crate) const MAX_ELEMENTS: usize = 1 << 30;
+
+/// Element count of `shape`, or an error above [`MAX_ELEMENTS`].
+pub(crate) fn checked_numel(loc: &str, shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or_else(|| {
+            Error::sem(
+                loc,
+                format!("result shape {shape:?} is too large to simulate"),
+            )
+        })
+}
+
 fn float_dtype(loc: &str, t: &Tensor) -> Result<DType> {
     match t.dtype() {
         d @ (DType::Fp16 | DType::Fp32) => Ok(d),
@@ -161,7 +180,7 @@ pub(crate) fn conv(loc: &str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, p: 
         None => None,
     };
     let opg = cout / g;
-    let mut out = vec![0f32; n * cout * oh * ow];
+    let mut out = vec![0f32; checked_numel(loc, &[n, cout, oh, ow])?];
     let pointwise = kh == 1 && kw == 1 && p.strides == [1, 1] && p.pad == [0; 4];
     if pointwise {
         // Same summation order as the general loop (channel ascending), so the
@@ -244,6 +263,9 @@ pub(crate) fn matmul(loc: &str, x: &Tensor, y: &Tensor, tx: bool, ty: bool) -> R
     }
     let batch = broadcast_shape(&x.shape[..xr - 2], &y.shape[..yr - 2])
         .ok_or_else(|| Error::sem(loc, "batch dims do not broadcast"))?;
+    let mut out_shape = batch.clone();
+    out_shape.extend([m, n]);
+    checked_numel(loc, &out_shape)?;
     let xbi = broadcast_index(&x.shape[..xr - 2], &batch);
     let ybi = broadcast_index(&y.shape[..yr - 2], &batch);
     let (xv, yv) = (x.to_f32(), y.to_f32());
@@ -270,9 +292,7 @@ pub(crate) fn matmul(loc: &str, x: &Tensor, y: &Tensor, tx: bool, ty: bool) -> R
             }
         }
     }
-    let mut shape = batch;
-    shape.extend([m, n]);
-    store(loc, dt, shape, &out)
+    store(loc, dt, out_shape, &out)
 }
 
 /// Iterates (outer, inner) index pairs around axis `a` of `shape`.
