@@ -384,6 +384,54 @@ impl FunctionBuilder {
         self.unary("sigmoid", name, x)
     }
 
+    /// `tanh(x)`.
+    pub fn tanh(&mut self, name: &str, x: &Var) -> Result<Var> {
+        self.unary("tanh", name, x)
+    }
+    /// `exp(x)`.
+    pub fn exp(&mut self, name: &str, x: &Var) -> Result<Var> {
+        self.unary("exp", name, x)
+    }
+    /// `max(x, 0)`.
+    pub fn relu(&mut self, name: &str, x: &Var) -> Result<Var> {
+        self.unary("relu", name, x)
+    }
+    /// `sqrt(x)`.
+    pub fn sqrt(&mut self, name: &str, x: &Var) -> Result<Var> {
+        self.unary("sqrt", name, x)
+    }
+
+    /// `reduce_sum` over `axes`.
+    pub fn reduce_sum(
+        &mut self,
+        name: &str,
+        x: &Var,
+        axes: &[i64],
+        keep_dims: bool,
+    ) -> Result<Var> {
+        self.reduce("reduce_sum", name, x, axes, keep_dims)
+    }
+    /// `reduce_max` over `axes`.
+    pub fn reduce_max(
+        &mut self,
+        name: &str,
+        x: &Var,
+        axes: &[i64],
+        keep_dims: bool,
+    ) -> Result<Var> {
+        self.reduce("reduce_max", name, x, axes, keep_dims)
+    }
+    /// `reduce_mean` over `axes` (not in the proven set: rule `ANE-OP`).
+    pub fn reduce_mean(
+        &mut self,
+        name: &str,
+        x: &Var,
+        axes: &[i64],
+        keep_dims: bool,
+    ) -> Result<Var> {
+        self.reduce("reduce_mean", name, x, axes, keep_dims)
+    }
+
     /// Softmax along `axis`.
     pub fn softmax(&mut self, name: &str, x: &Var, axis: i32) -> Result<Var> {
         let t = self.tensor(name, x)?.clone();

@@ -256,6 +256,20 @@ mod tests {
             .parse::<f64>()
             .map(|p| crate::ir::round_to(DType::Fp16, p));
         assert_eq!(back, Ok(v), "{s}");
+        // random fp32 bit patterns round-trip through print + parse
+        let mut state = 0x1234_5678_9abc_def0u64;
+        for _ in 0..100_000 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let f = f32::from_bits((state >> 32) as u32);
+            if !f.is_finite() {
+                continue;
+            }
+            let s = format_float(DType::Fp32, f64::from(f));
+            let p: f64 = s.parse().unwrap_or(f64::NAN);
+            assert_eq!((p as f32).to_bits(), f.to_bits(), "{s}");
+        }
         // every finite fp16 round-trips
         for bits in 0u16..=u16::MAX {
             let h = half::f16::from_bits(bits);
