@@ -156,3 +156,35 @@ fn malformed_text_is_a_typed_error() {
     let deep = format!("program(1.3) {{ func main<ios18>(tensor<fp16, [1]> x) {{ tensor<int32, [1]> a = const()[name = string(\"a\"), val = tensor<int32, [1]>({}1{})]; }} -> (x); }}", "[".repeat(100), "]".repeat(100));
     assert!(parse(&deep).is_err());
 }
+
+/// The copies under tests/fixtures equal shared/fixtures/ane when that folder
+/// is beside the repository (it is on the dev machine and in CI clones).
+#[test]
+fn fixture_copies_match_shared_folder() {
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/ane");
+    if !shared.is_dir() {
+        println!("skipping: {} not present", shared.display());
+        return;
+    }
+    let mut n = 0;
+    for sub in ["espresso", "coremltools", "generated"] {
+        for e in std::fs::read_dir(shared.join(sub))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = e.file_name();
+            let ours = fixture_dir().join(sub).join(&name);
+            let a = std::fs::read(e.path()).unwrap_or_default();
+            let b = std::fs::read(&ours).unwrap_or_else(|err| panic!("{}: {err}", ours.display()));
+            assert_eq!(
+                a,
+                b,
+                "{sub}/{} differs from the shared copy",
+                name.to_string_lossy()
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 39, "only {n} shared files");
+}
