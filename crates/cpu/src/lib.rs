@@ -22,6 +22,8 @@ mod compiled;
 mod dump;
 pub mod kernels;
 mod matmul;
+#[path = "kernels/qkernels.rs"]
+pub mod qkernels;
 mod session;
 
 use anedvd_graph::{Backend, DecoderProgram, Error, Executable, Result, Session};

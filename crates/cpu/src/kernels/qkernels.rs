@@ -1,0 +1,331 @@
+//! Quantized matrix-vector kernels: integer-domain dot products of ggml
+//! weight rows with activations quantized once per row (Q8_0/Q8_1 or Q8_K,
+//! as ggml's `vec_dot_type`), a scalar twin for every kernel
+//! ([`generic`]) and AVX2 / AVX-512 variants chosen once at start-up by
+//! run-time CPU detection.
+//!
+//! This module knows ggml block layouts and x86 SIMD; it knows nothing of
+//! tensors, graphs or threads: the caller splits output rows across threads
+//! and passes each thread its [`Range`] of rows.
+//!
+//! # How to call it from a matvec loop
+//!
+//! ```
+//! use anedvd_base::GgmlType;
+//! use anedvd_cpu::qkernels::{Kernels, QuantizedActivation};
+//! # fn main() -> Result<(), anedvd_cpu::qkernels::KernelError> {
+//! let k = Kernels::detect(); // once, at start-up; `Kernels` is `Copy`
+//! let (n_rows, n_cols) = (4, 64);
+//! // Some Q8_0 weight bytes (`n_rows` rows of `GgmlType::Q8_0.row_bytes(n_cols)`).
+//! let x: Vec<f32> = (0..n_cols).map(|i| (i as f32 * 0.3).sin()).collect();
+//! let mut weight = vec![0u8; n_rows * 68];
+//! for r in weight.chunks_exact_mut(68) {
+//!     anedvd_quant::quantize(GgmlType::Q8_0, &x, r).unwrap();
+//! }
+//! // Once per activation (per token), shared by every thread / weight row:
+//! let mut act = QuantizedActivation::new();
+//! act.quantize_for(GgmlType::Q8_0, &x, n_cols)?;
+//! // Each thread: its own row range and output slice.
+//! let mut out = vec![0.0f32; 2];
+//! k.matvec(GgmlType::Q8_0, &weight, 2..4, n_cols, &act, &mut out)?;
+//! assert!((out[0] - x.iter().map(|v| v * v).sum::<f32>()).abs() < 0.1);
+//! # Ok(()) }
+//! ```
+//!
+//! For prefill, quantize all `n_tok` activation rows into one
+//! [`QuantizedActivation`] and call [`Kernels::matmul`]; its output is
+//! weight-row-major (`out[(r - rows.start) * n_tok + t]`), the layout of the
+//! existing `tmp` buffer in `matmul.rs`. Quantize with the same weight type
+//! (or the same [`ActFormat`]) as the matrix: Q/K projections of different
+//! types need separate activations (at most three: [`ActFormat::F32`],
+//! [`ActFormat::Q8`], [`ActFormat::Q8K`]).
+
+mod act;
+pub mod generic;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
+pub use act::{ActFormat, Q8Block, QuantizedActivation, QK8};
+
+use anedvd_base::GgmlType;
+use anedvd_quant::BlockQ8K;
+use std::ops::Range;
+
+/// Errors of the kernels (shapes are checked before any SIMD code runs).
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// No kernel for this weight type.
+    #[error("no CPU kernel for {0}")]
+    Unsupported(GgmlType),
+    /// Mismatched sizes (weight bytes, row range, activation, output).
+    #[error("shape: {0}")]
+    Shape(String),
+}
+
+/// Row loop over Q8-activation weights: `out[i] = dot(w[i*rb..], a)`.
+pub(crate) type RowsQ8 = fn(&[u8], usize, &[Q8Block], &mut [f32]);
+/// Row loop over Q8_K-activation weights.
+pub(crate) type RowsQ8K = fn(&[u8], usize, &[BlockQ8K], &mut [f32]);
+/// Row loop over f32-activation weights.
+pub(crate) type RowsF32 = fn(&[u8], usize, &[f32], &mut [f32]);
+
+/// The per-type row loops of one instruction set.
+#[derive(Clone, Copy)]
+pub(crate) struct Table {
+    pub q4_0: RowsQ8,
+    pub q4_1: RowsQ8,
+    pub q5_0: RowsQ8,
+    pub q5_1: RowsQ8,
+    pub q8_0: RowsQ8,
+    pub iq4_nl: RowsQ8,
+    pub q2_k: RowsQ8K,
+    pub q3_k: RowsQ8K,
+    pub q4_k: RowsQ8K,
+    pub q5_k: RowsQ8K,
+    pub q6_k: RowsQ8K,
+    pub iq4_xs: RowsQ8K,
+    pub f32: RowsF32,
+    pub f16: RowsF32,
+    pub bf16: RowsF32,
+}
+
+impl Table {
+    const GENERIC: Table = Table {
+        q4_0: generic::rows_q4_0,
+        q4_1: generic::rows_q4_1,
+        q5_0: generic::rows_q5_0,
+        q5_1: generic::rows_q5_1,
+        q8_0: generic::rows_q8_0,
+        iq4_nl: generic::rows_iq4_nl,
+        q2_k: generic::rows_q2_k,
+        q3_k: generic::rows_q3_k,
+        q4_k: generic::rows_q4_k,
+        q5_k: generic::rows_q5_k,
+        q6_k: generic::rows_q6_k,
+        iq4_xs: generic::rows_iq4_xs,
+        f32: generic::rows_f32,
+        f16: generic::rows_f16,
+        bf16: generic::rows_bf16,
+    };
+}
+
+/// One row loop, by activation format.
+enum Entry {
+    Q8(RowsQ8),
+    Q8K(RowsQ8K),
+    F32(RowsF32),
+}
+
+/// Weight rows processed per tile in [`Kernels::matmul`] (a tile stays in
+/// L1/L2 while every activation row passes over it).
+const MATMUL_TILE: usize = 16;
+
+/// A dispatch table of kernels for one instruction set, chosen once.
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    name: &'static str,
+    table: Table,
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernels({})", self.name)
+    }
+}
+
+impl Kernels {
+    /// The scalar twins only (any CPU).
+    pub fn generic() -> Self {
+        Self {
+            name: "generic",
+            table: Table::GENERIC,
+        }
+    }
+
+    /// AVX2 + FMA + F16C kernels, if this CPU has them.
+    pub fn avx2() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            x86_64::avx2_table().map(|table| Self {
+                name: "avx2",
+                table,
+            })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    }
+
+    /// AVX-512 F/BW/VL (+VNNI when present) kernels over the AVX2 ones, if
+    /// this CPU has them.
+    pub fn avx512() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            x86_64::avx512_table().map(|(table, vnni)| Self {
+                name: if vnni { "avx512vnni" } else { "avx512" },
+                table,
+            })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    }
+
+    /// The best kernels this CPU runs: AVX-512, else AVX2, else generic.
+    /// `ANEDVD_KERNELS=generic|avx2|avx512` caps the choice (for A/B runs).
+    pub fn detect() -> Self {
+        let cap = std::env::var("ANEDVD_KERNELS").unwrap_or_default();
+        let order: &[fn() -> Option<Self>] = match cap.as_str() {
+            "generic" => &[],
+            "avx2" => &[Self::avx2],
+            _ => &[Self::avx512, Self::avx2],
+        };
+        order.iter().find_map(|f| f()).unwrap_or_else(Self::generic)
+    }
+
+    /// Every table this CPU runs, generic first (for tests and benchmarks).
+    pub fn available() -> Vec<Self> {
+        let mut v = vec![Self::generic()];
+        v.extend(Self::avx2());
+        v.extend(Self::avx512());
+        v
+    }
+
+    /// The instruction set's name (`generic`, `avx2`, `avx512`, `avx512vnni`).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// True if weights of type `ty` have a kernel.
+    pub fn supports(ty: GgmlType) -> bool {
+        ActFormat::for_weight(ty).is_some()
+    }
+
+    fn entry(&self, ty: GgmlType) -> Result<Entry, KernelError> {
+        use GgmlType::*;
+        let t = &self.table;
+        Ok(match ty {
+            Q4_0 => Entry::Q8(t.q4_0),
+            Q4_1 => Entry::Q8(t.q4_1),
+            Q5_0 => Entry::Q8(t.q5_0),
+            Q5_1 => Entry::Q8(t.q5_1),
+            Q8_0 => Entry::Q8(t.q8_0),
+            IQ4NL => Entry::Q8(t.iq4_nl),
+            Q2K => Entry::Q8K(t.q2_k),
+            Q3K => Entry::Q8K(t.q3_k),
+            Q4K => Entry::Q8K(t.q4_k),
+            Q5K => Entry::Q8K(t.q5_k),
+            Q6K => Entry::Q8K(t.q6_k),
+            IQ4XS => Entry::Q8K(t.iq4_xs),
+            F32 => Entry::F32(t.f32),
+            F16 => Entry::F32(t.f16),
+            BF16 => Entry::F32(t.bf16),
+            _ => return Err(KernelError::Unsupported(ty)),
+        })
+    }
+
+    /// Checks shapes; returns the row length in bytes.
+    fn check(
+        ty: GgmlType,
+        weight: &[u8],
+        rows: &Range<usize>,
+        n_cols: usize,
+        act: &QuantizedActivation,
+        out_len: usize,
+    ) -> Result<usize, KernelError> {
+        let want = ActFormat::for_weight(ty).ok_or(KernelError::Unsupported(ty))?;
+        if act.format() != want || act.n_cols() != n_cols {
+            return Err(KernelError::Shape(format!(
+                "{ty} weights of {n_cols} columns need {want:?} activations of {n_cols}, got {:?} of {}",
+                act.format(),
+                act.n_cols()
+            )));
+        }
+        let rb = ty
+            .row_bytes(n_cols as u64)
+            .map_err(|e| KernelError::Shape(e.to_string()))? as usize;
+        let end = rows.end.checked_mul(rb);
+        if rows.start > rows.end || end.is_none_or(|e| e > weight.len()) {
+            return Err(KernelError::Shape(format!(
+                "rows {rows:?} of {rb} bytes in a {}-byte weight",
+                weight.len()
+            )));
+        }
+        if out_len != rows.len() * act.n_rows() {
+            return Err(KernelError::Shape(format!(
+                "output of {out_len} for {} rows x {} activations",
+                rows.len(),
+                act.n_rows()
+            )));
+        }
+        Ok(rb)
+    }
+
+    /// `out[i] = W[rows.start + i] · act[0]` for the weight rows `rows` of
+    /// an `n_cols`-wide matrix of type `ty` (`weight` holds the whole matrix
+    /// or at least its first `rows.end` rows). `act` must hold one row
+    /// quantized for `ty`; `out.len()` must be `rows.len()`.
+    pub fn matvec(
+        &self,
+        ty: GgmlType,
+        weight: &[u8],
+        rows: Range<usize>,
+        n_cols: usize,
+        act: &QuantizedActivation,
+        out: &mut [f32],
+    ) -> Result<(), KernelError> {
+        if act.n_rows() != 1 {
+            return Err(KernelError::Shape(format!(
+                "matvec takes 1 activation row, got {}",
+                act.n_rows()
+            )));
+        }
+        let rb = Self::check(ty, weight, &rows, n_cols, act, out.len())?;
+        let w = &weight[rows.start * rb..rows.end * rb];
+        match self.entry(ty)? {
+            Entry::Q8(f) => f(w, rb, act.q8_row(0), out),
+            Entry::Q8K(f) => f(w, rb, act.q8k_row(0), out),
+            Entry::F32(f) => f(w, rb, act.f32_row(0), out),
+        }
+        Ok(())
+    }
+
+    /// Every activation row of `act` against the weight rows `rows`:
+    /// `out[(r - rows.start) * n_tok + t] = W[r] · act[t]` with
+    /// `n_tok = act.n_rows()` (weight-row-major). Weight rows are taken in
+    /// tiles of 16 so each tile is read from memory once for all tokens.
+    pub fn matmul(
+        &self,
+        ty: GgmlType,
+        weight: &[u8],
+        rows: Range<usize>,
+        n_cols: usize,
+        act: &QuantizedActivation,
+        out: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let rb = Self::check(ty, weight, &rows, n_cols, act, out.len())?;
+        let n_tok = act.n_rows();
+        if n_tok == 0 || rows.is_empty() {
+            return Ok(());
+        }
+        let entry = self.entry(ty)?;
+        let w = &weight[rows.start * rb..rows.end * rb];
+        let mut tmp = [0.0f32; MATMUL_TILE];
+        for (tile, o) in w
+            .chunks(MATMUL_TILE * rb)
+            .zip(out.chunks_mut(MATMUL_TILE * n_tok))
+        {
+            let n = tile.len() / rb;
+            for t in 0..n_tok {
+                let y = &mut tmp[..n];
+                match entry {
+                    Entry::Q8(f) => f(tile, rb, act.q8_row(t), y),
+                    Entry::Q8K(f) => f(tile, rb, act.q8k_row(t), y),
+                    Entry::F32(f) => f(tile, rb, act.f32_row(t), y),
+                }
+                for (i, v) in y.iter().enumerate() {
+                    o[i * n_tok + t] = *v;
+                }
+            }
+        }
+        Ok(())
+    }
+}

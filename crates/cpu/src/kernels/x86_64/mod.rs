@@ -1,0 +1,42 @@
+//! x86-64 kernels: AVX2 (+FMA, F16C) and AVX-512 (F/BW/VL, +VNNI) tables,
+//! handed out only after run-time CPU feature detection.
+//!
+//! The row-loop functions in the tables are safe `fn`s that enter
+//! `#[target_feature]` code; that is sound because the tables are the only
+//! way to reach them and are built only when `is_x86_feature_detected!`
+//! confirms every feature the code is compiled for.
+#![allow(unsafe_code)]
+
+mod avx2;
+mod avx512;
+
+use super::Table;
+
+/// True if AVX2, FMA and F16C are present.
+fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+/// The AVX2 table, if the CPU has AVX2, FMA and F16C.
+pub(super) fn avx2_table() -> Option<Table> {
+    has_avx2().then_some(avx2::TABLE)
+}
+
+/// The AVX-512 table (and whether it uses VNNI), if the CPU has AVX2, FMA,
+/// F16C and AVX-512 F/BW/VL.
+pub(super) fn avx512_table() -> Option<(Table, bool)> {
+    let base = has_avx2()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl");
+    if !base {
+        return None;
+    }
+    if is_x86_feature_detected!("avx512vnni") {
+        Some((avx512::TABLE_VNNI, true))
+    } else {
+        Some((avx512::TABLE, false))
+    }
+}

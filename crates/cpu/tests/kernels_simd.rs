@@ -1,0 +1,366 @@
+//! Quantized kernels: every SIMD table against its scalar twin (exactly on
+//! inputs where float rounding cannot differ, within a named tolerance on
+//! random data with ragged shapes), and the scalar twins against
+//! `anedvd_quant::vec_dot` (dequantize-then-dot in f32) within the error the
+//! activation quantization allows.
+
+use anedvd_base::GgmlType;
+use anedvd_cpu::qkernels::{ActFormat, KernelError, Kernels, QuantizedActivation};
+use anedvd_quant::f32_to_f16;
+
+/// Every weight type with a kernel.
+const TYPES: [GgmlType; 15] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::IQ4NL,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::IQ4XS,
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+];
+
+/// SIMD vs generic on random data, relative to `sum |w_i| |x_i|`: integer
+/// dots are exact in both, so only the f32 reduction order differs
+/// (per-lane partial sums times the block scale, then a horizontal sum).
+fn tol_simd(ty: GgmlType) -> f32 {
+    match ty {
+        // f32 lanes with FMA vs f64 accumulation.
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 2e-6,
+        // Integer block sums, f32 reduction order only.
+        _ => 4e-6,
+    }
+}
+
+/// splitmix64.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Uniform in [-1, 1).
+    fn f(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Byte offsets of the f16 scale fields of one block (the rest are quants).
+fn scale_offsets(ty: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q5_0 | Q8_0 | IQ4NL | IQ4XS => &[0],
+        Q6K => &[208],
+        Q4_1 | Q5_1 | Q4K | Q5K => &[0, 2],
+        Q2K => &[80, 82],
+        Q3K => &[108],
+        _ => &[],
+    }
+}
+
+/// `rows` weight rows of `n_cols`: random quant bytes (every bit pattern)
+/// with finite f16 scales from `scale()`; float types get random values.
+fn random_weights(
+    ty: GgmlType,
+    rows: usize,
+    n_cols: usize,
+    rng: &mut Rng,
+    mut scale: impl FnMut(&mut Rng) -> f32,
+) -> Vec<u8> {
+    let rb = ty.row_bytes(n_cols as u64).unwrap() as usize;
+    let mut w = vec![0u8; rows * rb];
+    match ty {
+        GgmlType::F32 => {
+            for c in w.chunks_exact_mut(4) {
+                c.copy_from_slice(&rng.f().to_le_bytes());
+            }
+        }
+        GgmlType::F16 => {
+            for c in w.chunks_exact_mut(2) {
+                c.copy_from_slice(&f32_to_f16(rng.f()).to_le_bytes());
+            }
+        }
+        GgmlType::BF16 => {
+            for c in w.chunks_exact_mut(2) {
+                c.copy_from_slice(&anedvd_quant::f32_to_bf16(rng.f()).to_le_bytes());
+            }
+        }
+        _ => {
+            w.iter_mut().for_each(|b| *b = rng.next() as u8);
+            let bb = ty.block_bytes() as usize;
+            for blk in w.chunks_exact_mut(bb) {
+                for &o in scale_offsets(ty) {
+                    blk[o..o + 2].copy_from_slice(&f32_to_f16(scale(rng)).to_le_bytes());
+                }
+            }
+        }
+    }
+    w
+}
+
+/// `sum |w_i| |x_i|` over one row (the scale of rounding errors).
+fn magnitude(ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
+    let mut wf = vec![0.0; x.len()];
+    anedvd_quant::dequantize(ty, row, &mut wf).unwrap();
+    wf.iter().zip(x).map(|(w, x)| w.abs() * x.abs()).sum()
+}
+
+fn cols_for(ty: GgmlType, n_blocks: usize) -> usize {
+    n_blocks * ActFormat::for_weight(ty).unwrap().block().max(32)
+}
+
+#[test]
+fn every_isa_matches_generic_on_random_ragged_shapes() {
+    let generic = Kernels::generic();
+    let isas = Kernels::available();
+    eprintln!("ISAs on this machine: {isas:?}");
+    let mut rng = Rng(7);
+    let mut act = QuantizedActivation::new();
+    for ty in TYPES {
+        for n_blocks in [1usize, 2, 3, 5, 8, 20] {
+            // Float types also get widths that are not multiples of 8.
+            let mut widths = vec![cols_for(ty, n_blocks)];
+            if ActFormat::for_weight(ty) == Some(ActFormat::F32) {
+                widths.push(n_blocks * 7 + 1);
+            }
+            for n_cols in widths {
+                let n_rows = [1usize, 3, 7, 17][(rng.below(4)) as usize];
+                let w = random_weights(ty, n_rows, n_cols, &mut rng, |r| r.f() * 0.05);
+                let x: Vec<f32> = (0..n_cols).map(|_| rng.f() * 3.0).collect();
+                act.quantize_for(ty, &x, n_cols).unwrap();
+                let mut want = vec![0.0; n_rows];
+                generic
+                    .matvec(ty, &w, 0..n_rows, n_cols, &act, &mut want)
+                    .unwrap();
+                let rb = w.len() / n_rows;
+                for k in &isas {
+                    let mut got = vec![0.0; n_rows];
+                    k.matvec(ty, &w, 0..n_rows, n_cols, &act, &mut got).unwrap();
+                    for r in 0..n_rows {
+                        let mag = magnitude(ty, &w[r * rb..(r + 1) * rb], &x);
+                        let tol = tol_simd(ty) * mag + 1e-30;
+                        assert!(
+                            (got[r] - want[r]).abs() <= tol,
+                            "{} {ty} {n_rows}x{n_cols} row {r}: {} vs generic {} (tol {tol})",
+                            k.name(),
+                            got[r],
+                            want[r]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Activation rows whose quantization is exact: integers in [-127, 127]
+/// with a ±127 in every block, so every activation scale is ±1.
+fn integer_activation(n_cols: usize, rng: &mut Rng) -> Vec<f32> {
+    (0..n_cols)
+        .map(|i| {
+            if i % 32 == 0 {
+                if rng.below(2) == 0 {
+                    127.0
+                } else {
+                    -127.0
+                }
+            } else {
+                rng.below(255) as f32 - 127.0
+            }
+        })
+        .collect()
+}
+
+/// With power-of-two scales, small sub-block scales and few blocks, every
+/// partial sum is exactly representable, so any reduction order gives the
+/// same f32: SIMD must equal generic bit for bit.
+#[test]
+fn every_isa_equals_generic_exactly_where_rounding_cannot_differ() {
+    use GgmlType::*;
+    let generic = Kernels::generic();
+    let mut rng = Rng(11);
+    let mut act = QuantizedActivation::new();
+    for ty in TYPES {
+        let (max_blocks, scale): (usize, fn(&mut Rng) -> f32) = match ty {
+            F32 | F16 | BF16 => continue,
+            Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | IQ4NL => {
+                (4, |r| if r.below(2) == 0 { 0.5 } else { -1.0 })
+            }
+            IQ4XS => (1, |_| 0.0625),
+            _ => (2, |_| 0.0625),
+        };
+        for n_blocks in 1..=max_blocks {
+            let n_cols = cols_for(ty, n_blocks);
+            let n_rows = 9;
+            let mut w = random_weights(ty, n_rows, n_cols, &mut rng, scale);
+            // Keep sub-block scales small so block sums stay below 2^20.
+            let bb = ty.block_bytes() as usize;
+            for blk in w.chunks_exact_mut(bb) {
+                match ty {
+                    Q4K | Q5K => blk[4..16].iter_mut().for_each(|b| *b &= 0x03),
+                    Q3K => blk[96..108].iter_mut().for_each(|b| *b &= 0x03),
+                    Q6K => blk[192..208]
+                        .iter_mut()
+                        .for_each(|b| *b = (*b % 7).wrapping_sub(3)),
+                    IQ4XS => {
+                        blk[2..4].copy_from_slice(&0xaaaau16.to_le_bytes());
+                        blk[4..8].iter_mut().for_each(|b| *b &= 0x33);
+                    }
+                    _ => {}
+                }
+            }
+            let x = integer_activation(n_cols, &mut rng);
+            act.quantize_for(ty, &x, n_cols).unwrap();
+            let mut want = vec![0.0; n_rows];
+            generic
+                .matvec(ty, &w, 0..n_rows, n_cols, &act, &mut want)
+                .unwrap();
+            for k in Kernels::available() {
+                let mut got = vec![0.0; n_rows];
+                k.matvec(ty, &w, 0..n_rows, n_cols, &act, &mut got).unwrap();
+                assert_eq!(got, want, "{} {ty} {n_cols} columns", k.name());
+            }
+        }
+    }
+}
+
+/// Largest |x| of each activation block, per element.
+fn block_amax(x: &[f32], block: usize) -> Vec<f32> {
+    x.chunks(block)
+        .flat_map(|c| {
+            let m = c.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            std::iter::repeat_n(m, c.len())
+        })
+        .collect()
+}
+
+#[test]
+fn generic_matches_float_reference_within_activation_quantization_error() {
+    let mut rng = Rng(3);
+    let mut act = QuantizedActivation::new();
+    let k = Kernels::generic();
+    for ty in TYPES {
+        for n_blocks in [1usize, 3, 10] {
+            let n_cols = cols_for(ty, n_blocks);
+            let x: Vec<f32> = (0..n_cols).map(|_| rng.f() * 4.0).collect();
+            let n_rows = 5;
+            // Realistic rows from the reference quantizer where one exists.
+            let w = if anedvd_quant::can_quantize(ty) {
+                let rb = ty.row_bytes(n_cols as u64).unwrap() as usize;
+                let mut w = vec![0u8; n_rows * rb];
+                for row in w.chunks_exact_mut(rb) {
+                    let src: Vec<f32> = (0..n_cols).map(|_| rng.f()).collect();
+                    anedvd_quant::quantize(ty, &src, row).unwrap();
+                }
+                w
+            } else {
+                random_weights(ty, n_rows, n_cols, &mut rng, |r| r.f() * 0.05)
+            };
+            act.quantize_for(ty, &x, n_cols).unwrap();
+            let fmt = act.format();
+            let mut got = vec![0.0; n_rows];
+            k.matvec(ty, &w, 0..n_rows, n_cols, &act, &mut got).unwrap();
+            let rb = w.len() / n_rows;
+            let amax = block_amax(&x, fmt.block());
+            for r in 0..n_rows {
+                let row = &w[r * rb..(r + 1) * rb];
+                let want = anedvd_quant::vec_dot(ty, row, &x).unwrap();
+                let mut wf = vec![0.0; n_cols];
+                anedvd_quant::dequantize(ty, row, &mut wf).unwrap();
+                // Per element: half a quantization step (amax/254), plus the
+                // f16 rounding of Q8_0/Q8_1 scales (2^-11 relative), plus f32
+                // summation error.
+                let bound: f32 = wf
+                    .iter()
+                    .zip(&x)
+                    .zip(&amax)
+                    .map(|((w, x), a)| match fmt {
+                        ActFormat::F32 => 0.0,
+                        ActFormat::Q8 => w.abs() * (a / 254.0 * 1.001 + x.abs() * 1e-3),
+                        ActFormat::Q8K => w.abs() * (a / 254.0 * 1.001 + x.abs() * 1e-6),
+                    })
+                    .sum::<f32>()
+                    + 1e-5 * magnitude(ty, row, &x);
+                assert!(
+                    (got[r] - want).abs() <= bound,
+                    "{ty} {n_cols} row {r}: generic {} vs reference {want} (bound {bound})",
+                    got[r]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_equals_matvec_per_token_and_row_ranges_split_cleanly() {
+    let mut rng = Rng(5);
+    for k in Kernels::available() {
+        for ty in TYPES {
+            let n_cols = cols_for(ty, 2);
+            let (n_rows, n_tok) = (37, 5);
+            let w = random_weights(ty, n_rows, n_cols, &mut rng, |r| r.f() * 0.05);
+            let x: Vec<f32> = (0..n_cols * n_tok).map(|_| rng.f()).collect();
+            let mut all = QuantizedActivation::new();
+            all.quantize_for(ty, &x, n_cols).unwrap();
+            let rows = 3..n_rows;
+            let mut mm = vec![0.0; rows.len() * n_tok];
+            k.matmul(ty, &w, rows.clone(), n_cols, &all, &mut mm)
+                .unwrap();
+            let mut one = QuantizedActivation::new();
+            for t in 0..n_tok {
+                one.quantize_for(ty, &x[t * n_cols..(t + 1) * n_cols], n_cols)
+                    .unwrap();
+                // Two row ranges, as two threads would.
+                let mut a = vec![0.0; 10];
+                let mut b = vec![0.0; n_rows - 13];
+                k.matvec(ty, &w, 3..13, n_cols, &one, &mut a).unwrap();
+                k.matvec(ty, &w, 13..n_rows, n_cols, &one, &mut b).unwrap();
+                let mv: Vec<f32> = a.into_iter().chain(b).collect();
+                let col: Vec<f32> = (0..rows.len()).map(|i| mm[i * n_tok + t]).collect();
+                assert_eq!(col, mv, "{} {ty} token {t}", k.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn shape_errors_are_reported_not_panicked() {
+    let k = Kernels::detect();
+    let ty = GgmlType::Q8_0;
+    let w = vec![0u8; 4 * 34];
+    let mut act = QuantizedActivation::new();
+    act.quantize_for(ty, &[0.5; 32], 32).unwrap();
+    let mut out = vec![0.0; 4];
+    assert!(k.matvec(ty, &w, 0..4, 32, &act, &mut out).is_ok());
+    // Too many rows for the bytes.
+    assert!(matches!(
+        k.matvec(ty, &w, 0..5, 32, &act, &mut vec![0.0; 5]),
+        Err(KernelError::Shape(_))
+    ));
+    // Output length mismatch.
+    assert!(k.matvec(ty, &w, 0..4, 32, &act, &mut out[..3]).is_err());
+    // Activation quantized for another format.
+    act.quantize_for(GgmlType::F32, &[0.5; 32], 32).unwrap();
+    assert!(k.matvec(ty, &w, 0..4, 32, &act, &mut out).is_err());
+    // Unsupported weight type.
+    assert!(matches!(
+        k.matvec(GgmlType::IQ2XXS, &w, 0..1, 256, &act, &mut out[..1]),
+        Err(KernelError::Unsupported(_))
+    ));
+    // Ragged activation width.
+    assert!(act.quantize_for(ty, &[0.5; 40], 40).is_err());
+    assert!(act.quantize_for(GgmlType::Q4K, &[0.5; 32], 32).is_err());
+}
