@@ -45,5 +45,10 @@ pub const ALIGNMENT_KEY: &str = "general.alignment";
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// Most dimensions a tensor may have (`GGML_MAX_DIMS`).
 pub const MAX_DIMS: u32 = 4;
+/// Longest metadata array the reader accepts. Each element costs about 32
+/// bytes in memory however small it is in the file, so this bounds the
+/// memory a hostile file can make the reader allocate; real vocabularies have
+/// well under a million entries.
+pub const MAX_ARRAY_LEN: u64 = 1 << 24;
 /// Deepest array nesting the reader accepts (arrays of arrays of ...).
 pub const MAX_NESTING: usize = 8;

@@ -2,7 +2,7 @@
 //! validates the tensor data layout against the file size.
 
 use crate::cursor::Cursor;
-use crate::{Error, Result, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_NESTING};
+use crate::{Error, Result, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_LEN, MAX_DIMS, MAX_NESTING};
 use anedvd_base::{GgmlType, Metadata, MetadataValue, TensorInfo, ValueType};
 use std::collections::HashSet;
 
@@ -204,6 +204,14 @@ fn read_value(c: &mut Cursor<'_>, ty: ValueType, key: &str, depth: usize) -> Res
             let elem = value_type(c.u32("array element type")?, key, tag_offset)?;
             let len_offset = c.pos();
             let len = c.u64("array length")?;
+            if len > MAX_ARRAY_LEN {
+                return Err(Error::CountTooLarge {
+                    what: "array element (above MAX_ARRAY_LEN)",
+                    count: len,
+                    offset: len_offset,
+                    available: c.remaining(),
+                });
+            }
             let len = c.check_count(len, min_value_bytes(elem), "array element", len_offset)?;
             let mut items = Vec::with_capacity(len);
             for _ in 0..len {

@@ -173,19 +173,24 @@ fn string_lengths_past_eof() {
 #[test]
 fn array_lengths_checked_before_allocating() {
     for elem in [0u32, 4, 8, 9, 10] {
-        let mut r = Raw::header(3, 0, 1);
-        r.str("arr").u32(9).u32(elem).u64(u64::MAX / 2).zeros(64);
-        assert!(
-            matches!(
-                r.parse(),
-                Err(Error::CountTooLarge {
-                    what: "array element",
-                    ..
-                })
-            ),
-            "element type {elem}"
-        );
+        for len in [u64::MAX / 2, 1000] {
+            let mut r = Raw::header(3, 0, 1);
+            r.str("arr").u32(9).u32(elem).u64(len).zeros(64);
+            assert!(
+                matches!(r.parse(), Err(Error::CountTooLarge { .. })),
+                "element type {elem}, length {len}"
+            );
+        }
     }
+}
+
+#[test]
+fn array_length_is_capped() {
+    // 2^24 + 1 one-byte elements: the bytes are there, the length is refused.
+    let n = (anedvd_gguf::MAX_ARRAY_LEN + 1) as usize;
+    let mut r = Raw::header(3, 0, 1);
+    r.str("big").u32(9).u32(0).u64(n as u64).zeros(n);
+    assert!(matches!(r.parse(), Err(Error::CountTooLarge { .. })));
 }
 
 #[test]
