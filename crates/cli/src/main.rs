@@ -1,2 +1,35 @@
-//! The `anedvd` command-line tool.
-fn main() {}
+//! The `anedvd` command-line tool: thin subcommands over the engine.
+
+mod cmd_run;
+mod common;
+
+use clap::{Parser, Subcommand};
+
+/// anedvd: run LLMs locally — GGUF and Hugging Face models on a fast CPU
+/// backend, with an Apple Neural Engine backend in the works.
+#[derive(Debug, Parser)]
+#[command(name = "anedvd", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate text from a prompt (streams to stdout, stats to stderr).
+    Run(cmd_run::RunArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Run(a) => cmd_run::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

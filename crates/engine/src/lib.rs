@@ -3,7 +3,28 @@
 //!
 //! The CLI and the server are thin layers over this crate. It is the only crate
 //! that knows both models and backends.
+//!
+//! ```no_run
+//! use anedvd_engine::{generate, Engine, GenerateParams, LoadOptions};
+//! let engine = Engine::load("model.gguf", &LoadOptions::default(), |_| {})?;
+//! let mut session = engine.new_session(2048)?;
+//! let prompt = engine.raw_prompt("The capital of France is")?;
+//! let out = generate(&mut session, &engine.tokenizer, &prompt, &GenerateParams::default(), |_| {
+//!     std::ops::ControlFlow::Continue(())
+//! })?;
+//! println!("{}", out.text);
+//! # Ok::<(), anedvd_engine::Error>(())
+//! ```
 
+mod error;
+mod generate;
+mod load;
 pub mod sampler;
+mod session;
+pub mod stats;
 
-pub use sampler::{SamplingParams, Sampler};
+pub use error::{Error, Result};
+pub use generate::{generate, FinishReason, GenerateParams, Generation, Timings, TokenEvent};
+pub use load::{Engine, LoadOptions, LoadStage, TemplateOrigin};
+pub use sampler::{Sampler, SamplingParams};
+pub use session::EngineSession;

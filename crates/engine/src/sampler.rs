@@ -50,7 +50,10 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// Greedy decoding with no penalties.
     pub fn greedy() -> Self {
-        Self { temperature: 0.0, ..Self::default() }
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
     }
 
     /// Checks ranges; returns a message naming the bad field.
@@ -65,14 +68,21 @@ impl SamplingParams {
             return Err(format!("min_p must be in [0, 1], got {}", self.min_p));
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
-            return Err(format!("repeat_penalty must be > 0, got {}", self.repeat_penalty));
+            return Err(format!(
+                "repeat_penalty must be > 0, got {}",
+                self.repeat_penalty
+            ));
         }
         if self.repeat_last_n < -1 {
-            return Err(format!("repeat_last_n must be ≥ -1, got {}", self.repeat_last_n));
+            return Err(format!(
+                "repeat_last_n must be ≥ -1, got {}",
+                self.repeat_last_n
+            ));
         }
-        for (name, v) in
-            [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)]
-        {
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
             if !(-2.0..=2.0).contains(&v) {
                 return Err(format!("{name} must be in [-2, 2], got {v}"));
             }
@@ -123,7 +133,12 @@ impl Sampler {
     /// A sampler with `params`; the random state starts from `params.seed`.
     pub fn new(params: SamplingParams) -> Self {
         let rng = SplitMix64(params.seed);
-        Self { params, rng, candidates: Vec::new(), counts: HashMap::new() }
+        Self {
+            params,
+            rng,
+            candidates: Vec::new(),
+            counts: HashMap::new(),
+        }
     }
 
     /// The parameters.
@@ -135,7 +150,8 @@ impl Sampler {
     /// (prompt and generated tokens, oldest first).
     pub fn apply_penalties(&mut self, logits: &mut [f32], history: &[u32]) {
         let p = &self.params;
-        let off = p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
+        let off =
+            p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
         if off || p.repeat_last_n == 0 {
             return;
         }
@@ -148,7 +164,9 @@ impl Sampler {
             *self.counts.entry(t).or_insert(0) += 1;
         }
         for (&t, &count) in &self.counts {
-            let Some(l) = logits.get_mut(t as usize) else { continue };
+            let Some(l) = logits.get_mut(t as usize) else {
+                continue;
+            };
             if *l > 0.0 {
                 *l /= p.repeat_penalty;
             } else {
@@ -180,7 +198,10 @@ impl Sampler {
                 .iter()
                 .enumerate()
                 .filter(|(_, l)| !l.is_nan())
-                .map(|(i, &logit)| Candidate { id: i as u32, logit }),
+                .map(|(i, &logit)| Candidate {
+                    id: i as u32,
+                    logit,
+                }),
         );
         if c.is_empty() {
             return c;
@@ -211,7 +232,12 @@ impl Sampler {
         // min-p: relative to the most likely token (probs[0] / total).
         if p.min_p > 0.0 {
             let floor = f64::from(p.min_p) * probs[0];
-            let keep = probs.iter().take(c.len()).take_while(|&&pr| pr >= floor).count().max(1);
+            let keep = probs
+                .iter()
+                .take(c.len())
+                .take_while(|&&pr| pr >= floor)
+                .count()
+                .max(1);
             c.truncate(keep);
         }
         for x in c.iter_mut() {
@@ -255,7 +281,11 @@ pub fn argmax(logits: &[f32]) -> u32 {
 pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let lse = f64::from(max)
-        + logits.iter().map(|&l| f64::from(l - max).exp()).sum::<f64>().ln();
+        + logits
+            .iter()
+            .map(|&l| f64::from(l - max).exp())
+            .sum::<f64>()
+            .ln();
     let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
     let k = k.min(idx.len());
     if k == 0 {
@@ -265,7 +295,9 @@ pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     idx.select_nth_unstable_by(k - 1, |a, b| key(b).total_cmp(&key(a)));
     idx.truncate(k);
     idx.sort_unstable_by(|a, b| key(b).total_cmp(&key(a)).then(a.cmp(b)));
-    idx.into_iter().map(|i| (i, (f64::from(logits[i as usize]) - lse) as f32)).collect()
+    idx.into_iter()
+        .map(|i| (i, (f64::from(logits[i as usize]) - lse) as f32))
+        .collect()
 }
 
 #[cfg(test)]
@@ -277,7 +309,14 @@ mod tests {
     }
 
     fn params(top_k: usize, top_p: f32, min_p: f32) -> SamplingParams {
-        SamplingParams { temperature: 1.0, top_k, top_p, min_p, seed: 7, ..Default::default() }
+        SamplingParams {
+            temperature: 1.0,
+            top_k,
+            top_p,
+            min_p,
+            seed: 7,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -340,8 +379,13 @@ mod tests {
     fn seed_reproduces_and_differs() {
         let probs = [0.2; 5];
         let run = |seed| {
-            let mut s = Sampler::new(SamplingParams { seed, ..params(0, 1.0, 0.0) });
-            (0..32).map(|_| s.sample(&mut logits_from_probs(&probs), &[])).collect::<Vec<_>>()
+            let mut s = Sampler::new(SamplingParams {
+                seed,
+                ..params(0, 1.0, 0.0)
+            });
+            (0..32)
+                .map(|_| s.sample(&mut logits_from_probs(&probs), &[]))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(1), run(1));
         assert_ne!(run(1), run(2));
@@ -349,7 +393,11 @@ mod tests {
 
     #[test]
     fn repetition_penalty_follows_llamacpp() {
-        let p = SamplingParams { repeat_penalty: 2.0, repeat_last_n: 2, ..SamplingParams::greedy() };
+        let p = SamplingParams {
+            repeat_penalty: 2.0,
+            repeat_last_n: 2,
+            ..SamplingParams::greedy()
+        };
         let mut s = Sampler::new(p);
         let mut l = vec![4.0, -4.0, 4.0, 1.0];
         // window = last 2 tokens = [1, 1]... history [2, 1, 1]: token 2 is outside the window
@@ -386,8 +434,18 @@ mod tests {
 
     #[test]
     fn validate_rejects_out_of_range() {
-        assert!(SamplingParams { top_p: 1.5, ..Default::default() }.validate().is_err());
-        assert!(SamplingParams { repeat_penalty: 0.0, ..Default::default() }.validate().is_err());
+        assert!(SamplingParams {
+            top_p: 1.5,
+            ..Default::default()
+        }
+        .validate()
+        .is_err());
+        assert!(SamplingParams {
+            repeat_penalty: 0.0,
+            ..Default::default()
+        }
+        .validate()
+        .is_err());
         assert!(SamplingParams::default().validate().is_ok());
     }
 }

@@ -1,0 +1,163 @@
+//! Options and helpers shared by the model-running subcommands.
+
+use anedvd_engine::{Engine, LoadOptions, LoadStage, SamplingParams};
+use anedvd_graph::RopePairing;
+use anedvd_model::ConfigOverrides;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The default model's file name under the model directory.
+const DEFAULT_MODEL_FILE: &str = "gemma3-270m-q4_k_m.gguf";
+
+/// Which model to load and how.
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// Model: a .gguf file or a Hugging Face directory (config.json + safetensors).
+    /// Default: $ANEDVD_MODEL, else ~/.cache/models/gemma3-270m-q4_k_m.gguf
+    /// (fetch it with scripts/fetch-model.sh).
+    #[arg(short, long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// CPU threads (default: one per core).
+    #[arg(short = 't', long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Override the RoPE element pairing (norm = adjacent pairs, neox = half split).
+    #[arg(long, value_name = "norm|neox")]
+    pub rope_pairing: Option<String>,
+    /// Treat the model as this family (llama, qwen2, qwen3, mistral, gemma2, gemma3).
+    #[arg(long, value_name = "NAME")]
+    pub family: Option<String>,
+}
+
+impl ModelArgs {
+    /// The model path: the flag, $ANEDVD_MODEL, or the default model.
+    pub fn path(&self) -> Result<PathBuf> {
+        if let Some(p) = &self.model {
+            return Ok(p.clone());
+        }
+        if let Some(p) = std::env::var_os("ANEDVD_MODEL") {
+            return Ok(PathBuf::from(p));
+        }
+        let dir = std::env::var_os("ANEDVD_MODEL_DIR")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("models"))
+            });
+        let Some(dir) = dir else {
+            bail!("no --model given and $HOME is unset; pass --model PATH");
+        };
+        let path = dir.join(DEFAULT_MODEL_FILE);
+        if !path.exists() {
+            bail!(
+                "no --model given and the default model {} is absent; fetch it with \
+                 scripts/fetch-model.sh or pass --model PATH",
+                path.display()
+            );
+        }
+        Ok(path)
+    }
+
+    /// Loads the model with a spinner on stderr.
+    pub fn load(&self, quiet: bool) -> Result<Engine> {
+        let path = self.path()?;
+        let rope_pairing = match self.rope_pairing.as_deref() {
+            None => None,
+            Some("norm") => Some(RopePairing::Norm),
+            Some("neox") => Some(RopePairing::Neox),
+            Some(other) => bail!("--rope-pairing must be `norm` or `neox`, not `{other}`"),
+        };
+        let options = LoadOptions {
+            threads: self.threads.unwrap_or_else(default_threads),
+            overrides: ConfigOverrides {
+                family: self.family.clone(),
+                rope_pairing,
+                ..Default::default()
+            },
+        };
+        let bar = if quiet {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new_spinner()
+        };
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} loading {prefix}: {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.set_prefix(path.display().to_string());
+        bar.enable_steady_tick(Duration::from_millis(100));
+        let engine = Engine::load(&path, &options, |stage: LoadStage| {
+            bar.set_message(stage.describe());
+        });
+        bar.finish_and_clear();
+        engine.with_context(|| format!("loading {}", path.display()))
+    }
+}
+
+/// Physical cores are what matter for matrix-vector work; without a portable
+/// way to count them we use the logical CPU count.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Sampling flags shared by `run` and `chat`.
+#[derive(Debug, Args, Clone)]
+pub struct SamplingArgs {
+    /// Temperature (0 = greedy).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Top-k (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p / nucleus (1.0 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p, relative to the most likely token (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty, llama.cpp semantics (1.0 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the penalties look back over (0 = off, -1 = all).
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    pub repeat_last_n: i32,
+    /// Presence penalty, OpenAI semantics.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Frequency penalty, OpenAI semantics.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Random seed (default: random; the seed used is printed with the stats).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    /// Sampler parameters; validates ranges.
+    pub fn params(&self) -> Result<SamplingParams> {
+        let p = SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: self.seed.unwrap_or_else(random_seed),
+        };
+        p.validate().map_err(anyhow::Error::msg)?;
+        Ok(p)
+    }
+}
+
+fn random_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ (u64::from(std::process::id()) << 32)
+}

@@ -1,0 +1,49 @@
+//! The engine's error type.
+
+/// Errors of loading and generation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The weights could not be opened or read.
+    #[error(transparent)]
+    Weights(#[from] anedvd_weights::Error),
+    /// The model could not be configured from its metadata.
+    #[error(transparent)]
+    Model(#[from] anedvd_model::Error),
+    /// The backend refused the program or failed while running it.
+    #[error(transparent)]
+    Backend(#[from] anedvd_graph::Error),
+    /// The tokenizer could not be built, or failed on input.
+    #[error(transparent)]
+    Tokenizer(#[from] anedvd_tokenizer::Error),
+    /// The chat template could not be loaded or rendered.
+    #[error(transparent)]
+    Chat(#[from] anedvd_chat::Error),
+    /// A file next to the model could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Nothing to run.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// The prompt does not fit the context.
+    #[error("the prompt has {prompt} tokens but the context holds {max_seq} (use a larger --max-seq, or --truncate to keep the newest tokens)")]
+    PromptTooLong {
+        /// Prompt tokens.
+        prompt: usize,
+        /// Context capacity.
+        max_seq: usize,
+    },
+    /// A sampling parameter is out of range.
+    #[error("invalid sampling parameters: {0}")]
+    BadParams(String),
+    /// The model has no chat template and none is built in for its family.
+    #[error("the model has no chat template and no built-in template matches it; use --raw")]
+    NoTemplate,
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,238 @@
+//! The generation loop: prefill (reusing the cached prefix), then sample and
+//! decode one token at a time, streaming text through a callback.
+
+use crate::sampler::{top_logprobs, Sampler, SamplingParams};
+use crate::session::EngineSession;
+use crate::{Error, Result};
+use anedvd_graph::LogitsMode;
+use anedvd_tokenizer::Tokenizer;
+use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
+
+/// Tokens fed to the backend per prefill call: large enough to amortise weight
+/// reads over the batch, small enough to bound scratch memory.
+const PREFILL_CHUNK: usize = 512;
+
+/// What to generate and how to sample it.
+#[derive(Debug, Clone)]
+pub struct GenerateParams {
+    /// Upper bound on generated tokens.
+    pub max_tokens: usize,
+    /// Sampler settings.
+    pub sampling: SamplingParams,
+    /// Keep going through end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// Report the `k` most likely tokens at every step (0 = off).
+    pub top_logprobs: usize,
+}
+
+impl Default for GenerateParams {
+    fn default() -> Self {
+        Self {
+            max_tokens: 256,
+            sampling: SamplingParams::default(),
+            ignore_eos: false,
+            top_logprobs: 0,
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token was sampled.
+    Stop,
+    /// `max_tokens` was reached.
+    Length,
+    /// The session's context is full.
+    ContextFull,
+    /// The caller's callback asked to stop.
+    Cancelled,
+}
+
+impl FinishReason {
+    /// OpenAI-style name: `stop`, `length`, `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length | FinishReason::ContextFull => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Timing figures of one generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timings {
+    /// Prompt tokens served from the cached prefix.
+    pub reused_tokens: usize,
+    /// Prompt tokens run through the model.
+    pub prefill_tokens: usize,
+    /// Time spent on them.
+    pub prefill: Duration,
+    /// Tokens produced by decode steps (excludes the one sampled from prefill logits).
+    pub decode_tokens: usize,
+    /// Time spent on decode steps.
+    pub decode: Duration,
+}
+
+impl Timings {
+    /// Prefill throughput in tokens per second.
+    pub fn prefill_tps(&self) -> f64 {
+        rate(self.prefill_tokens, self.prefill)
+    }
+    /// Decode throughput in tokens per second.
+    pub fn decode_tps(&self) -> f64 {
+        rate(self.decode_tokens, self.decode)
+    }
+}
+
+fn rate(n: usize, d: Duration) -> f64 {
+    if d.is_zero() {
+        0.0
+    } else {
+        n as f64 / d.as_secs_f64()
+    }
+}
+
+/// One generated token, as handed to the streaming callback.
+#[derive(Debug, Clone)]
+pub struct TokenEvent<'a> {
+    /// Token id.
+    pub id: u32,
+    /// Newly completed text (may be empty while a UTF-8 sequence is incomplete).
+    pub text: &'a str,
+    /// The most likely tokens at this step when requested.
+    pub top_logprobs: &'a [(u32, f32)],
+}
+
+/// The outcome of [`generate`].
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// The prompt ids.
+    pub prompt_tokens: Vec<u32>,
+    /// Generated ids (an end-of-generation token that stopped it is included).
+    pub tokens: Vec<u32>,
+    /// Generated text (end-of-generation tokens are not rendered).
+    pub text: String,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Timings.
+    pub timings: Timings,
+    /// Per step, the most likely tokens with log-probabilities (empty unless requested).
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
+}
+
+/// Runs `prompt` through `session` (reusing its cached prefix) and generates.
+/// `on_token` sees every token as it is produced; returning
+/// `ControlFlow::Break(())` stops generation (finish reason `Cancelled`).
+pub fn generate(
+    session: &mut EngineSession,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    params: &GenerateParams,
+    mut on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
+) -> Result<Generation> {
+    if prompt.is_empty() {
+        return Err(Error::EmptyPrompt);
+    }
+    params.sampling.validate().map_err(Error::BadParams)?;
+    let max_seq = session.max_seq();
+    if prompt.len() > max_seq {
+        return Err(Error::PromptTooLong {
+            prompt: prompt.len(),
+            max_seq,
+        });
+    }
+    let mut timings = Timings::default();
+
+    let start = Instant::now();
+    let reused = session.reuse_prefix(prompt);
+    timings.reused_tokens = reused;
+    let suffix = &prompt[reused..];
+    timings.prefill_tokens = suffix.len();
+    let mut logits = Vec::new();
+    let chunks: Vec<&[u32]> = suffix.chunks(PREFILL_CHUNK).collect();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let mode = if i + 1 == chunks.len() {
+            LogitsMode::Last
+        } else {
+            LogitsMode::None
+        };
+        let out = session.forward(chunk, mode)?;
+        if mode == LogitsMode::Last {
+            logits.clear();
+            logits.extend_from_slice(out);
+        }
+    }
+    timings.prefill = start.elapsed();
+
+    let mut sampler = Sampler::new(params.sampling.clone());
+    let mut decoder = tokenizer.stream_decoder(true);
+    let mut history: Vec<u32> = prompt.to_vec();
+    let mut out = Generation {
+        prompt_tokens: prompt.to_vec(),
+        tokens: Vec::new(),
+        text: String::new(),
+        finish_reason: FinishReason::Length,
+        timings,
+        top_logprobs: Vec::new(),
+    };
+    let decode_start = Instant::now();
+    let finish = loop {
+        if out.tokens.len() >= params.max_tokens {
+            break FinishReason::Length;
+        }
+        let top = if params.top_logprobs > 0 {
+            top_logprobs(&logits, params.top_logprobs)
+        } else {
+            Vec::new()
+        };
+        let id = sampler.sample(&mut logits, &history);
+        out.tokens.push(id);
+        history.push(id);
+        let eog = tokenizer.is_eog(id) && !params.ignore_eos;
+        let piece = if eog {
+            String::new()
+        } else {
+            decoder.push(id)?
+        };
+        out.text.push_str(&piece);
+        let flow = on_token(&TokenEvent {
+            id,
+            text: &piece,
+            top_logprobs: &top,
+        });
+        if params.top_logprobs > 0 {
+            out.top_logprobs.push(top);
+        }
+        if eog {
+            break FinishReason::Stop;
+        }
+        if flow.is_break() {
+            break FinishReason::Cancelled;
+        }
+        if out.tokens.len() >= params.max_tokens {
+            break FinishReason::Length;
+        }
+        if session.position() >= max_seq {
+            break FinishReason::ContextFull;
+        }
+        let next = session.forward(&[id], LogitsMode::Last)?;
+        logits.clear();
+        logits.extend_from_slice(next);
+        out.timings.decode_tokens += 1;
+    };
+    let tail = decoder.finish();
+    if !tail.is_empty() {
+        out.text.push_str(&tail);
+        let _ = on_token(&TokenEvent {
+            id: u32::MAX,
+            text: &tail,
+            top_logprobs: &[],
+        });
+    }
+    out.timings.decode = decode_start.elapsed();
+    out.finish_reason = finish;
+    Ok(out)
+}

@@ -1,0 +1,74 @@
+//! A backend session plus the token ids its KV cache holds, so a new prompt
+//! that shares a prefix with the cached one only prefills the new suffix.
+
+use crate::Result;
+use anedvd_graph::{LogitsMode, Session};
+
+/// A backend session that remembers which tokens it holds.
+pub struct EngineSession {
+    inner: Box<dyn Session>,
+    cached: Vec<u32>,
+}
+
+impl EngineSession {
+    /// Wraps a fresh backend session.
+    pub fn new(inner: Box<dyn Session>) -> Self {
+        Self {
+            inner,
+            cached: Vec::new(),
+        }
+    }
+
+    /// Capacity in positions.
+    pub fn max_seq(&self) -> usize {
+        self.inner.max_seq()
+    }
+
+    /// Positions held.
+    pub fn position(&self) -> usize {
+        self.inner.position()
+    }
+
+    /// The token ids held in the cache, oldest first.
+    pub fn cached_tokens(&self) -> &[u32] {
+        &self.cached
+    }
+
+    /// Keeps the longest cached prefix shared with `prompt`, but always leaves
+    /// at least one prompt token to run (its logits start generation).
+    /// Returns how many prompt tokens were reused.
+    pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
+        let common = self
+            .cached
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let keep = common.min(prompt.len().saturating_sub(1));
+        self.truncate(keep);
+        keep
+    }
+
+    /// Drops everything at or beyond position `n`.
+    pub fn truncate(&mut self, n: usize) {
+        self.inner.truncate(n);
+        self.cached.truncate(n);
+    }
+
+    /// Forgets the whole cache.
+    pub fn reset(&mut self) {
+        self.truncate(0);
+    }
+
+    /// Appends `tokens` and returns logits per `mode`.
+    pub fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
+        let out = self.inner.forward(tokens, mode)?;
+        self.cached.extend_from_slice(tokens);
+        Ok(out)
+    }
+
+    /// Dumps the intermediates of the next forward call into `dir`.
+    pub fn set_dump(&mut self, dir: Option<std::path::PathBuf>) {
+        self.inner.set_dump(dir);
+    }
+}
