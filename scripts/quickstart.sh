@@ -8,7 +8,6 @@ cd "$(dirname "$0")/.."
 PROMPT=${1:-"The three primary colors are"}
 shift || true
 echo "quickstart: building anedvd (release) ..." >&2
-cargo build --release --locked -p anedvd >&2 2>&1 | grep -E "^(error|warning: unused)" >&2 || true
-[ -x target/release/anedvd ] || { echo "quickstart: build failed; run 'cargo build --release -p anedvd' to see why" >&2; exit 1; }
+cargo build --release --locked -p anedvd >&2
 MODEL=$(scripts/fetch-model.sh)
 exec target/release/anedvd run --model "$MODEL" --prompt "$PROMPT" "$@"
