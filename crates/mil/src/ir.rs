@@ -406,6 +406,51 @@ impl Program {
     pub fn function(&self, name: &str) -> Option<&Function> {
         self.functions.iter().find(|f| f.name == name)
     }
+
+    /// Rewrites every inline literal argument into a named `const` placed
+    /// just before its user (named `<ssa>_<arg>`, suffixed `_1`, `_2`... if
+    /// taken), which is the form the ANE accepts (rule `ANE-INLINE-ARG`).
+    /// Returns how many arguments were hoisted.
+    pub fn hoist_inline_args(&mut self) -> usize {
+        let mut count = 0;
+        for f in &mut self.functions {
+            let mut taken: std::collections::HashSet<String> = f
+                .inputs
+                .iter()
+                .map(|(n, _)| n.clone())
+                .chain(f.body.iter().map(|s| s.name.clone()))
+                .collect();
+            let mut body = Vec::with_capacity(f.body.len());
+            for mut s in std::mem::take(&mut f.body) {
+                for (k, a) in s.args.iter_mut() {
+                    let Arg::Inline(v) = a else { continue };
+                    let base = format!("{}_{k}", s.name);
+                    let mut name = base.clone();
+                    let mut i = 1;
+                    while taken.contains(&name) {
+                        name = format!("{base}_{i}");
+                        i += 1;
+                    }
+                    taken.insert(name.clone());
+                    let mut attrs = BTreeMap::new();
+                    attrs.insert("val".to_string(), v.clone());
+                    body.push(Statement {
+                        ty: v.value_type(),
+                        name: name.clone(),
+                        op: "const".into(),
+                        args: BTreeMap::new(),
+                        label: name.clone(),
+                        attrs,
+                    });
+                    *a = Arg::Var(name);
+                    count += 1;
+                }
+                body.push(s);
+            }
+            f.body = body;
+        }
+        count
+    }
 }
 
 impl Default for Program {

@@ -35,6 +35,25 @@
 //! # Ok::<(), anedvd_mil::Error>(())
 //! ```
 //!
+//! # Pieces
+//!
+//! * [`ir`]: [`ir::Program`] → [`ir::Function`] → [`ir::Statement`] (typed
+//!   result, op name, keyword [`ir::Arg`]s, `name` label, attributes) and
+//!   literal [`ir::Value`]s including `BLOBFILE` references.
+//! * [`parse()`]: both dialects (`program(1.3)`/`ios18` with `string("x")`,
+//!   `program(1.0)`/`ios16` with `tensor<string, []>("x")`), any whitespace,
+//!   decimal / hex floats. [`print()`]: one canonical form (spaced, arguments
+//!   and attributes alphabetical, shortest round-trip floats without
+//!   exponents); `print ∘ parse` is a fixed point. The builder emits a named
+//!   const for every non-tensor argument;
+//!   [`ir::Program::hoist_inline_args`] rewrites parsed inline literals that way.
+//! * [`builder`]: typed, shape-inferring construction (`conv`, `matmul`,
+//!   `add`, `softmax`, `reduce_sum`, ...), sharing parameter consts.
+//! * [`blob`]: MIL blob storage v2, coremltools-aligned or the
+//!   maderix/Espresso-compatible layout (reproduces Espresso's
+//!   `ffn_blob_ref.bin`/`qkv_blob_ref.bin` byte for byte); a checked reader.
+//! * [`rules`] and [`sim`]: below.
+//!
 //! # Numerics model of the simulator
 //!
 //! * Every tensor is stored in its MIL dtype between ops: fp16 values are
@@ -53,8 +72,11 @@
 //!
 //! # Rule table
 //!
-//! Before simulating, [`sim::Simulator::new`] runs [`rules::check`]; a
-//! violation is [`Error::Rule`] naming the rule id. Sources are sections of
+//! Before simulating, [`sim::Simulator::new`] runs [`rules::check`] (with the
+//! weight files, so BLOBFILE references are verified); a violation is
+//! [`Error::Rule`] naming the rule id. [`rules::RuleConfig`] selects the
+//! surface style (flat by default; strided lifts `ANE-SURFACE-ALIGN`), the
+//! limits, extra allowed ops and waived rules. Sources are sections of
 //! `shared/docs/ane-spec.md` (which cites the upstream projects).
 //!
 //! | id | rule | source |

@@ -127,7 +127,12 @@ fn inline_args() {
     assert_clean(&prog(x, named, "y"));
     for inline in ["false", "bool(false)"] {
         let body = format!("tensor<fp16, [1, 1, 32, 32]> y = matmul(transpose_x = {inline}, transpose_y = {inline}, x = x, y = x)[name = string(\"y\")];");
-        assert_only(&prog(x, &body, "y"), RuleId::InlineArg);
+        let mut p = prog(x, &body, "y");
+        assert_only(&p, RuleId::InlineArg);
+        // hoisting the literals into named consts satisfies the rule
+        assert_eq!(p.hoist_inline_args(), 2);
+        assert_clean(&p);
+        assert!(anedvd_mil::print(&p).contains("bool y_transpose_x = const()"));
     }
 }
 
