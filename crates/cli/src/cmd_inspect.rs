@@ -451,14 +451,15 @@ fn print_text(args: &InspectArgs, r: &Report, out: &mut dyn Write) -> Result<()>
         writeln!(out, "* {} tensors:", r.totals.count)?;
         for t in &r.tensors {
             let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
+            let shape = if shape.is_empty() {
+                "scalar".to_string()
+            } else {
+                shape.join(" x ")
+            };
             writeln!(
                 out,
                 "  {:>4}: {:<8} | {:>24} | {:>12} bytes | {}",
-                t.index,
-                t.ty,
-                shape.join(" x "),
-                t.bytes,
-                t.name
+                t.index, t.ty, shape, t.bytes, t.name
             )?;
         }
     }
