@@ -290,19 +290,26 @@ impl<'a> Simulator<'a> {
 /// Converts a literal to a simulator value (reading BLOBFILE data from `weights`).
 fn value_to_val(loc: &str, v: &Value, weights: Option<&Weights>) -> Result<Val> {
     let num = |s: &Scalar| s.as_f64().unwrap_or(0.0) as f32;
+    // int32 literals are kept exact (not routed through f32)
+    let tensor = |shape: &[usize], vals: &[Scalar], dtype: DType| -> Result<Tensor> {
+        if dtype == DType::Int32 {
+            let v = vals
+                .iter()
+                .map(|s| s.as_int().and_then(|i| i32::try_from(i).ok()))
+                .collect::<Option<Vec<i32>>>()
+                .ok_or_else(|| Error::sem(loc, "bad int32 literal"))?;
+            return Ok(Tensor {
+                shape: shape.to_vec(),
+                data: Data::I32(v),
+            });
+        }
+        let v: Vec<f32> = vals.iter().map(num).collect();
+        Tensor::from_f32(dtype, shape, &v).map_err(|e| Error::sem(loc, e.to_string()))
+    };
     match v {
         Value::Scalar(Scalar::Str(s)) => Ok(Val::Str(s.clone())),
-        Value::Scalar(s) => Ok(Val::T(
-            Tensor::from_f32(s.dtype(), &[], &[num(s)])
-                .map_err(|e| Error::sem(loc, e.to_string()))?,
-        )),
-        Value::Tensor(t) => {
-            let vals: Vec<f32> = t.values.iter().map(num).collect();
-            Ok(Val::T(
-                Tensor::from_f32(t.ty.dtype, &t.ty.shape, &vals)
-                    .map_err(|e| Error::sem(loc, e.to_string()))?,
-            ))
-        }
+        Value::Scalar(s) => Ok(Val::T(tensor(&[], std::slice::from_ref(s), s.dtype())?)),
+        Value::Tensor(t) => Ok(Val::T(tensor(&t.ty.shape, &t.values, t.ty.dtype)?)),
         Value::Blob(b) => {
             let bytes = weights
                 .and_then(|w| w.get(&b.path))
