@@ -1,0 +1,92 @@
+//! Matvec throughput of the quantized kernels, in GB/s of weight bytes, one
+//! thread, for every instruction set this CPU runs (`cargo bench -p
+//! anedvd-cpu --bench kernels_matvec`; `BENCH_SECS` sets the time per case,
+//! default 1; `BENCH_FILTER` keeps cases whose label contains it).
+
+use anedvd_base::GgmlType;
+use anedvd_cpu::qkernels::{Kernels, QuantizedActivation};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// splitmix64.
+fn rng(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Random quant bytes with every f16 scale field set to a small finite value.
+fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let rb = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
+    let mut s = 1u64;
+    let mut w: Vec<u8> = (0..rows * rb / 8)
+        .flat_map(|_| rng(&mut s).to_le_bytes())
+        .collect();
+    w.resize(rows * rb, 0);
+    let scales: &[usize] = match ty {
+        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 => &[0],
+        GgmlType::Q4K => &[0, 2],
+        GgmlType::Q6K => &[208],
+        _ => &[],
+    };
+    let small = anedvd_quant::f32_to_f16(0.01).to_le_bytes();
+    for blk in w.chunks_exact_mut(ty.block_bytes() as usize) {
+        for &o in scales {
+            blk[o..o + 2].copy_from_slice(&small);
+        }
+    }
+    w
+}
+
+fn main() {
+    let secs: f64 = std::env::var("BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    let filter = std::env::var("BENCH_FILTER").unwrap_or_default();
+    // (type, rows, cols): Gemma 3 270M shapes.
+    let cases = [
+        (GgmlType::Q8_0, 262_144, 640), // token_embd / output (tied)
+        (GgmlType::Q8_0, 2048, 640),    // ffn_gate / ffn_up
+        (GgmlType::Q8_0, 640, 2048),    // ffn_down
+        (GgmlType::Q5_0, 2048, 640),
+        (GgmlType::Q4K, 640, 2048),
+        (GgmlType::Q6K, 640, 2048),
+    ];
+    println!("| type | rows x cols | MB | isa | us/matvec | GB/s |");
+    println!("|---|---|---|---|---|---|");
+    for (ty, rows, cols) in cases {
+        let label = format!("{ty} {rows}x{cols}");
+        if !label.contains(&filter) {
+            continue;
+        }
+        let w = weights(ty, rows, cols);
+        let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut act = QuantizedActivation::new();
+        act.quantize_for(ty, &x, cols).expect("activation");
+        let mut out = vec![0.0f32; rows];
+        for k in Kernels::available() {
+            let run = |out: &mut [f32]| {
+                k.matvec(ty, black_box(&w), 0..rows, cols, &act, out)
+                    .expect("matvec")
+            };
+            run(&mut out);
+            let (mut n, start) = (0u32, Instant::now());
+            while start.elapsed() < Duration::from_secs_f64(secs) || n < 3 {
+                run(&mut out);
+                n += 1;
+            }
+            let per = start.elapsed().as_secs_f64() / f64::from(n);
+            println!(
+                "| {ty} | {rows}x{cols} | {:.1} | {} | {:.1} | {:.2} |",
+                w.len() as f64 / 1e6,
+                k.name(),
+                per * 1e6,
+                w.len() as f64 / per / 1e9
+            );
+            black_box(&out);
+        }
+    }
+}
