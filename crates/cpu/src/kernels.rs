@@ -48,7 +48,7 @@ pub fn dot_f32_bytes(row: &[u8], x: &[f32]) -> f32 {
 /// without materializing the dequantized row. `None` if the sizes disagree.
 #[inline]
 pub fn dot_q8_0(row: &[u8], x: &[f32]) -> Option<f32> {
-    if row.len() % 34 != 0 || row.len() / 34 * 32 != x.len() {
+    if x.len() / 32 * 32 != x.len() || row.len() != x.len() / 32 * 34 {
         return None;
     }
     let mut total = 0.0f32;

@@ -1,4 +1,253 @@
-//! AVX-512 kernels (stub).
-use super::super::Table;
-pub(super) const TABLE: Table = super::avx2::TABLE;
-pub(super) const TABLE_VNNI: Table = super::avx2::TABLE;
+//! AVX-512 F/BW/VL kernels, in two builds: with VNNI (`vpdpbusd`) and
+//! without (`vpmaddubsw` + `vpmaddwd`). Legacy blocks are taken two at a
+//! time (one 512-bit register), K-quants 64 weights at a time; types not
+//! listed in the tables below use the AVX2 kernels.
+
+use super::super::generic::unpack_k4_scales;
+use super::super::{Q8Block, Table};
+use super::avx2::{
+    self, f16v, hsum128, ld128, ld256, ld256i, rd16, signed_iq4_nl, signed_q4_0, signed_q5_0,
+    signed_q8_0,
+};
+use anedvd_quant::BlockQ8K;
+use std::arch::x86_64::*;
+
+/// `acc + sum of 4 (u8 × i8)` per i32 lane, with VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dp_vnni(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+    _mm512_dpbusd_epi32(acc, u, s)
+}
+
+/// `acc + sum of 4 (u8 × i8)` per i32 lane, without VNNI (no saturation
+/// for the operand ranges used here: `u <= 128`, `|s| <= 127` or `u <= 63`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+fn dp_bw(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+    let p = _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
+    _mm512_add_epi32(acc, p)
+}
+
+/// `[lo | hi]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+fn join(lo: __m256i, hi: __m256i) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// Loads 64 signed bytes from the start of `s`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+fn ld512i(s: &[i8]) -> __m512i {
+    let s = &s[..64];
+    // SAFETY: `s` is 64 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
+}
+
+macro_rules! kernels {
+    ($m:ident, $feat:literal, $dp:ident, $doc:literal) => {
+        #[doc = $doc]
+        pub(super) mod $m {
+            use super::*;
+
+            /// Two signed legacy blocks per 512-bit step.
+            macro_rules! signed_dot {
+                ($dot:ident, $bb:expr, $signed:ident) => {
+                    #[target_feature(enable = $feat)]
+                    fn $dot(x: &[u8], y: &[Q8Block]) -> f32 {
+                        let nb = (x.len() / $bb).min(y.len());
+                        let (x, y) = (&x[..nb * $bb], &y[..nb]);
+                        let mut acc = _mm512_setzero_ps();
+                        let step = |acc: __m512, wx: __m512i, wy: __m512i, d: __m512| {
+                            let ax = _mm512_abs_epi8(wx);
+                            let neg = _mm512_movepi8_mask(wx);
+                            let sy = _mm512_mask_sub_epi8(wy, neg, _mm512_setzero_si512(), wy);
+                            let s = $dp(_mm512_setzero_si512(), ax, sy);
+                            _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc)
+                        };
+                        let mut xs = x.chunks_exact(2 * $bb);
+                        let mut ys = y.chunks_exact(2);
+                        for (xp, yp) in (&mut xs).zip(&mut ys) {
+                            let (x0, x1) = xp.split_at($bb);
+                            let wx = join($signed(x0), $signed(x1));
+                            let wy = join(ld256i(&yp[0].qs), ld256i(&yp[1].qs));
+                            let d = _mm512_mask_blend_ps(
+                                0xff00,
+                                _mm512_set1_ps(f16v(rd16(x0, 0)) * yp[0].d),
+                                _mm512_set1_ps(f16v(rd16(x1, 0)) * yp[1].d),
+                            );
+                            acc = step(acc, wx, wy, d);
+                        }
+                        if let (Some(yb), x0) = (ys.remainder().first(), xs.remainder()) {
+                            let z = _mm256_setzero_si256();
+                            let wx = join($signed(x0), z);
+                            let wy = join(ld256i(&yb.qs), z);
+                            let d = _mm512_maskz_mov_ps(0x00ff, _mm512_set1_ps(f16v(rd16(x0, 0)) * yb.d));
+                            acc = step(acc, wx, wy, d);
+                        }
+                        _mm512_reduce_add_ps(acc)
+                    }
+                };
+            }
+
+            signed_dot!(dot_q8_0, 34, signed_q8_0);
+            signed_dot!(dot_q4_0, 18, signed_q4_0);
+            signed_dot!(dot_q5_0, 22, signed_q5_0);
+            signed_dot!(dot_iq4_nl, 18, signed_iq4_nl);
+
+            /// Q4_K (`FIVE = false`) and Q5_K: 64 weights (two sub-blocks) per step.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn dot_k4_like<const BB: usize, const QS: usize, const FIVE: bool>(
+                x: &[u8],
+                y: &[BlockQ8K],
+            ) -> f32 {
+                let m4 = _mm256_set1_epi8(0x0f);
+                let one = _mm256_set1_epi8(1);
+                let mut acc = _mm512_setzero_ps();
+                let mut acc_m = _mm_setzero_ps();
+                for (xb, yb) in x.chunks_exact(BB).zip(y) {
+                    let d = yb.d * f16v(rd16(xb, 0));
+                    let dmin = -yb.d * f16v(rd16(xb, 2));
+                    let sm = unpack_k4_scales(&xb[4..16]);
+                    let prod = avx2::k4_mins(&sm, yb);
+                    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+                    let mut hb = if FIVE { ld256(&xb[16..48]) } else { _mm256_setzero_si256() };
+                    let mut sumi = _mm512_setzero_si512();
+                    for j in 0..4 {
+                        let bits = ld256(&xb[QS + 32 * j..]);
+                        let mut lo = _mm256_and_si256(bits, m4);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+                        if FIVE {
+                            let hl = _mm256_slli_epi16::<4>(_mm256_and_si256(hb, one));
+                            let hh = _mm256_slli_epi16::<3>(_mm256_and_si256(hb, _mm256_set1_epi8(2)));
+                            hb = _mm256_srli_epi16::<2>(hb);
+                            lo = _mm256_or_si256(lo, hl);
+                            hi = _mm256_or_si256(hi, hh);
+                        }
+                        let p = $dp(_mm512_setzero_si512(), join(lo, hi), ld512i(&yb.qs[64 * j..]));
+                        let sc = _mm512_mask_blend_epi32(
+                            0xff00,
+                            _mm512_set1_epi32(i32::from(sm[2 * j])),
+                            _mm512_set1_epi32(i32::from(sm[2 * j + 1])),
+                        );
+                        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, sc));
+                    }
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+                }
+                _mm512_reduce_add_ps(acc) + hsum128(acc_m)
+            }
+
+            #[target_feature(enable = $feat)]
+            fn dot_q4_k(x: &[u8], y: &[BlockQ8K]) -> f32 {
+                dot_k4_like::<144, 16, false>(x, y)
+            }
+
+            #[target_feature(enable = $feat)]
+            fn dot_q5_k(x: &[u8], y: &[BlockQ8K]) -> f32 {
+                dot_k4_like::<176, 48, true>(x, y)
+            }
+
+            /// Q6_K: unsigned 6-bit weights, the `-32` folded in through
+            /// `bsums`; 64 weights (four 16-weight groups) per step.
+            #[target_feature(enable = $feat)]
+            fn dot_q6_k(x: &[u8], y: &[BlockQ8K]) -> f32 {
+                let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
+                let rep = |i: i32| i * 0x0101_0101;
+                let shuf = [0, 1, 2, 3].map(|k| {
+                    _mm_setr_epi32(rep(4 * k), rep(4 * k + 1), rep(4 * k + 2), rep(4 * k + 3))
+                });
+                let mut acc = _mm512_setzero_ps();
+                for (xb, yb) in x.chunks_exact(210).zip(y) {
+                    let d = yb.d * f16v(rd16(xb, 208));
+                    let sc = ld128(&xb[192..208]);
+                    // SAFETY: `bsums` is 16 i16 = 32 readable bytes; unaligned load.
+                    let bs = unsafe { _mm256_loadu_si256(yb.bsums.as_ptr().cast()) };
+                    let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs));
+                    let mut sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+                    for c in 0..2 {
+                        let b1 = ld256(&xb[64 * c..]);
+                        let b2 = ld256(&xb[64 * c + 32..]);
+                        let hb = ld256(&xb[128 + 32 * c..]);
+                        let h = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, m2));
+                        let q0 = _mm256_or_si256(_mm256_and_si256(b1, m4), h(hb));
+                        let q1 = _mm256_or_si256(_mm256_and_si256(b2, m4), h(_mm256_srli_epi16::<2>(hb)));
+                        let q2 = _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4),
+                            h(_mm256_srli_epi16::<4>(hb)),
+                        );
+                        let q3 = _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4),
+                            h(_mm256_srli_epi16::<6>(hb)),
+                        );
+                        for (m, q) in [join(q0, q1), join(q2, q3)].into_iter().enumerate() {
+                            let idx = 2 * c + m;
+                            let p = $dp(_mm512_setzero_si512(), q, ld512i(&yb.qs[64 * idx..]));
+                            let s = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, shuf[idx]));
+                            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, s));
+                        }
+                    }
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+                }
+                _mm512_reduce_add_ps(acc)
+            }
+
+            /// A safe row loop around a `#[target_feature]` dot.
+            macro_rules! rows {
+                ($$($rows:ident, $inner:ident => $dot:ident : $a:ty;)*) => {$$(
+                    #[target_feature(enable = $feat)]
+                    fn $inner(w: &[u8], rb: usize, a: &[$a], out: &mut [f32]) {
+                        if rb == 0 {
+                            return;
+                        }
+                        for (o, row) in out.iter_mut().zip(w.chunks_exact(rb)) {
+                            *o = $dot(row, a);
+                        }
+                    }
+
+                    fn $rows(w: &[u8], rb: usize, a: &[$a], out: &mut [f32]) {
+                        // SAFETY: only reachable through this module's
+                        // `TABLE`, which `avx512_table` returns after
+                        // detecting every feature in `$feat`.
+                        unsafe { $inner(w, rb, a, out) }
+                    }
+                )*};
+            }
+
+            rows! {
+                rows_q8_0, inner_q8_0 => dot_q8_0: Q8Block;
+                rows_q4_0, inner_q4_0 => dot_q4_0: Q8Block;
+                rows_q5_0, inner_q5_0 => dot_q5_0: Q8Block;
+                rows_iq4_nl, inner_iq4_nl => dot_iq4_nl: Q8Block;
+                rows_q4_k, inner_q4_k => dot_q4_k: BlockQ8K;
+                rows_q5_k, inner_q5_k => dot_q5_k: BlockQ8K;
+                rows_q6_k, inner_q6_k => dot_q6_k: BlockQ8K;
+            }
+
+            /// This build's table (AVX2 kernels for the other types).
+            pub(in super::super) const TABLE: Table = Table {
+                q4_0: rows_q4_0,
+                q5_0: rows_q5_0,
+                q8_0: rows_q8_0,
+                iq4_nl: rows_iq4_nl,
+                q4_k: rows_q4_k,
+                q5_k: rows_q5_k,
+                q6_k: rows_q6_k,
+                ..avx2::TABLE
+            };
+        }
+    };
+}
+
+kernels!(
+    vnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dp_vnni,
+    "Kernels using `vpdpbusd` (AVX512-VNNI)."
+);
+kernels!(
+    bw,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dp_bw,
+    "Kernels using `vpmaddubsw` + `vpmaddwd` (AVX512-BW)."
+);
