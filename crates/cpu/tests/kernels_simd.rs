@@ -80,7 +80,7 @@ fn random_weights(
     rng: &mut Rng,
     mut scale: impl FnMut(&mut Rng) -> f32,
 ) -> Vec<u8> {
-    let rb = ty.row_bytes(n_cols as u64).unwrap() as usize;
+    let rb = ty.row_bytes(n_cols as u64).expect("whole blocks") as usize;
     let mut w = vec![0u8; rows * rb];
     match ty {
         GgmlType::F32 => {
@@ -114,12 +114,16 @@ fn random_weights(
 /// `sum |w_i| |x_i|` over one row (the scale of rounding errors).
 fn magnitude(ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
     let mut wf = vec![0.0; x.len()];
-    anedvd_quant::dequantize(ty, row, &mut wf).unwrap();
+    anedvd_quant::dequantize(ty, row, &mut wf).expect("dequantize");
     wf.iter().zip(x).map(|(w, x)| w.abs() * x.abs()).sum()
 }
 
 fn cols_for(ty: GgmlType, n_blocks: usize) -> usize {
-    n_blocks * ActFormat::for_weight(ty).unwrap().block().max(32)
+    n_blocks
+        * ActFormat::for_weight(ty)
+            .expect("supported")
+            .block()
+            .max(32)
 }
 
 #[test]
@@ -347,7 +351,7 @@ fn shape_errors_are_reported_not_panicked() {
     assert!(k.matvec(ty, &w, 0..4, 32, &act, &mut out).is_ok());
     // Too many rows for the bytes.
     assert!(matches!(
-        k.matvec(ty, &w, 0..5, 32, &act, &mut vec![0.0; 5]),
+        k.matvec(ty, &w, 0..5, 32, &act, &mut [0.0; 5]),
         Err(KernelError::Shape(_))
     ));
     // Output length mismatch.

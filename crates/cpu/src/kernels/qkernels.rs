@@ -155,28 +155,37 @@ impl Kernels {
         None
     }
 
-    /// AVX-512 F/BW/VL (+VNNI when present) kernels over the AVX2 ones, if
-    /// this CPU has them.
+    /// AVX-512 F/BW/VL kernels with VNNI, if this CPU has them.
     pub fn avx512() -> Option<Self> {
+        Self::x86_avx512(true, "avx512vnni")
+    }
+
+    /// AVX-512 F/BW/VL kernels without VNNI (`vpmaddubsw` + `vpmaddwd`), if
+    /// this CPU has AVX-512 F/BW/VL.
+    pub fn avx512_without_vnni() -> Option<Self> {
+        Self::x86_avx512(false, "avx512")
+    }
+
+    #[allow(unused_variables)]
+    fn x86_avx512(vnni: bool, name: &'static str) -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
         {
-            x86_64::avx512_table().map(|(table, vnni)| Self {
-                name: if vnni { "avx512vnni" } else { "avx512" },
-                table,
-            })
+            x86_64::avx512_table(vnni).map(|table| Self { name, table })
         }
         #[cfg(not(target_arch = "x86_64"))]
         None
     }
 
-    /// The best kernels this CPU runs: AVX-512, else AVX2, else generic.
-    /// `ANEDVD_KERNELS=generic|avx2|avx512` caps the choice (for A/B runs).
+    /// The best kernels this CPU runs: AVX-512 with VNNI, else AVX-512,
+    /// else AVX2, else generic. `ANEDVD_KERNELS=generic|avx2|avx512` caps
+    /// the choice (for A/B runs).
     pub fn detect() -> Self {
         let cap = std::env::var("ANEDVD_KERNELS").unwrap_or_default();
         let order: &[fn() -> Option<Self>] = match cap.as_str() {
             "generic" => &[],
             "avx2" => &[Self::avx2],
-            _ => &[Self::avx512, Self::avx2],
+            "avx512" => &[Self::avx512_without_vnni, Self::avx2],
+            _ => &[Self::avx512, Self::avx512_without_vnni, Self::avx2],
         };
         order.iter().find_map(|f| f()).unwrap_or_else(Self::generic)
     }
@@ -185,6 +194,7 @@ impl Kernels {
     pub fn available() -> Vec<Self> {
         let mut v = vec![Self::generic()];
         v.extend(Self::avx2());
+        v.extend(Self::avx512_without_vnni());
         v.extend(Self::avx512());
         v
     }

@@ -294,7 +294,7 @@ fn dot_q3_k(x: &[u8], y: &[BlockQ8K]) -> f32 {
 /// Q4_K / Q5_K: `mins · bsums` for one block, as 4 i32 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn k4_mins(sm: &[u8; 16], yb: &BlockQ8K) -> __m128i {
+pub(super) fn k4_mins(sm: &[u8; 16], yb: &BlockQ8K) -> __m128i {
     let mins = _mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(sm_hi(sm))));
     // SAFETY: `bsums` is 16 i16 = 32 readable bytes; unaligned load.
     let bs = unsafe { _mm256_loadu_si256(yb.bsums.as_ptr().cast()) };

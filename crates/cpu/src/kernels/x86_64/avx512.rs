@@ -44,6 +44,28 @@ fn ld512i(s: &[i8]) -> __m512i {
     unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
 }
 
+/// A safe row loop around a `#[target_feature]` dot.
+macro_rules! rows512 {
+    ($feat:literal; $($rows:ident, $inner:ident => $dot:ident : $a:ty;)*) => {$(
+        #[target_feature(enable = $feat)]
+        fn $inner(w: &[u8], rb: usize, a: &[$a], out: &mut [f32]) {
+            if rb == 0 {
+                return;
+            }
+            for (o, row) in out.iter_mut().zip(w.chunks_exact(rb)) {
+                *o = $dot(row, a);
+            }
+        }
+
+        fn $rows(w: &[u8], rb: usize, a: &[$a], out: &mut [f32]) {
+            // SAFETY: only reachable through the enclosing module's `TABLE`,
+            // which `avx512_table` returns after detecting every feature in
+            // `$feat`.
+            unsafe { $inner(w, rb, a, out) }
+        }
+    )*};
+}
+
 macro_rules! kernels {
     ($m:ident, $feat:literal, $dp:ident, $doc:literal) => {
         #[doc = $doc]
@@ -82,7 +104,10 @@ macro_rules! kernels {
                             let z = _mm256_setzero_si256();
                             let wx = join($signed(x0), z);
                             let wy = join(ld256i(&yb.qs), z);
-                            let d = _mm512_maskz_mov_ps(0x00ff, _mm512_set1_ps(f16v(rd16(x0, 0)) * yb.d));
+                            let d = _mm512_maskz_mov_ps(
+                                0x00ff,
+                                _mm512_set1_ps(f16v(rd16(x0, 0)) * yb.d),
+                            );
                             acc = step(acc, wx, wy, d);
                         }
                         _mm512_reduce_add_ps(acc)
@@ -112,7 +137,11 @@ macro_rules! kernels {
                     let sm = unpack_k4_scales(&xb[4..16]);
                     let prod = avx2::k4_mins(&sm, yb);
                     acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-                    let mut hb = if FIVE { ld256(&xb[16..48]) } else { _mm256_setzero_si256() };
+                    let mut hb = if FIVE {
+                        ld256(&xb[16..48])
+                    } else {
+                        _mm256_setzero_si256()
+                    };
                     let mut sumi = _mm512_setzero_si512();
                     for j in 0..4 {
                         let bits = ld256(&xb[QS + 32 * j..]);
@@ -120,12 +149,17 @@ macro_rules! kernels {
                         let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
                         if FIVE {
                             let hl = _mm256_slli_epi16::<4>(_mm256_and_si256(hb, one));
-                            let hh = _mm256_slli_epi16::<3>(_mm256_and_si256(hb, _mm256_set1_epi8(2)));
+                            let hh =
+                                _mm256_slli_epi16::<3>(_mm256_and_si256(hb, _mm256_set1_epi8(2)));
                             hb = _mm256_srli_epi16::<2>(hb);
                             lo = _mm256_or_si256(lo, hl);
                             hi = _mm256_or_si256(hi, hh);
                         }
-                        let p = $dp(_mm512_setzero_si512(), join(lo, hi), ld512i(&yb.qs[64 * j..]));
+                        let p = $dp(
+                            _mm512_setzero_si512(),
+                            join(lo, hi),
+                            ld512i(&yb.qs[64 * j..]),
+                        );
                         let sc = _mm512_mask_blend_epi32(
                             0xff00,
                             _mm512_set1_epi32(i32::from(sm[2 * j])),
@@ -163,15 +197,20 @@ macro_rules! kernels {
                     let sc = ld128(&xb[192..208]);
                     // SAFETY: `bsums` is 16 i16 = 32 readable bytes; unaligned load.
                     let bs = unsafe { _mm256_loadu_si256(yb.bsums.as_ptr().cast()) };
-                    let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs));
-                    let mut sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+                    let corr =
+                        _mm256_slli_epi32::<5>(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs));
+                    let mut sumi =
+                        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
                     for c in 0..2 {
                         let b1 = ld256(&xb[64 * c..]);
                         let b2 = ld256(&xb[64 * c + 32..]);
                         let hb = ld256(&xb[128 + 32 * c..]);
                         let h = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, m2));
                         let q0 = _mm256_or_si256(_mm256_and_si256(b1, m4), h(hb));
-                        let q1 = _mm256_or_si256(_mm256_and_si256(b2, m4), h(_mm256_srli_epi16::<2>(hb)));
+                        let q1 = _mm256_or_si256(
+                            _mm256_and_si256(b2, m4),
+                            h(_mm256_srli_epi16::<2>(hb)),
+                        );
                         let q2 = _mm256_or_si256(
                             _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4),
                             h(_mm256_srli_epi16::<4>(hb)),
@@ -192,29 +231,8 @@ macro_rules! kernels {
                 _mm512_reduce_add_ps(acc)
             }
 
-            /// A safe row loop around a `#[target_feature]` dot.
-            macro_rules! rows {
-                ($$($rows:ident, $inner:ident => $dot:ident : $a:ty;)*) => {$$(
-                    #[target_feature(enable = $feat)]
-                    fn $inner(w: &[u8], rb: usize, a: &[$a], out: &mut [f32]) {
-                        if rb == 0 {
-                            return;
-                        }
-                        for (o, row) in out.iter_mut().zip(w.chunks_exact(rb)) {
-                            *o = $dot(row, a);
-                        }
-                    }
-
-                    fn $rows(w: &[u8], rb: usize, a: &[$a], out: &mut [f32]) {
-                        // SAFETY: only reachable through this module's
-                        // `TABLE`, which `avx512_table` returns after
-                        // detecting every feature in `$feat`.
-                        unsafe { $inner(w, rb, a, out) }
-                    }
-                )*};
-            }
-
-            rows! {
+            rows512! {
+                $feat;
                 rows_q8_0, inner_q8_0 => dot_q8_0: Q8Block;
                 rows_q4_0, inner_q4_0 => dot_q4_0: Q8Block;
                 rows_q5_0, inner_q5_0 => dot_q5_0: Q8Block;

@@ -24,19 +24,16 @@ pub(super) fn avx2_table() -> Option<Table> {
     has_avx2().then_some(avx2::TABLE)
 }
 
-/// The AVX-512 table (and whether it uses VNNI), if the CPU has AVX2, FMA,
-/// F16C and AVX-512 F/BW/VL.
-pub(super) fn avx512_table() -> Option<(Table, bool)> {
+/// The AVX-512 table, if the CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL
+/// (and VNNI when `vnni`).
+pub(super) fn avx512_table(vnni: bool) -> Option<Table> {
     let base = has_avx2()
         && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl");
-    if !base {
-        return None;
-    }
-    if is_x86_feature_detected!("avx512vnni") {
-        Some((avx512::TABLE_VNNI, true))
-    } else {
-        Some((avx512::TABLE, false))
+    match (base, vnni) {
+        (false, _) => None,
+        (true, false) => Some(avx512::bw::TABLE),
+        (true, true) => is_x86_feature_detected!("avx512vnni").then_some(avx512::vnni::TABLE),
     }
 }
