@@ -148,7 +148,43 @@ fn check(
     }
 }
 
+/// Our GGUF logits against llama.cpp's on the same files
+/// (`llamacpp_ref.json`, scripts/fixtures/llamacpp_logits.c, f32 KV). No
+/// overrides: llama.cpp reads the GGUF as it is (for Mistral: no window).
+fn check_llamacpp(family: &str) {
+    let dir = fixtures().join(family);
+    let Ok(text) = std::fs::read_to_string(dir.join("llamacpp_ref.json")) else {
+        eprintln!("skipping llama.cpp comparison for {family}: llamacpp_ref.json absent");
+        return;
+    };
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let prompt: Vec<u32> = v["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    for (file, min_cos) in [("model-f32.gguf", 0.99999), ("model-q8_0.gguf", 0.999)] {
+        let Some(want) = v["gguf"][file]["last_logits"].as_array() else {
+            continue;
+        };
+        let want: Vec<f32> = want.iter().map(|x| x.as_f64().unwrap() as f32).collect();
+        let exe = compile(&dir.join(file), &ConfigOverrides::default());
+        let mut s = exe.new_session(prompt.len()).unwrap();
+        let got = s.forward(&prompt, LogitsMode::Last).unwrap();
+        let c = cosine(got, &want);
+        eprintln!("{family:8} {file:16} vs llama.cpp: last-position cosine {c:.9}");
+        assert!(c >= min_cos, "{family} {file} vs llama.cpp: cosine {c}");
+        assert_eq!(
+            argmax(got),
+            argmax(&want),
+            "{family} {file} vs llama.cpp: top-1"
+        );
+    }
+}
+
 fn family_test(family: &str) {
+    check_llamacpp(family);
     let dir = fixtures().join(family);
     let f32_min = (0.99999, 0.99999);
     check(
