@@ -1,5 +1,7 @@
 //! The `anedvd` command-line tool: thin subcommands over the engine.
 
+mod cmd_chat;
+mod cmd_inspect;
 mod cmd_run;
 mod common;
 
@@ -18,12 +20,18 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (streams to stdout, stats to stderr).
     Run(cmd_run::RunArgs),
+    /// Show a model file's metadata, tensors and summaries (like gguf-dump).
+    Inspect(cmd_inspect::InspectArgs),
+    /// Chat interactively; the KV cache is kept across turns.
+    Chat(cmd_chat::ChatArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Run(a) => cmd_run::run(a),
+        Command::Chat(a) => cmd_chat::run(a),
+        Command::Inspect(a) => cmd_inspect::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
