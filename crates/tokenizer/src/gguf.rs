@@ -156,8 +156,11 @@ fn numbers(md: &Metadata, key: &str, n: usize) -> Result<Option<Vec<f64>>> {
         .map(Some)
 }
 
+/// The token of the earliest text in `texts` that the vocabulary has
+/// (llama.cpp scans a hash map, so its pick among several is arbitrary; we
+/// take the list order, most specific marker first).
 fn first_with_text(vocab: &Vocab, texts: &[&str]) -> Option<u32> {
-    (0..vocab.len() as u32).find(|&i| texts.contains(&vocab.texts[i as usize].as_str()))
+    texts.iter().find_map(|t| vocab.get(t))
 }
 
 impl Tokenizer {

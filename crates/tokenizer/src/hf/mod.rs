@@ -348,7 +348,7 @@ impl Tokenizer {
         }
         specials.add_bos = !prefix.is_empty();
         specials.add_eos = !suffix.is_empty();
-        specials.eot = (0..n as u32).find(|&i| EOT_TEXTS.contains(&vocab.texts[i as usize].as_str()));
+        specials.eot = EOT_TEXTS.iter().find_map(|t| vocab.get(t));
         let mut eog: Vec<u32> = (0..n as u32)
             .filter(|&i| EOG_TEXTS.contains(&vocab.texts[i as usize].as_str()))
             .collect();
