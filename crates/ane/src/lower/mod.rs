@@ -1,0 +1,1 @@
+//! Decoder → MIL lowering: per-layer programs and weight blobs.

@@ -1,0 +1,1 @@
+//! The ANE runtime: a driver interface, the private-framework driver and a simulated driver.
