@@ -13,7 +13,12 @@ pub struct TokenizeArgs {
     #[arg(short, long, value_name = "PATH")]
     pub model: Option<PathBuf>,
     /// Text to tokenize.
-    #[arg(long, value_name = "TEXT", conflicts_with = "file", required_unless_present = "file")]
+    #[arg(
+        long,
+        value_name = "TEXT",
+        conflicts_with = "file",
+        required_unless_present = "file"
+    )]
     pub text: Option<String>,
     /// Read the text verbatim from a file.
     #[arg(long, value_name = "FILE")]
@@ -54,7 +59,10 @@ fn model_path(flag: &Option<PathBuf>) -> Result<PathBuf> {
     let home = std::env::var_os("HOME").context("no --model given and $HOME is unset")?;
     let p = PathBuf::from(home).join(".cache/models/gemma3-270m-q4_k_m.gguf");
     if !p.exists() {
-        bail!("no --model given and the default model {} is absent", p.display());
+        bail!(
+            "no --model given and the default model {} is absent",
+            p.display()
+        );
     }
     Ok(p)
 }
@@ -62,7 +70,8 @@ fn model_path(flag: &Option<PathBuf>) -> Result<PathBuf> {
 /// Loads the tokenizer of the model at `path`: GGUF metadata, or
 /// `tokenizer.json` (+ `tokenizer_config.json`) of a Hugging Face directory.
 pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
-    let opened = anedvd_weights::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let opened =
+        anedvd_weights::open(path).with_context(|| format!("opening {}", path.display()))?;
     if let Some(dir) = &opened.dir {
         let json_path = dir.join("tokenizer.json");
         let json = std::fs::read_to_string(&json_path)
@@ -81,7 +90,10 @@ fn parse_ids(s: &str) -> Result<Vec<u32>> {
     inner
         .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|t| !t.is_empty())
-        .map(|t| t.parse::<u32>().with_context(|| format!("`{t}` is not a token id")))
+        .map(|t| {
+            t.parse::<u32>()
+                .with_context(|| format!("`{t}` is not a token id"))
+        })
         .collect()
 }
 
@@ -90,7 +102,9 @@ pub fn run_tokenize(args: &TokenizeArgs) -> Result<()> {
     let tok = load_tokenizer(&model_path(&args.model)?)?;
     let text = match (&args.text, &args.file) {
         (Some(t), _) => t.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
+        }
         (None, None) => bail!("give --text or --file"),
     };
     let ids = tok.encode(&text, !args.no_bos, !args.no_special)?;

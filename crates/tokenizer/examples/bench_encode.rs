@@ -25,7 +25,11 @@ fn english(bytes: usize) -> String {
     let mut i = 0usize;
     while s.len() < bytes {
         s.push_str(PARAGRAPHS[i % PARAGRAPHS.len()]);
-        s.push_str(&format!(" (Section {}, page {}.)\n\n", i / 7 + 1, i * 13 % 977));
+        s.push_str(&format!(
+            " (Section {}, page {}.)\n\n",
+            i / 7 + 1,
+            i * 13 % 977
+        ));
         i += 1;
     }
     s.truncate(bytes);

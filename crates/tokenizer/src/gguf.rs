@@ -62,9 +62,7 @@ const DEEPSEEK3: &[&str] = &[
     "[\u{4e00}-\u{9fa5}\u{3040}-\u{309f}\u{30a0}-\u{30ff}]+",
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
 ];
-const BLOOM: &[&str] = &[
-    " ?[^(\\s|.,!?\u{2026}\u{3002}\u{ff0c}\u{3001}\u{964}\u{6d4}\u{60c})]+",
-];
+const BLOOM: &[&str] = &[" ?[^(\\s|.,!?\u{2026}\u{3002}\u{ff0c}\u{3001}\u{964}\u{6d4}\u{60c})]+"];
 const VIKING: &[&str] = &[
     " ?[^(\\s|.,!?\u{2026}\u{3002}\u{ff0c}\u{3001}\u{964}\u{6d4}\u{60c})]+",
     "\\p{N}",
@@ -210,7 +208,9 @@ impl Tokenizer {
                     rules: Vec::new(),
                     byte_encode: false,
                     escape_whitespace: true,
-                    add_space_prefix: md.opt_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(true),
+                    add_space_prefix: md
+                        .opt_bool("tokenizer.ggml.add_space_prefix")?
+                        .unwrap_or(true),
                     newline_words: false,
                 };
                 (Model::Spm, Fallback::SpmBytes, front)
@@ -218,7 +218,9 @@ impl Tokenizer {
             "gpt2" | "gemma4" => {
                 let gemma4 = kind == "gemma4";
                 let merges = strings(md, "tokenizer.ggml.merges").map_err(|e| match e {
-                    Error::Metadata(anedvd_base::Error::MissingKey { key }) => Error::MissingMerges(key),
+                    Error::Metadata(anedvd_base::Error::MissingKey { key }) => {
+                        Error::MissingMerges(key)
+                    }
                     e => e,
                 })?;
                 let merges = build_merges(
@@ -231,7 +233,8 @@ impl Tokenizer {
                 } else {
                     specials.bos = Some(11);
                     specials.eos = Some(11);
-                    let pre = pre_for(pre_name).ok_or_else(|| Error::UnknownPre(pre_name.to_string()))?;
+                    let pre =
+                        pre_for(pre_name).ok_or_else(|| Error::UnknownPre(pre_name.to_string()))?;
                     specials.add_bos = pre.add_bos;
                     let rules = pre
                         .patterns
@@ -244,10 +247,16 @@ impl Tokenizer {
                     rules,
                     byte_encode: !gemma4,
                     escape_whitespace: gemma4,
-                    add_space_prefix: md.opt_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(false),
+                    add_space_prefix: md
+                        .opt_bool("tokenizer.ggml.add_space_prefix")?
+                        .unwrap_or(false),
                     newline_words: gemma4,
                 };
-                let fallback = if gemma4 { Fallback::ByteTokens } else { Fallback::BpeRawBytes };
+                let fallback = if gemma4 {
+                    Fallback::ByteTokens
+                } else {
+                    Fallback::BpeRawBytes
+                };
                 (
                     Model::Bpe {
                         merges,
@@ -286,7 +295,10 @@ impl Tokenizer {
                 *slot = Some(id as u32);
             }
         }
-        for key in ["tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id"] {
+        for key in [
+            "tokenizer.ggml.fim_pad_token_id",
+            "tokenizer.ggml.fim_rep_token_id",
+        ] {
             fim_keys_present |= md.contains(key);
         }
         if let Some(b) = md.opt_bool("tokenizer.ggml.add_bos_token")? {
@@ -371,7 +383,8 @@ fn detect_specials(
     md: &Metadata,
     fim_keys_present: bool,
 ) -> Result<Vec<u32>> {
-    let mark_control = |vocab: &mut Vocab, id: u32| vocab.attrs[id as usize].insert(TokenAttr::CONTROL);
+    let mark_control =
+        |vocab: &mut Vocab, id: u32| vocab.attrs[id as usize].insert(TokenAttr::CONTROL);
     if specials.eot.is_none() {
         specials.eot = first_with_text(vocab, EOT_TEXTS);
         if let Some(id) = specials.eot {
@@ -385,11 +398,44 @@ fn detect_specials(
         }
     }
     let fim_lists: [&[&str]; 6] = [
-        &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"],
-        &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"],
-        &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"],
+        &[
+            "<|fim_prefix|>",
+            "<fim-prefix>",
+            "<fim_prefix>",
+            "<｜fim▁begin｜>",
+            "<PRE>",
+            "▁<PRE>",
+            "<|code_prefix|>",
+            "<|prefix|>",
+        ],
+        &[
+            "<|fim_suffix|>",
+            "<fim-suffix>",
+            "<fim_suffix>",
+            "<｜fim▁hole｜>",
+            "<SUF>",
+            "▁<SUF>",
+            "<|code_suffix|>",
+            "<|suffix|>",
+        ],
+        &[
+            "<|fim_middle|>",
+            "<fim-middle>",
+            "<fim_middle>",
+            "<｜fim▁end｜>",
+            "<MID>",
+            "▁<MID>",
+            "<|code_middle|>",
+            "<|middle|>",
+        ],
         &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
-        &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"],
+        &[
+            "<|fim_repo|>",
+            "<|repo_name|>",
+            "<fim-repo>",
+            "<REPO>",
+            "<reponame>",
+        ],
         &["<|file_sep|>"],
     ];
     let mut eog: Vec<u32> = Vec::new();
@@ -446,7 +492,8 @@ fn detect_specials(
     // phi-3: special tokens swallow whitespace on their right.
     let name = md.opt_str("general.name")?.unwrap_or("").to_lowercase();
     if name.contains("phi-3") || name.contains("phi3") {
-        let special = TokenAttr(TokenAttr::CONTROL.0 | TokenAttr::USER_DEFINED.0 | TokenAttr::UNKNOWN.0);
+        let special =
+            TokenAttr(TokenAttr::CONTROL.0 | TokenAttr::USER_DEFINED.0 | TokenAttr::UNKNOWN.0);
         for i in 0..vocab.len() {
             if vocab.attrs[i].has(special) {
                 vocab.attrs[i].insert(TokenAttr::RSTRIP);

@@ -178,7 +178,9 @@ mod tests {
         fn pair(&self, text: &str, l: &Sym, r: &Sym) -> Option<(u64, u32)> {
             let a = text[l.start as usize..l.end as usize].to_string();
             let b = text[r.start as usize..r.end as usize].to_string();
-            self.0.get(&(a, b)).map(|&(rank, id)| (rank_priority(rank), id))
+            self.0
+                .get(&(a, b))
+                .map(|&(rank, id)| (rank_priority(rank), id))
         }
     }
 

@@ -91,7 +91,7 @@ pub(crate) fn compile(pattern: &str) -> Result<fancy_regex::Regex> {
 /// Applies `rules` in sequence (llama.cpp's `unicode_regex_split`): every
 /// piece is split into matches and the gaps between them.
 pub(crate) fn split_sequence(text: &str, rules: &[Rule]) -> Result<Vec<Range<usize>>> {
-    let mut pieces = vec![0..text.len()];
+    let mut pieces: Vec<Range<usize>> = std::iter::once(0..text.len()).collect();
     let mut matches = Vec::new();
     for rule in rules {
         let mut next = Vec::with_capacity(pieces.len() * 2);
@@ -202,7 +202,11 @@ fn split_gpt2(text: &str, out: &mut Vec<Range<usize>>) {
             pos = end;
             continue;
         }
-        let mut f2 = if c == ' ' { cs.flags(pos + 1) } else { cs.flags(pos) };
+        let mut f2 = if c == ' ' {
+            cs.flags(pos + 1)
+        } else {
+            cs.flags(pos)
+        };
         if f2.letter || f2.number {
             let want_letter = f2.letter;
             pos += usize::from(c == ' ');

@@ -212,8 +212,7 @@ impl SpecialMatcher {
             }
             out.push(Fragment::Token(entry.id));
             start_offset = stop;
-            pos = pos + entry.len;
-            pos = pos.max(stop);
+            pos = (pos + entry.len).max(stop);
         }
         if start_offset < text.len() {
             out.push(Fragment::Text(start_offset..text.len()));

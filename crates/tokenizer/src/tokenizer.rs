@@ -85,7 +85,12 @@ impl FirstPiece {
         match self {
             FirstPiece::Keep => piece.into(),
             FirstPiece::StripOneSpace => piece.strip_prefix(b" ").unwrap_or(piece).into(),
-            FirstPiece::DropSpaces => piece.iter().copied().filter(|&b| b != b' ').collect::<Vec<u8>>().into(),
+            FirstPiece::DropSpaces => piece
+                .iter()
+                .copied()
+                .filter(|&b| b != b' ')
+                .collect::<Vec<u8>>()
+                .into(),
         }
     }
 }
@@ -148,7 +153,15 @@ impl Tokenizer {
                 }
             }
             Front::Hf(front) => {
-                front.encode(self, text, parse_special, &ctx, &mut scratch, &mut cache, &mut out)?;
+                front.encode(
+                    self,
+                    text,
+                    parse_special,
+                    &ctx,
+                    &mut scratch,
+                    &mut cache,
+                    &mut out,
+                )?;
                 if add_special {
                     let mut with = Vec::with_capacity(out.len() + 2);
                     with.extend_from_slice(&front.prefix);

@@ -25,7 +25,9 @@ fn ids(v: &Value) -> Vec<u32> {
 #[test]
 fn gemma3_matches_llama_tokenize() {
     let Some(path) = gguf_path() else {
-        eprintln!("SKIP gemma3_matches_llama_tokenize: Gemma 3 GGUF not found (set ANEDVD_GEMMA3_GGUF)");
+        eprintln!(
+            "SKIP gemma3_matches_llama_tokenize: Gemma 3 GGUF not found (set ANEDVD_GEMMA3_GGUF)"
+        );
         return;
     };
     let file = anedvd_gguf::GgufFile::open(&path).expect("open gguf");
@@ -50,8 +52,20 @@ fn gemma3_matches_llama_tokenize() {
         }
         // Round trip through decode (plain ids carry no specials).
         let plain = ids(&case["plain"]);
-        assert_eq!(tok.decode(&plain, false).expect("decode"), text, "decode {text:?}");
+        assert_eq!(
+            tok.decode(&plain, false).expect("decode"),
+            text,
+            "decode {text:?}"
+        );
     }
-    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
-    eprintln!("gemma3: {} cases x 2 modes equal to llama-tokenize", cases.len());
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    eprintln!(
+        "gemma3: {} cases x 2 modes equal to llama-tokenize",
+        cases.len()
+    );
 }

@@ -31,15 +31,22 @@ fn check(name: &str, tok: &Tokenizer, cases: &[Value]) -> Vec<String> {
         let text = c["text"].as_str().expect("text");
         let add = tok.encode(text, true, true).expect("encode");
         let plain = tok.encode(text, false, true).expect("encode");
-        for (what, got, want) in [("add", &add, ids(&c["add"])), ("plain", &plain, ids(&c["plain"]))] {
+        for (what, got, want) in [
+            ("add", &add, ids(&c["add"])),
+            ("plain", &plain, ids(&c["plain"])),
+        ] {
             if *got != want {
-                bad.push(format!("{name} {what} {text:?}\n  want {want:?}\n  got  {got:?}"));
+                bad.push(format!(
+                    "{name} {what} {text:?}\n  want {want:?}\n  got  {got:?}"
+                ));
             }
         }
         let want_dec = c["decoded"].as_str().expect("decoded");
         let got_dec = tok.decode(&ids(&c["plain"]), false).expect("decode");
         if got_dec != want_dec {
-            bad.push(format!("{name} decode {text:?}\n  want {want_dec:?}\n  got  {got_dec:?}"));
+            bad.push(format!(
+                "{name} decode {text:?}\n  want {want_dec:?}\n  got  {got_dec:?}"
+            ));
         }
     }
     bad
@@ -55,11 +62,17 @@ fn trained_fixtures_match_hf_tokenizers() {
     let obj = expected.as_object().expect("object");
     assert_eq!(obj.len(), 4);
     for (name, cases) in obj {
-        let json = std::fs::read_to_string(golden_dir().join(format!("{name}.json"))).expect("fixture");
+        let json =
+            std::fs::read_to_string(golden_dir().join(format!("{name}.json"))).expect("fixture");
         let tok = Tokenizer::from_tokenizer_json(&json, None).expect(name);
         bad.extend(check(name, &tok, cases.as_array().expect("cases")));
     }
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 #[test]
@@ -76,15 +89,27 @@ fn real_vocabularies_match_hf_tokenizers() {
     for (name, v) in expected.as_object().expect("object") {
         let dir = cache.join(name);
         let Ok(json) = std::fs::read_to_string(dir.join("tokenizer.json")) else {
-            eprintln!("SKIP {name}: {} absent (run tests/golden/gen_hf_real.py)", dir.display());
+            eprintln!(
+                "SKIP {name}: {} absent (run tests/golden/gen_hf_real.py)",
+                dir.display()
+            );
             continue;
         };
-        assert_eq!(json.len() as u64, v["size"].as_u64().expect("size"), "{name}: cached file differs");
+        assert_eq!(
+            json.len() as u64,
+            v["size"].as_u64().expect("size"),
+            "{name}: cached file differs"
+        );
         let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok();
         let tok = Tokenizer::from_tokenizer_json(&json, config.as_deref()).expect(name);
         bad.extend(check(name, &tok, v["cases"].as_array().expect("cases")));
         ran.push(name.clone());
     }
     eprintln!("checked against HF tokenizers: {ran:?}");
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }

@@ -83,5 +83,8 @@ fn llamacpp_vocab_goldens() {
     }
     eprintln!("passed: {passed:#?}\nskipped: {skipped:#?}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert!(passed.len() >= 10, "too few vocabularies checked: {passed:?}");
+    assert!(
+        passed.len() >= 10,
+        "too few vocabularies checked: {passed:?}"
+    );
 }

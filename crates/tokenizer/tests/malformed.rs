@@ -6,24 +6,41 @@ use anedvd_tokenizer::{Error, Tokenizer};
 fn strs(v: &[&str]) -> MetadataValue {
     MetadataValue::Array(
         ValueType::String,
-        v.iter().map(|s| MetadataValue::String(s.to_string())).collect(),
+        v.iter()
+            .map(|s| MetadataValue::String(s.to_string()))
+            .collect(),
     )
 }
 
 fn f32s(v: &[f32]) -> MetadataValue {
-    MetadataValue::Array(ValueType::F32, v.iter().map(|&x| MetadataValue::F32(x)).collect())
+    MetadataValue::Array(
+        ValueType::F32,
+        v.iter().map(|&x| MetadataValue::F32(x)).collect(),
+    )
 }
 
 fn i32s(v: &[i32]) -> MetadataValue {
-    MetadataValue::Array(ValueType::I32, v.iter().map(|&x| MetadataValue::I32(x)).collect())
+    MetadataValue::Array(
+        ValueType::I32,
+        v.iter().map(|&x| MetadataValue::I32(x)).collect(),
+    )
 }
 
 /// A tiny valid SentencePiece-style vocabulary.
 fn spm() -> Metadata {
     let mut md = Metadata::new();
-    md.insert("tokenizer.ggml.model", MetadataValue::String("llama".into()));
-    md.insert("tokenizer.ggml.tokens", strs(&["<unk>", "<s>", "</s>", "<0x41>", "▁", "a", "▁a"]));
-    md.insert("tokenizer.ggml.scores", f32s(&[0.0, 0.0, 0.0, 0.0, -1.0, -2.0, -0.5]));
+    md.insert(
+        "tokenizer.ggml.model",
+        MetadataValue::String("llama".into()),
+    );
+    md.insert(
+        "tokenizer.ggml.tokens",
+        strs(&["<unk>", "<s>", "</s>", "<0x41>", "▁", "a", "▁a"]),
+    );
+    md.insert(
+        "tokenizer.ggml.scores",
+        f32s(&[0.0, 0.0, 0.0, 0.0, -1.0, -2.0, -0.5]),
+    );
     md.insert("tokenizer.ggml.token_type", i32s(&[2, 3, 3, 6, 1, 1, 1]));
     md
 }
@@ -53,14 +70,21 @@ fn valid_baselines() {
 fn unknown_model_kind() {
     let mut md = spm();
     md.insert("tokenizer.ggml.model", MetadataValue::String("bert".into()));
-    assert!(matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::UnknownModel(m)) if m == "bert"));
+    assert!(
+        matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::UnknownModel(m)) if m == "bert")
+    );
 }
 
 #[test]
 fn unknown_pre_is_refused() {
     let mut md = bpe();
-    md.insert("tokenizer.ggml.pre", MetadataValue::String("no-such-pre".into()));
-    assert!(matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::UnknownPre(p)) if p == "no-such-pre"));
+    md.insert(
+        "tokenizer.ggml.pre",
+        MetadataValue::String("no-such-pre".into()),
+    );
+    assert!(
+        matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::UnknownPre(p)) if p == "no-such-pre")
+    );
 }
 
 #[test]
@@ -71,21 +95,33 @@ fn missing_merges() {
             md.insert(k, v.clone());
         }
     }
-    assert!(matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::MissingMerges(_))));
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&md),
+        Err(Error::MissingMerges(_))
+    ));
 }
 
 #[test]
 fn malformed_merge() {
     let mut md = bpe();
     md.insert("tokenizer.ggml.merges", strs(&["a b", "nospace"]));
-    assert!(matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::BadMerge { index: 1, .. })));
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&md),
+        Err(Error::BadMerge { index: 1, .. })
+    ));
 }
 
 #[test]
 fn bad_byte_token() {
     let mut md = spm();
-    md.insert("tokenizer.ggml.tokens", strs(&["<unk>", "<s>", "</s>", "<0xZZ>", "▁", "a", "▁a"]));
-    assert!(matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::BadByteToken { id: 3, .. })));
+    md.insert(
+        "tokenizer.ggml.tokens",
+        strs(&["<unk>", "<s>", "</s>", "<0xZZ>", "▁", "a", "▁a"]),
+    );
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&md),
+        Err(Error::BadByteToken { id: 3, .. })
+    ));
 }
 
 #[test]
@@ -94,38 +130,66 @@ fn scores_length_mismatch() {
     md.insert("tokenizer.ggml.scores", f32s(&[0.0, 1.0]));
     assert!(matches!(
         Tokenizer::from_gguf_metadata(&md),
-        Err(Error::LengthMismatch { expected: 7, found: 2, .. })
+        Err(Error::LengthMismatch {
+            expected: 7,
+            found: 2,
+            ..
+        })
     ));
     let mut md = spm();
     md.insert("tokenizer.ggml.token_type", i32s(&[1; 9]));
-    assert!(matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::LengthMismatch { .. })));
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&md),
+        Err(Error::LengthMismatch { .. })
+    ));
 }
 
 #[test]
 fn bad_token_type_and_special_id() {
     let mut md = spm();
     md.insert("tokenizer.ggml.token_type", i32s(&[2, 3, 3, 6, 1, 1, 42]));
-    assert!(matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::BadTokenType { id: 6, value: 42 })));
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&md),
+        Err(Error::BadTokenType { id: 6, value: 42 })
+    ));
     let mut md = spm();
     md.insert("tokenizer.ggml.bos_token_id", MetadataValue::U32(99));
-    assert!(matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::BadSpecialId { id: 99, .. })));
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&md),
+        Err(Error::BadSpecialId { id: 99, .. })
+    ));
 }
 
 #[test]
 fn wrong_types_and_missing_keys() {
     let mut md = spm();
     md.insert("tokenizer.ggml.tokens", MetadataValue::U32(3));
-    assert!(matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::Metadata(_))));
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&md),
+        Err(Error::Metadata(_))
+    ));
     let mut md = spm();
     md.insert("tokenizer.ggml.tokens", strs(&[]));
-    assert!(matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::EmptyVocab)));
-    assert!(matches!(Tokenizer::from_gguf_metadata(&Metadata::new()), Err(Error::Metadata(_))));
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&md),
+        Err(Error::EmptyVocab)
+    ));
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&Metadata::new()),
+        Err(Error::Metadata(_))
+    ));
 }
 
 #[test]
 fn decode_out_of_range() {
     let t = Tokenizer::from_gguf_metadata(&spm()).unwrap();
-    assert!(matches!(t.decode(&[1, 7], false), Err(Error::IdOutOfRange { id: 7, vocab_size: 7 })));
+    assert!(matches!(
+        t.decode(&[1, 7], false),
+        Err(Error::IdOutOfRange {
+            id: 7,
+            vocab_size: 7
+        })
+    ));
     assert!(t.stream_decoder(false).push(1000).is_err());
 }
 
@@ -133,23 +197,49 @@ fn decode_out_of_range() {
 fn tokenizer_json_errors() {
     let ok = r#"{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}}"#;
     assert!(Tokenizer::from_tokenizer_json(ok, None).is_ok());
-    assert!(matches!(Tokenizer::from_tokenizer_json("{", None), Err(Error::Json { .. })));
+    assert!(matches!(
+        Tokenizer::from_tokenizer_json("{", None),
+        Err(Error::Json { .. })
+    ));
     let wp = r#"{"model": {"type": "WordPiece", "vocab": {"a": 0}}}"#;
-    assert!(matches!(Tokenizer::from_tokenizer_json(wp, None), Err(Error::UnknownModel(m)) if m == "WordPiece"));
+    assert!(
+        matches!(Tokenizer::from_tokenizer_json(wp, None), Err(Error::UnknownModel(m)) if m == "WordPiece")
+    );
     let no_merges = r#"{"model": {"type": "BPE", "vocab": {"a": 0}}}"#;
-    assert!(matches!(Tokenizer::from_tokenizer_json(no_merges, None), Err(Error::MissingMerges(_))));
+    assert!(matches!(
+        Tokenizer::from_tokenizer_json(no_merges, None),
+        Err(Error::MissingMerges(_))
+    ));
     let bad_merge = r#"{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [42]}}"#;
-    assert!(matches!(Tokenizer::from_tokenizer_json(bad_merge, None), Err(Error::BadMerge { index: 0, .. })));
+    assert!(matches!(
+        Tokenizer::from_tokenizer_json(bad_merge, None),
+        Err(Error::BadMerge { index: 0, .. })
+    ));
     let bad_norm = r#"{"normalizer": {"type": "Precompiled"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}"#;
     assert!(matches!(
         Tokenizer::from_tokenizer_json(bad_norm, None),
-        Err(Error::Unsupported { component: "normalizer", .. })
+        Err(Error::Unsupported {
+            component: "normalizer",
+            ..
+        })
     ));
     let bad_regex = r#"{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"},
                        "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}"#;
-    assert!(matches!(Tokenizer::from_tokenizer_json(bad_regex, None), Err(Error::Regex { .. })));
+    assert!(matches!(
+        Tokenizer::from_tokenizer_json(bad_regex, None),
+        Err(Error::Regex { .. })
+    ));
     let huge = r#"{"model": {"type": "BPE", "vocab": {"a": 4000000000}, "merges": []}}"#;
-    assert!(matches!(Tokenizer::from_tokenizer_json(huge, None), Err(Error::Json { .. })));
+    assert!(matches!(
+        Tokenizer::from_tokenizer_json(huge, None),
+        Err(Error::Json { .. })
+    ));
     let bad_cfg = Tokenizer::from_tokenizer_json(ok, Some("[1,"));
-    assert!(matches!(bad_cfg, Err(Error::Json { file: "tokenizer_config.json", .. })));
+    assert!(matches!(
+        bad_cfg,
+        Err(Error::Json {
+            file: "tokenizer_config.json",
+            ..
+        })
+    ));
 }

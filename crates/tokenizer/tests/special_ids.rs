@@ -7,17 +7,22 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn find(name: &str) -> Option<PathBuf> {
-    let src = std::env::var("ANEDVD_LLAMACPP_SRC").unwrap_or_else(|_| "/root/.cache/llamacpp-ref/src".into());
+    let src = std::env::var("ANEDVD_LLAMACPP_SRC")
+        .unwrap_or_else(|_| "/root/.cache/llamacpp-ref/src".into());
     let gemma = std::env::var("ANEDVD_GEMMA3_GGUF")
         .unwrap_or_else(|_| "/root/.cache/models/gemma3-270m-q4_k_m.gguf".into());
-    [PathBuf::from(&src).join("models").join(name), PathBuf::from(gemma)]
-        .into_iter()
-        .find(|p| p.file_name().is_some_and(|f| f == name) && p.is_file())
+    [
+        PathBuf::from(&src).join("models").join(name),
+        PathBuf::from(gemma),
+    ]
+    .into_iter()
+    .find(|p| p.file_name().is_some_and(|f| f == name) && p.is_file())
 }
 
 #[test]
 fn special_ids_match_llamacpp() {
-    let golden: Value = serde_json::from_str(include_str!("golden/eog_llamacpp.json")).expect("json");
+    let golden: Value =
+        serde_json::from_str(include_str!("golden/eog_llamacpp.json")).expect("json");
     let mut checked = 0;
     for (name, want) in golden.as_object().expect("object") {
         let Some(path) = find(name) else {

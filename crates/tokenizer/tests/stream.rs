@@ -9,7 +9,9 @@ use std::path::Path;
 const TEXT: &str = "Emoji 😀👍🏽 and 中文测试 and ∑√∞ end";
 
 fn fixture(name: &str) -> Tokenizer {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
     Tokenizer::from_tokenizer_json(&std::fs::read_to_string(p).expect("fixture"), None).expect(name)
 }
 
@@ -26,7 +28,10 @@ fn check(tok: &Tokenizer, text: &str) {
     let chunks = stream(tok, &ids);
     assert!(chunks.iter().all(|c| !c.contains('\u{FFFD}')), "{chunks:?}");
     // Some token ended inside a character, so its chunk was held back.
-    assert!(chunks[..ids.len()].iter().any(String::is_empty), "no partial piece exercised: {chunks:?}");
+    assert!(
+        chunks[..ids.len()].iter().any(String::is_empty),
+        "no partial piece exercised: {chunks:?}"
+    );
     assert_eq!(chunks.concat(), tok.decode(&ids, false).expect("decode"));
     assert_eq!(chunks.concat(), text);
 }
@@ -64,19 +69,39 @@ fn invalid_bytes_become_replacement() {
 fn spm_leading_space_and_specials() {
     let mut md = Metadata::new();
     let strs = |v: &[&str]| {
-        MetadataValue::Array(ValueType::String, v.iter().map(|s| MetadataValue::String(s.to_string())).collect())
+        MetadataValue::Array(
+            ValueType::String,
+            v.iter()
+                .map(|s| MetadataValue::String(s.to_string()))
+                .collect(),
+        )
     };
-    md.insert("tokenizer.ggml.model", MetadataValue::String("llama".into()));
-    md.insert("tokenizer.ggml.tokens", strs(&["<unk>", "<s>", "</s>", "▁", "h", "i", "▁h", "▁hi"]));
+    md.insert(
+        "tokenizer.ggml.model",
+        MetadataValue::String("llama".into()),
+    );
+    md.insert(
+        "tokenizer.ggml.tokens",
+        strs(&["<unk>", "<s>", "</s>", "▁", "h", "i", "▁h", "▁hi"]),
+    );
     md.insert(
         "tokenizer.ggml.token_type",
-        MetadataValue::Array(ValueType::I32, [2, 3, 3, 1, 1, 1, 1, 1].iter().map(|&x| MetadataValue::I32(x)).collect()),
+        MetadataValue::Array(
+            ValueType::I32,
+            [2, 3, 3, 1, 1, 1, 1, 1]
+                .iter()
+                .map(|&x| MetadataValue::I32(x))
+                .collect(),
+        ),
     );
     md.insert(
         "tokenizer.ggml.scores",
         MetadataValue::Array(
             ValueType::F32,
-            [0.0, 0.0, 0.0, -3.0, -3.0, -3.0, -1.0, -0.5].iter().map(|&x| MetadataValue::F32(x)).collect(),
+            [0.0, 0.0, 0.0, -3.0, -3.0, -3.0, -1.0, -0.5]
+                .iter()
+                .map(|&x| MetadataValue::F32(x))
+                .collect(),
         ),
     );
     let tok = Tokenizer::from_gguf_metadata(&md).unwrap();
@@ -92,7 +117,8 @@ fn spm_leading_space_and_specials() {
 
 #[test]
 fn gemma3_stream_matches_decode() {
-    let p = std::env::var("ANEDVD_GEMMA3_GGUF").unwrap_or_else(|_| "/root/.cache/models/gemma3-270m-q4_k_m.gguf".into());
+    let p = std::env::var("ANEDVD_GEMMA3_GGUF")
+        .unwrap_or_else(|_| "/root/.cache/models/gemma3-270m-q4_k_m.gguf".into());
     if !Path::new(&p).is_file() {
         eprintln!("SKIP gemma3_stream_matches_decode: no Gemma 3 GGUF");
         return;

@@ -117,7 +117,10 @@ fn parse_added(v: &Value, id: Option<u64>, at: &str) -> Result<Added> {
     } else {
         TokenAttr::USER_DEFINED
     };
-    let normalized = v.get("normalized").and_then(Value::as_bool).unwrap_or(!special);
+    let normalized = v
+        .get("normalized")
+        .and_then(Value::as_bool)
+        .unwrap_or(!special);
     for (on, a) in [
         (flag("lstrip"), TokenAttr::LSTRIP),
         (flag("rstrip"), TokenAttr::RSTRIP),
@@ -142,7 +145,12 @@ fn post_ids(v: &Value, prefix: &mut Vec<u32>, suffix: &mut Vec<u32>) -> Result<(
         "TemplateProcessing" => {
             let specials = v.get("special_tokens");
             let mut seen_seq = false;
-            for item in v.get("single").and_then(Value::as_array).into_iter().flatten() {
+            for item in v
+                .get("single")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 if item.get("Sequence").is_some() {
                     seen_seq = true;
                     continue;
@@ -151,17 +159,18 @@ fn post_ids(v: &Value, prefix: &mut Vec<u32>, suffix: &mut Vec<u32>) -> Result<(
                     .get("SpecialToken")
                     .and_then(|s| s.get("id"))
                     .and_then(Value::as_str)
-                    .ok_or_else(|| json_err("TemplateProcessing item is neither Sequence nor SpecialToken"))?;
+                    .ok_or_else(|| {
+                        json_err("TemplateProcessing item is neither Sequence nor SpecialToken")
+                    })?;
                 let ids = specials
                     .and_then(|s| s.get(name))
                     .and_then(|s| s.get("ids"))
                     .and_then(Value::as_array)
                     .ok_or_else(|| json_err(format!("TemplateProcessing: no ids for `{name}`")))?;
                 for id in ids {
-                    let id = id
-                        .as_u64()
-                        .filter(|&i| i < MAX_ID)
-                        .ok_or_else(|| json_err(format!("TemplateProcessing: bad id for `{name}`")))?;
+                    let id = id.as_u64().filter(|&i| i < MAX_ID).ok_or_else(|| {
+                        json_err(format!("TemplateProcessing: bad id for `{name}`"))
+                    })?;
                     if seen_seq {
                         suffix.push(id as u32);
                     } else {
@@ -183,7 +192,12 @@ fn post_ids(v: &Value, prefix: &mut Vec<u32>, suffix: &mut Vec<u32>) -> Result<(
             suffix.push(id("sep")?);
         }
         "Sequence" => {
-            for p in v.get("processors").and_then(Value::as_array).into_iter().flatten() {
+            for p in v
+                .get("processors")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 post_ids(p, prefix, suffix)?;
             }
         }
@@ -199,14 +213,20 @@ impl Tokenizer {
     /// `add_eos_token` and `added_tokens_decoder`).
     pub fn from_tokenizer_json(json: &str, config_json: Option<&str>) -> Result<Tokenizer> {
         let root = parse_json(json, "tokenizer.json")?;
-        let config = config_json.map(|c| parse_json(c, "tokenizer_config.json")).transpose()?;
+        let config = config_json
+            .map(|c| parse_json(c, "tokenizer_config.json"))
+            .transpose()?;
         let model_v = root.get("model").ok_or_else(|| json_err("no `model`"))?;
         let model_type = model_v.get("type").and_then(Value::as_str).unwrap_or("BPE");
         if model_type != "BPE" {
             return Err(Error::UnknownModel(model_type.to_string()));
         }
         for k in ["continuing_subword_prefix", "end_of_word_suffix"] {
-            if model_v.get(k).and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+            if model_v
+                .get(k)
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+            {
                 return Err(Error::Unsupported {
                     component: "model",
                     detail: k.to_string(),
@@ -226,10 +246,20 @@ impl Tokenizer {
             entries.push((id as u32, text.clone(), TokenAttr::NORMAL));
         }
         let mut added = Vec::new();
-        for (i, a) in root.get("added_tokens").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for (i, a) in root
+            .get("added_tokens")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             added.push(parse_added(a, None, &format!("added_tokens[{i}]"))?);
         }
-        if let Some(dec) = config.as_ref().and_then(|c| c.get("added_tokens_decoder")).and_then(Value::as_object) {
+        if let Some(dec) = config
+            .as_ref()
+            .and_then(|c| c.get("added_tokens_decoder"))
+            .and_then(Value::as_object)
+        {
             for (k, v) in dec {
                 let id = k.parse::<u64>().map_err(|_| Error::Json {
                     file: "tokenizer_config.json",
@@ -248,7 +278,10 @@ impl Tokenizer {
             .ok_or(Error::EmptyVocab)?;
         let mut texts = vec![String::new(); n];
         let mut attrs = vec![TokenAttr::UNUSED; n];
-        let byte_fallback = model_v.get("byte_fallback").and_then(Value::as_bool).unwrap_or(false);
+        let byte_fallback = model_v
+            .get("byte_fallback")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         for (id, text, attr) in entries {
             let attr = if byte_fallback && parse_byte_token(&text).is_some() {
                 TokenAttr::BYTE
@@ -274,7 +307,11 @@ impl Tokenizer {
             &vocab,
             merges_v.iter().enumerate().map(|(i, m)| match m {
                 Value::String(s) => split_merge(i, s),
-                Value::Array(p) => match (p.first().and_then(Value::as_str), p.get(1).and_then(Value::as_str), p.len()) {
+                Value::Array(p) => match (
+                    p.first().and_then(Value::as_str),
+                    p.get(1).and_then(Value::as_str),
+                    p.len(),
+                ) {
                     (Some(a), Some(b), 2) => Ok((a, b)),
                     _ => Err(Error::BadMerge {
                         index: i,
@@ -287,13 +324,22 @@ impl Tokenizer {
                 }),
             }),
         )?;
-        let ignore_merges = model_v.get("ignore_merges").and_then(Value::as_bool).unwrap_or(false);
-        let unk = model_v.get("unk_token").and_then(Value::as_str).and_then(|t| vocab.get(t));
+        let ignore_merges = model_v
+            .get("ignore_merges")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let unk = model_v
+            .get("unk_token")
+            .and_then(Value::as_str)
+            .and_then(|t| vocab.get(t));
         let fallback = if byte_fallback {
             Fallback::ByteTokens
         } else {
             Fallback::Unk {
-                fuse: model_v.get("fuse_unk").and_then(Value::as_bool).unwrap_or(false),
+                fuse: model_v
+                    .get("fuse_unk")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
             }
         };
 
@@ -325,8 +371,15 @@ impl Tokenizer {
         }
 
         // Special ids.
-        let cfg_tok = |k: &str| token_content(config.as_ref().and_then(|c| c.get(k))).and_then(|t| vocab.get(t));
-        let cfg_flag = |k: &str| config.as_ref().and_then(|c| c.get(k)).and_then(Value::as_bool);
+        let cfg_tok = |k: &str| {
+            token_content(config.as_ref().and_then(|c| c.get(k))).and_then(|t| vocab.get(t))
+        };
+        let cfg_flag = |k: &str| {
+            config
+                .as_ref()
+                .and_then(|c| c.get(k))
+                .and_then(Value::as_bool)
+        };
         let mut specials = Specials {
             bos: cfg_tok("bos_token").or_else(|| prefix.first().copied()),
             eos: cfg_tok("eos_token").or_else(|| suffix.last().copied()),
@@ -367,7 +420,11 @@ impl Tokenizer {
             matched.push((a.id, text, a.attr));
         }
         let matcher = SpecialMatcher::new(matched.iter().map(|(id, t, a)| (*id, t.as_str(), *a)));
-        let pieces = vocab.texts.iter().map(|t| decode_piece(t, &steps)).collect();
+        let pieces = vocab
+            .texts
+            .iter()
+            .map(|t| decode_piece(t, &steps))
+            .collect();
         let byte_ids = vocab.byte_tokens();
         Ok(Tokenizer {
             vocab,

@@ -12,7 +12,11 @@ use unicode_normalization::UnicodeNormalization;
 pub(crate) fn unsupported(component: &'static str, v: &Value) -> Error {
     Error::Unsupported {
         component,
-        detail: v.get("type").and_then(Value::as_str).unwrap_or("?").to_string(),
+        detail: v
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string(),
     }
 }
 
@@ -44,7 +48,9 @@ impl Pattern {
         if let Some(r) = v.get("Regex").and_then(Value::as_str) {
             return Ok(Pattern::Regex(Box::new(compile(r)?)));
         }
-        Err(json_err(format!("{at}: pattern must be {{String}} or {{Regex}}")))
+        Err(json_err(format!(
+            "{at}: pattern must be {{String}} or {{Regex}}"
+        )))
     }
 
     fn find(&self, text: &str, out: &mut Vec<std::ops::Range<usize>>) -> Result<()> {
@@ -98,7 +104,10 @@ impl Normalizer {
             "Lowercase" => Normalizer::Lowercase,
             "Strip" => Normalizer::Strip {
                 left: v.get("strip_left").and_then(Value::as_bool).unwrap_or(true),
-                right: v.get("strip_right").and_then(Value::as_bool).unwrap_or(true),
+                right: v
+                    .get("strip_right")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
             },
             _ => return Err(unsupported("normalizer", v)),
         })
@@ -187,10 +196,23 @@ pub(crate) enum Prepend {
 #[derive(Debug, Clone)]
 pub(crate) enum PreTokenizer {
     Sequence(Vec<PreTokenizer>),
-    ByteLevel { add_prefix_space: bool, use_regex: bool },
-    Split { rule: SplitRule, behavior: Behavior, invert: bool },
-    Metaspace { replacement: char, prepend: Prepend, split: bool },
-    Digits { individual: bool },
+    ByteLevel {
+        add_prefix_space: bool,
+        use_regex: bool,
+    },
+    Split {
+        rule: SplitRule,
+        behavior: Behavior,
+        invert: bool,
+    },
+    Metaspace {
+        replacement: char,
+        prepend: Prepend,
+        split: bool,
+    },
+    Digits {
+        individual: bool,
+    },
     WhitespaceSplit,
 }
 
@@ -207,7 +229,10 @@ fn parse_prepend(v: &Value) -> Prepend {
         Some("never") => Prepend::Never,
         Some(_) => Prepend::Always,
         None => {
-            if v.get("add_prefix_space").and_then(Value::as_bool).unwrap_or(true) {
+            if v.get("add_prefix_space")
+                .and_then(Value::as_bool)
+                .unwrap_or(true)
+            {
                 Prepend::Always
             } else {
                 Prepend::Never
@@ -236,7 +261,10 @@ impl PreTokenizer {
                     .collect::<Result<_>>()?,
             ),
             "ByteLevel" => PreTokenizer::ByteLevel {
-                add_prefix_space: v.get("add_prefix_space").and_then(Value::as_bool).unwrap_or(true),
+                add_prefix_space: v
+                    .get("add_prefix_space")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
                 use_regex: v.get("use_regex").and_then(Value::as_bool).unwrap_or(true),
             },
             "Split" => {
@@ -257,7 +285,10 @@ impl PreTokenizer {
                 split: v.get("split").and_then(Value::as_bool).unwrap_or(true),
             },
             "Digits" => PreTokenizer::Digits {
-                individual: v.get("individual_digits").and_then(Value::as_bool).unwrap_or(false),
+                individual: v
+                    .get("individual_digits")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
             },
             "WhitespaceSplit" => PreTokenizer::WhitespaceSplit,
             _ => return Err(unsupported("pre_tokenizer", v)),
@@ -331,7 +362,10 @@ impl PreTokenizer {
                         s.insert(0, *replacement);
                     }
                     if *split {
-                        let ms: Vec<_> = s.match_indices(*replacement).map(|(i, m)| i..i + m.len()).collect();
+                        let ms: Vec<_> = s
+                            .match_indices(*replacement)
+                            .map(|(i, m)| i..i + m.len())
+                            .collect();
                         push_split(&s, first, &ms, Behavior::MergedWithNext, false, &mut out);
                     } else {
                         out.push((s, first));
@@ -345,16 +379,18 @@ impl PreTokenizer {
                         .filter(|(_, c)| c.is_ascii_digit())
                         .map(|(i, _)| i..i + 1)
                         .collect();
-                    let b = if *individual { Behavior::Isolated } else { Behavior::Contiguous };
+                    let b = if *individual {
+                        Behavior::Isolated
+                    } else {
+                        Behavior::Contiguous
+                    };
                     push_split(&piece, first, &ms, b, false, &mut out);
                 }
             }
             PreTokenizer::WhitespaceSplit => {
                 for (piece, first) in pieces {
-                    let mut k = 0;
-                    for w in piece.split_whitespace() {
+                    for (k, w) in piece.split_whitespace().enumerate() {
                         out.push((w.to_string(), first && k == 0));
-                        k += 1;
                     }
                 }
             }
@@ -446,7 +482,11 @@ pub(crate) enum DecodeStep {
 
 /// Parses the decoder into per-token steps plus "strip one leading space
 /// from the start of the text".
-pub(crate) fn parse_decoder(v: &Value, steps: &mut Vec<DecodeStep>, first: &mut FirstPiece) -> Result<()> {
+pub(crate) fn parse_decoder(
+    v: &Value,
+    steps: &mut Vec<DecodeStep>,
+    first: &mut FirstPiece,
+) -> Result<()> {
     let t = field_str(v, "type", "decoder")?;
     match t {
         "Sequence" => {
@@ -467,7 +507,10 @@ pub(crate) fn parse_decoder(v: &Value, steps: &mut Vec<DecodeStep>, first: &mut 
                 .get("String")
                 .and_then(Value::as_str)
                 .ok_or_else(|| unsupported("decoder", v))?;
-            steps.push(DecodeStep::Replace(from.to_string(), field_str(v, "content", "Replace")?.to_string()));
+            steps.push(DecodeStep::Replace(
+                from.to_string(),
+                field_str(v, "content", "Replace")?.to_string(),
+            ));
         }
         "Strip" => {
             let content = v.get("content").and_then(Value::as_str).unwrap_or(" ");
@@ -477,7 +520,10 @@ pub(crate) fn parse_decoder(v: &Value, steps: &mut Vec<DecodeStep>, first: &mut 
             }
         }
         "Metaspace" => {
-            steps.push(DecodeStep::Replace(replacement(v).to_string(), " ".to_string()));
+            steps.push(DecodeStep::Replace(
+                replacement(v).to_string(),
+                " ".to_string(),
+            ));
             if parse_prepend(v) != Prepend::Never {
                 *first = FirstPiece::DropSpaces;
             }
@@ -496,10 +542,12 @@ pub(crate) fn decode_piece(text: &str, steps: &[DecodeStep]) -> Vec<u8> {
                 Ok(s) => s.replace(from.as_str(), to).into_bytes(),
                 Err(_) => bytes,
             },
-            DecodeStep::ByteFallback => match std::str::from_utf8(&bytes).ok().and_then(parse_byte_token) {
-                Some(b) => vec![b],
-                None => bytes,
-            },
+            DecodeStep::ByteFallback => {
+                match std::str::from_utf8(&bytes).ok().and_then(parse_byte_token) {
+                    Some(b) => vec![b],
+                    None => bytes,
+                }
+            }
             DecodeStep::ByteLevel => match std::str::from_utf8(&bytes) {
                 Ok(s) => s
                     .chars()
