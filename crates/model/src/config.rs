@@ -112,6 +112,11 @@ pub struct DecoderConfig {
     pub tied_output: bool,
 }
 
+/// Largest accepted width of any dimension.
+const MAX_DIM: usize = 1 << 20;
+/// Largest accepted layer count.
+const MAX_LAYERS: usize = 4096;
+
 /// Reads hyperparameters of one family in one naming.
 pub(crate) struct Reader<'a> {
     pub md: &'a Metadata,
@@ -241,6 +246,21 @@ pub(crate) fn resolve(
     }
     let head_dim = r.usize(Param::HeadDim)?.unwrap_or(n_embd / n_head);
     let n_ff = r.require_usize(Param::NFf)?;
+    // Sanity caps before anything is sized from these numbers (hostile metadata).
+    for (what, v, cap) in [
+        ("n_embd", n_embd, MAX_DIM),
+        ("n_ff", n_ff, MAX_DIM),
+        ("head_dim", head_dim, MAX_DIM),
+        ("n_head", n_head, MAX_DIM),
+        ("n_head_kv", n_head_kv, MAX_DIM),
+        ("n_layer", n_layer, MAX_LAYERS),
+    ] {
+        if v > cap {
+            return Err(Error::Invalid(format!(
+                "{what} = {v} exceeds the limit {cap}"
+            )));
+        }
+    }
     let n_ctx_train = overrides
         .n_ctx_train
         .or(r.usize(Param::NCtxTrain)?)
@@ -266,6 +286,11 @@ pub(crate) fn resolve(
         (None, Some(f)) => ((head_dim as f64) * f).round() as usize,
         (None, None) => head_dim,
     };
+    if n_rot > head_dim || n_rot % 2 != 0 {
+        return Err(Error::Invalid(format!(
+            "rotary dimensions {n_rot} must be even and at most head_dim {head_dim}"
+        )));
+    }
     let scaling = rope_scaling(&r, source)?;
     let theta = r.f64(Param::RopeTheta)?.unwrap_or(q.default_rope_theta);
     let theta_local = r.f64(Param::RopeThetaLocal)?.or(q.default_rope_theta_local);

@@ -309,3 +309,17 @@ fn llama3_scaling_from_hf_keys() {
     assert_eq!(f[0], base[0]);
     assert!((f[7] - base[7] / 32.0).abs() < 1e-15);
 }
+
+#[test]
+fn hostile_sizes_are_refused_before_allocation() {
+    let mut s = gguf_llama(1);
+    s.metadata_mut()
+        .insert("llama.block_count", V::U64(1 << 40));
+    let err = load(Arc::new(s), &ConfigOverrides::default()).unwrap_err();
+    assert!(err.to_string().contains("n_layer"), "{err}");
+    let mut s = gguf_llama(1);
+    s.metadata_mut()
+        .insert("llama.rope.dimension_count", V::U32(1 << 30));
+    let err = load(Arc::new(s), &ConfigOverrides::default()).unwrap_err();
+    assert!(err.to_string().contains("rotary"), "{err}");
+}
