@@ -1,5 +1,6 @@
 //! The `anedvd` command-line tool: thin subcommands over the engine.
 
+mod cmd_bench;
 mod cmd_chat;
 mod cmd_inspect;
 mod cmd_run;
@@ -20,6 +21,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (streams to stdout, stats to stderr).
     Run(cmd_run::RunArgs),
+    /// Measure prompt and generation throughput (llama-bench compatible output).
+    Bench(cmd_bench::BenchArgs),
     /// Show a model file's metadata, tensors and summaries (like gguf-dump).
     Inspect(cmd_inspect::InspectArgs),
     /// Chat interactively; the KV cache is kept across turns.
@@ -31,6 +34,7 @@ fn main() -> std::process::ExitCode {
     let result = match &cli.command {
         Command::Run(a) => cmd_run::run(a),
         Command::Chat(a) => cmd_chat::run(a),
+        Command::Bench(a) => cmd_bench::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
     };
     match result {

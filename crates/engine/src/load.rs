@@ -168,6 +168,16 @@ impl Engine {
         self.weights.tensors().iter().map(|t| t.size_bytes).sum()
     }
 
+    /// Number of weight elements (parameters).
+    pub fn n_params(&self) -> u64 {
+        self.weights.tensors().iter().map(|t| t.elements()).sum()
+    }
+
+    /// A metadata string of the model file, if present.
+    pub fn metadata_str(&self, key: &str) -> Option<&str> {
+        self.weights.metadata().opt_str(key).ok().flatten()
+    }
+
     /// True if the model is instruction-tuned as far as its files tell: it has a
     /// template of its own, or its name says so (`-it`, `instruct`, `chat`).
     pub fn is_chat_model(&self) -> bool {

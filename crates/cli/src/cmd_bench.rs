@@ -1,0 +1,318 @@
+//! `anedvd bench`: prompt-processing and generation throughput in the spirit of
+//! llama-bench (same test names, same JSON field names).
+//!
+//! As in llama-bench, prompts are random token ids (after BOS) and generation
+//! feeds random ids one at a time, so the figures measure the forward pass,
+//! not the sampler. `-d` first fills the context with that many tokens
+//! (untimed) and measures the test on top of it.
+
+use crate::common::ModelArgs;
+use anedvd_engine::{Engine, EngineSession};
+use anedvd_graph::LogitsMode;
+use anyhow::{bail, Result};
+use clap::Args;
+use serde_json::json;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Arguments of `anedvd bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt lengths to test (prompt processing, "ppN"); 0 skips.
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    n_prompt: Vec<usize>,
+    /// Generation lengths to test ("tgN"); 0 skips.
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    n_gen: Vec<usize>,
+    /// Context depths to run each test at ("@ dN").
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    n_depth: Vec<usize>,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long, default_value_t = 5)]
+    repetitions: usize,
+    /// Print llama-bench's markdown table (the default).
+    #[arg(long, conflicts_with = "json")]
+    md: bool,
+    /// Print a JSON array of results with llama-bench's field names.
+    #[arg(long)]
+    json: bool,
+    /// Skip the warm-up run.
+    #[arg(long)]
+    no_warmup: bool,
+}
+
+struct TestResult {
+    n_prompt: usize,
+    n_gen: usize,
+    n_depth: usize,
+    samples_ns: Vec<u64>,
+}
+
+impl TestResult {
+    fn tokens(&self) -> usize {
+        self.n_prompt + self.n_gen
+    }
+    fn samples_ts(&self) -> Vec<f64> {
+        self.samples_ns
+            .iter()
+            .map(|&ns| self.tokens() as f64 * 1e9 / ns.max(1) as f64)
+            .collect()
+    }
+    fn name(&self) -> String {
+        let base = if self.n_prompt > 0 {
+            format!("pp{}", self.n_prompt)
+        } else {
+            format!("tg{}", self.n_gen)
+        };
+        if self.n_depth > 0 {
+            format!("{base} @ d{}", self.n_depth)
+        } else {
+            base
+        }
+    }
+}
+
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    if v.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+/// llama-bench's generator is `std::rand()`; any uniform ids will do, ours is
+/// a fixed LCG so runs are comparable.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: usize) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % n.max(1) as u64) as u32
+    }
+}
+
+fn random_tokens(engine: &Engine, rng: &mut Lcg, n: usize, with_bos: bool) -> Vec<u32> {
+    let vocab = engine.vocab_size();
+    let mut v: Vec<u32> = (0..n).map(|_| rng.next(vocab)).collect();
+    if with_bos {
+        if let (Some(first), Some(bos)) = (v.first_mut(), engine.tokenizer.bos_id()) {
+            *first = bos;
+        }
+    }
+    v
+}
+
+fn run_once(
+    engine: &Engine,
+    session: &mut EngineSession,
+    rng: &mut Lcg,
+    n_prompt: usize,
+    n_gen: usize,
+    n_depth: usize,
+) -> Result<u64> {
+    session.reset();
+    if n_depth > 0 {
+        let fill = random_tokens(engine, rng, n_depth, true);
+        for chunk in fill.chunks(512) {
+            session.forward(chunk, LogitsMode::None)?;
+        }
+    }
+    let start = Instant::now();
+    if n_prompt > 0 {
+        let prompt = random_tokens(engine, rng, n_prompt, n_depth == 0);
+        for chunk in prompt.chunks(512) {
+            session.forward(chunk, LogitsMode::Last)?;
+        }
+    }
+    if n_gen > 0 {
+        let mut token = random_tokens(engine, rng, 1, n_depth == 0)[0];
+        for _ in 0..n_gen {
+            session.forward(&[token], LogitsMode::Last)?;
+            token = rng.next(engine.vocab_size());
+        }
+    }
+    Ok(start.elapsed().as_nanos() as u64)
+}
+
+/// Runs `anedvd bench`.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    if args.repetitions == 0 {
+        bail!("--repetitions must be at least 1");
+    }
+    let engine = args.model.load(true)?;
+    let mut tests = Vec::new();
+    for &d in &args.n_depth {
+        tests.extend(args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0, d)));
+        tests.extend(args.n_gen.iter().filter(|&&g| g > 0).map(|&g| (0, g, d)));
+    }
+    let need = tests.iter().map(|(p, g, d)| p + g + d).max().unwrap_or(0);
+    if need > engine.n_ctx_train() {
+        bail!(
+            "a test needs {need} positions but the model's context is {}",
+            engine.n_ctx_train()
+        );
+    }
+    let mut session = engine.new_session(need.max(1))?;
+    let mut rng = Lcg(1234);
+    let threads = args
+        .model
+        .threads
+        .unwrap_or_else(crate::common::default_threads);
+    let mut results = Vec::new();
+    for (n_prompt, n_gen, n_depth) in tests {
+        if !args.no_warmup {
+            run_once(
+                &engine,
+                &mut session,
+                &mut rng,
+                n_prompt.min(32),
+                n_gen.min(4),
+                0,
+            )?;
+        }
+        let mut samples_ns = Vec::with_capacity(args.repetitions);
+        for _ in 0..args.repetitions {
+            samples_ns.push(run_once(
+                &engine,
+                &mut session,
+                &mut rng,
+                n_prompt,
+                n_gen,
+                n_depth,
+            )?);
+        }
+        let r = TestResult {
+            n_prompt,
+            n_gen,
+            n_depth,
+            samples_ns,
+        };
+        if !args.json {
+            eprintln!("{}: {:.2} t/s", r.name(), mean_sd(&r.samples_ts()).0);
+        }
+        results.push(r);
+    }
+    let model_type = model_type(&engine);
+    if args.json {
+        print_json(&engine, &model_type, threads, &results)?;
+    } else {
+        print_md(&engine, &model_type, threads, &results);
+    }
+    Ok(())
+}
+
+fn model_type(engine: &Engine) -> String {
+    let size = engine.metadata_str("general.size_label").unwrap_or("");
+    format!("{} {size}", engine.config.family)
+        .trim()
+        .to_string()
+}
+
+fn print_md(engine: &Engine, model_type: &str, threads: usize, results: &[TestResult]) {
+    println!("| model | size | params | backend | threads | test | t/s |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let size = engine.weight_bytes() as f64 / (1024.0 * 1024.0);
+    let params = engine.n_params() as f64 / 1e6;
+    for r in results {
+        let (m, sd) = mean_sd(&r.samples_ts());
+        println!(
+            "| {model_type} | {size:.2} MiB | {params:.2} M | CPU | {threads} | {} | {m:.2} ± {sd:.2} |",
+            r.name()
+        );
+    }
+}
+
+fn print_json(
+    engine: &Engine,
+    model_type: &str,
+    threads: usize,
+    results: &[TestResult],
+) -> Result<()> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let rows: Vec<_> = results
+        .iter()
+        .map(|r| {
+            let ts = r.samples_ts();
+            let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
+            let (avg_ts, sd_ts) = mean_sd(&ts);
+            let (avg_ns, sd_ns) = mean_sd(&ns);
+            json!({
+                "build_commit": env!("CARGO_PKG_VERSION"),
+                "build_number": 0,
+                "cpu_info": "",
+                "gpu_info": "",
+                "backends": "CPU",
+                "model_filename": engine.path.display().to_string(),
+                "model_type": model_type,
+                "model_size": engine.weight_bytes(),
+                "model_n_params": engine.n_params(),
+                "n_batch": 512,
+                "n_ubatch": 512,
+                "n_threads": threads,
+                "type_k": "f16",
+                "type_v": "f16",
+                "n_gpu_layers": 0,
+                "flash_attn": false,
+                "use_mmap": true,
+                "embeddings": false,
+                "n_prompt": r.n_prompt,
+                "n_gen": r.n_gen,
+                "n_depth": r.n_depth,
+                "test_time": now,
+                "avg_ns": avg_ns as u64,
+                "stddev_ns": sd_ns as u64,
+                "avg_ts": avg_ts,
+                "stddev_ts": sd_ts,
+                "samples_ns": r.samples_ns,
+                "samples_ts": ts,
+            })
+        })
+        .collect();
+    println!("{}", serde_json::to_string_pretty(&rows)?);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_and_names() {
+        let (m, sd) = mean_sd(&[1.0, 2.0, 3.0]);
+        assert!((m - 2.0).abs() < 1e-12 && (sd - 1.0).abs() < 1e-12);
+        let r = TestResult {
+            n_prompt: 0,
+            n_gen: 128,
+            n_depth: 1024,
+            samples_ns: vec![1_000_000_000],
+        };
+        assert_eq!(r.name(), "tg128 @ d1024");
+        assert_eq!(r.samples_ts(), vec![128.0]);
+    }
+}
