@@ -60,7 +60,9 @@ pub fn first_visible(pos: usize, window: Option<usize>) -> usize {
 
 /// For each of `n_tok` queries (row-major `n_tok × n_head·head_dim`, query `t`
 /// at position `pos0 + t`) computes `softmax(scale·q·K^T)·V` over the visible
-/// cached positions into `out` (same layout as `q`).
+/// cached positions into `out` (same layout as `q`). One task per (token, kv
+/// head) serves the whole group of query heads sharing that kv head, so each
+/// cached row is converted from f16 once per group.
 pub fn attend(
     spec: &LayerSpec,
     cache: &KvCache,
@@ -70,36 +72,44 @@ pub fn attend(
     out: &mut [f32],
 ) {
     let hd = spec.head_dim;
-    let n_head = spec.n_head;
     let group = spec.n_head / spec.n_head_kv;
+    let n_kv = spec.n_head_kv;
     let dim = cache.dim;
-    out[..n_tok * n_head * hd]
-        .par_chunks_mut(hd)
+    out[..n_tok * spec.n_head * hd]
+        .par_chunks_mut(group * hd)
         .enumerate()
         .for_each(|(idx, o)| {
-            let (t, h) = (idx / n_head, idx % n_head);
-            let kvh = h / group;
+            let (t, kvh) = (idx / n_kv, idx % n_kv);
             let pos = pos0 + t;
             let lo = first_visible(pos, spec.sliding_window);
-            let qv = &q[idx * hd..(idx + 1) * hd];
+            let len = pos + 1 - lo;
+            // Query rows of this group are contiguous, like the output rows.
+            let qg = &q[idx * group * hd..(idx + 1) * group * hd];
             SCRATCH.with(|s| {
                 let (scores, row) = &mut *s.borrow_mut();
                 row.resize(hd, 0.0);
-                scores.clear();
-                for j in lo..=pos {
+                scores.resize(group * len, 0.0);
+                for (jj, j) in (lo..=pos).enumerate() {
                     let off = j * dim + kvh * hd;
                     cache.k[off..off + hd].convert_to_f32_slice(row);
-                    scores.push(dot(qv, row) * spec.attn_scale);
+                    for g in 0..group {
+                        scores[g * len + jj] =
+                            dot(&qg[g * hd..(g + 1) * hd], row) * spec.attn_scale;
+                    }
                 }
-                if let Some(cap) = spec.attn_softcap {
-                    softcap(scores, cap);
+                for sc in scores.chunks_exact_mut(len) {
+                    if let Some(cap) = spec.attn_softcap {
+                        softcap(sc, cap);
+                    }
+                    softmax(sc);
                 }
-                softmax(scores);
                 o.fill(0.0);
-                for (j, &p) in (lo..=pos).zip(scores.iter()) {
+                for (jj, j) in (lo..=pos).enumerate() {
                     let off = j * dim + kvh * hd;
                     cache.v[off..off + hd].convert_to_f32_slice(row);
-                    axpy(o, p, row);
+                    for g in 0..group {
+                        axpy(&mut o[g * hd..(g + 1) * hd], scores[g * len + jj], row);
+                    }
                 }
             });
         });
