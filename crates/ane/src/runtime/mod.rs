@@ -1,1 +1,48 @@
 //! The ANE runtime: a driver interface, the private-framework driver and a simulated driver.
+//!
+//! Status: **implemented, unproven on hardware.** Nothing here has run on a
+//! Mac yet; the private driver is type-checked everywhere and fails with
+//! `ANE unavailable: …` where the framework cannot be loaded. See `README.md`
+//! in this folder for building and running on macOS.
+//!
+//! Layers, bottom up:
+//! * [`driver::Driver`]: one method per private-API step (compile, load,
+//!   attributes, surfaces, request, evaluate, unload), with handles.
+//!   [`private::PrivateDriver`] talks to `AppleNeuralEngine.framework`
+//!   through `objc_msgSend` resolved at run time; [`sim::SimDriver`]
+//!   reproduces the documented behaviour over the MIL simulator.
+//! * [`layout`]: strided fp16/fp32 scatter/gather against the layouts the
+//!   loaded model reports (planar 64-byte rows vs the flat style).
+//! * [`kernel::Runtime`]: compile-budget cap, compiled-program reuse,
+//!   uniform surface allocation, one request per kernel, retry with
+//!   exponential backoff ([`retry`]) and per-kernel timing.
+//!
+//! ```
+//! use anedvd_ane::runtime::{ProgramSource, Runtime, SimDriver};
+//! let mil = "program(1.3)\n{\n  func main<ios18>(tensor<fp16, [1, 2, 1, 4]> x) {\n    \
+//!            tensor<fp16, [1, 2, 1, 4]> y = relu(x = x)[name = string(\"y\")];\n  } -> (y);\n}\n";
+//! let mut rt = Runtime::new(SimDriver::new());
+//! let mut k = rt.prepare(&ProgramSource::new(mil))?;
+//! let out = rt.run(&mut k, &[("x", &[-1.0, 2.0, -3.0, 4.0, 5.0, -6.0, 7.0, -8.0])])?;
+//! assert_eq!(out[0].1, [0.0, 2.0, 0.0, 4.0, 5.0, 0.0, 7.0, 0.0]);
+//! rt.release(k);
+//! # Ok::<(), anedvd_ane::runtime::Error>(())
+//! ```
+
+pub mod attrs;
+pub mod driver;
+mod error;
+pub mod kernel;
+pub mod layout;
+pub mod modeldir;
+pub mod private;
+pub mod retry;
+pub mod sim;
+
+pub use driver::{Driver, ModelAttributes, ModelId, ProgramSource, RequestId, SurfaceId, QOS};
+pub use error::{Error, Op, Result};
+pub use kernel::{Kernel, KernelStats, Runtime, RuntimeStats, DEFAULT_COMPILE_BUDGET};
+pub use layout::{ElemType, TensorLayout};
+pub use private::PrivateDriver;
+pub use retry::RetryPolicy;
+pub use sim::SimDriver;
