@@ -1,1 +1,275 @@
 //! Decoder → MIL lowering: per-layer programs and weight blobs.
+//!
+//! [`lower`] turns a [`DecoderProgram`] into ANE kernels: one-function MIL
+//! programs (`main`, one fp16 input `x` of shape `[1, C, 1, W]`, one output)
+//! with their weight file (`@model_path/weights/weight.bin`, MIL blob storage
+//! v2, coremltools-aligned). Linear layers are 1×1 convs over channels; the
+//! W columns are token positions (decode fills column 0, prefill up to W).
+//! Weights of any ggml type are dequantized with `anedvd_quant::dequantize`
+//! and stored as fp16.
+//!
+//! Two [`Variant`]s:
+//!
+//! * [`Variant::Split`] (the seed's layout, norms on the CPU), per layer:
+//!   `blk.i.qkv` (fused q/k/v projection, biases added), `blk.i.attn_out`
+//!   (output projection), `blk.i.ffn` (gate/up/act/down) — 3 dispatches per
+//!   layer.
+//! * [`Variant::Fused`] (norms inside, RMSNorm via `reduce_sum`·`pow(-0.5)`):
+//!   `entry` (layer 0's attention norm + q/k/v) and per layer `blk.i.layer`,
+//!   whose input packs `[attention context; residual]` along channels and which
+//!   runs output projection, post-attention norm, residual add, FFN norm,
+//!   FFN, post-FFN norm, residual add, then the NEXT layer's attention norm
+//!   and q/k/v projection; its output packs `[residual; next q/k/v]` (the
+//!   last layer returns the residual only) — 1 dispatch per layer + 1.
+//!
+//! Both end with `lm_head.s`, the output projection split into vocabulary
+//! slices of at most [`LowerOptions::vocab_slice`] rows (every dim ≤ 65536,
+//! ane-spec.md §2.4); in the fused variant each slice applies the final norm
+//! itself. Attention (q/k norm, RoPE, KV cache, softmax over keys), the
+//! embedding lookup, and soft-caps stay on the CPU.
+//!
+//! Everything emitted passes `anedvd_mil::rules::check` with the default
+//! (flat-surface) config: one input and one output per program (uniform I/O),
+//! named consts, only proven ops, W·2 bytes a multiple of 64.
+
+mod cost;
+mod emit;
+mod kernels;
+pub mod tensors;
+
+pub use cost::{CostModel, KernelCost};
+
+use anedvd_graph::DecoderProgram;
+use anedvd_mil::ir::Program;
+use anedvd_mil::sim::Weights;
+
+/// Errors of the lowering.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A tensor the program names is not in the weight source.
+    #[error("tensor `{0}` is missing from the weights")]
+    MissingTensor(String),
+    /// A tensor has an unexpected shape or cannot be decoded.
+    #[error("tensor `{tensor}`: {msg}")]
+    Tensor {
+        /// Tensor name.
+        tensor: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// Building a MIL program failed.
+    #[error("MIL: {0}")]
+    Mil(#[from] anedvd_mil::Error),
+    /// The options cannot be honoured.
+    #[error("invalid lowering options: {0}")]
+    Options(String),
+}
+
+/// Result alias of this module.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// How much of a layer one program holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// Projections only, norms on the CPU: 3 programs per layer.
+    Split,
+    /// Norms and residuals inside, layers chained: 1 program per layer + 1.
+    Fused,
+}
+
+impl Variant {
+    /// `"split"` or `"fused"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Split => "split",
+            Variant::Fused => "fused",
+        }
+    }
+
+    /// Parses [`Variant::name`].
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "split" => Some(Variant::Split),
+            "fused" => Some(Variant::Fused),
+            _ => None,
+        }
+    }
+}
+
+/// Lowering options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LowerOptions {
+    /// Activation width W (token columns per dispatch); a multiple of 32 so
+    /// a flat fp16 surface row is 64-byte aligned. Default 64.
+    pub width: usize,
+    /// Program granularity. Default [`Variant::Fused`].
+    pub variant: Variant,
+    /// Largest vocabulary slice of the lm_head (≤ 65536). Default 32768.
+    pub vocab_slice: usize,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions {
+            width: 64,
+            variant: Variant::Fused,
+            vocab_slice: 32768,
+        }
+    }
+}
+
+/// What a kernel computes; channel layouts of its input and output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelKind {
+    /// Split: normed residual `[D]` → `[q; k; v]` (biases added).
+    Qkv {
+        /// Layer index.
+        layer: usize,
+    },
+    /// Split: attention context `[q_dim]` → `[D]` (bias added).
+    AttnOut {
+        /// Layer index.
+        layer: usize,
+    },
+    /// Split: normed residual `[D]` → FFN output `[D]` (before any post-norm).
+    Ffn {
+        /// Layer index.
+        layer: usize,
+    },
+    /// Fused: residual `[D]` → layer 0's `[q; k; v]` (attention norm inside).
+    Entry,
+    /// Fused: `[context; residual]` → `[residual'; next q; k; v]`, or
+    /// `[residual']` for the last layer.
+    Layer {
+        /// Layer index.
+        layer: usize,
+        /// Whether the next layer's q/k/v follow the residual in the output.
+        next_qkv: bool,
+    },
+    /// Logits rows `first..first + rows` from the (normed, in the split
+    /// variant; raw, in the fused one) residual `[D]`.
+    LmHead {
+        /// First vocabulary row.
+        first: usize,
+        /// Rows in this slice.
+        rows: usize,
+        /// Whether the final norm runs inside.
+        norm_inside: bool,
+    },
+}
+
+/// One lowered program and its weights.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    /// Name (`blk.0.qkv`, `entry`, `blk.3.layer`, `lm_head.1`).
+    pub name: String,
+    /// What it computes.
+    pub kind: KernelKind,
+    /// The MIL program (function `main`, input `x`, one output).
+    pub program: Program,
+    /// Its weight file, keyed by [`tensors::WEIGHT_PATH`].
+    pub weights: Weights,
+    /// Input channels C of `x: [1, C, 1, W]`.
+    pub in_channels: usize,
+    /// Output channels.
+    pub out_channels: usize,
+    /// fp16 payload bytes in the weight file.
+    pub weight_bytes: u64,
+    /// Multiply-accumulates per activation column (conv weight elements).
+    pub macs: u64,
+}
+
+/// The lowered decoder.
+#[derive(Debug, Clone)]
+pub struct Lowered {
+    /// Options used.
+    pub options: LowerOptions,
+    /// Kernels in dispatch order for one chunk of up to W tokens: every
+    /// kernel runs exactly once per chunk (and per decode token).
+    pub kernels: Vec<Kernel>,
+}
+
+impl Lowered {
+    /// ANE dispatches per decode token (= per prefill chunk of ≤ W tokens).
+    pub fn dispatches_per_token(&self) -> usize {
+        self.kernels.len()
+    }
+
+    /// Total fp16 weight bytes.
+    pub fn weight_bytes(&self) -> u64 {
+        self.kernels.iter().map(|k| k.weight_bytes).sum()
+    }
+
+    /// The kernel called `name`.
+    pub fn kernel(&self, name: &str) -> Option<&Kernel> {
+        self.kernels.iter().find(|k| k.name == name)
+    }
+}
+
+/// Dispatches per decode token for `variant`, without building anything:
+/// `3·layers + slices` (split) or `1 + layers + slices` (fused).
+pub fn dispatch_count(
+    variant: Variant,
+    n_layers: usize,
+    n_vocab: usize,
+    vocab_slice: usize,
+) -> usize {
+    let slices = n_vocab.div_ceil(vocab_slice.max(1));
+    match variant {
+        Variant::Split => 3 * n_layers + slices,
+        Variant::Fused => 1 + n_layers + slices,
+    }
+}
+
+/// Lowers `program` into kernels (see the module docs).
+pub fn lower(program: &DecoderProgram, options: &LowerOptions) -> Result<Lowered> {
+    if options.width == 0 || options.width % 32 != 0 {
+        return Err(Error::Options(format!(
+            "width {} must be a positive multiple of 32 (64-byte fp16 rows)",
+            options.width
+        )));
+    }
+    if options.vocab_slice == 0 || options.vocab_slice > 65536 {
+        return Err(Error::Options(format!(
+            "vocab slice {} must be in 1..=65536",
+            options.vocab_slice
+        )));
+    }
+    let mut kernels = Vec::new();
+    let n = program.layers.len();
+    match options.variant {
+        Variant::Split => {
+            for i in 0..n {
+                kernels.push(kernels::qkv(program, options, i, false)?);
+                kernels.push(kernels::attn_out(program, options, i)?);
+                kernels.push(kernels::ffn(program, options, i)?);
+            }
+        }
+        Variant::Fused => {
+            kernels.push(kernels::qkv(program, options, 0, true)?);
+            for i in 0..n {
+                kernels.push(kernels::fused_layer(program, options, i)?);
+            }
+        }
+    }
+    let norm_inside = options.variant == Variant::Fused;
+    let mut first = 0;
+    let mut s = 0;
+    while first < program.n_vocab {
+        let rows = options.vocab_slice.min(program.n_vocab - first);
+        kernels.push(kernels::lm_head(
+            program,
+            options,
+            s,
+            first,
+            rows,
+            norm_inside,
+        )?);
+        first += rows;
+        s += 1;
+    }
+    Ok(Lowered {
+        options: *options,
+        kernels,
+    })
+}

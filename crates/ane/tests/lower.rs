@@ -1,0 +1,108 @@
+//! Lowering tests: every program emitted for every tiny family passes the ANE
+//! rule table (with its weights), and the golden MIL of one layer is unchanged.
+
+use anedvd_ane::lower::{dispatch_count, lower, LowerOptions, Variant};
+use anedvd_mil::rules::{check, RuleConfig};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+const FAMILIES: [&str; 6] = ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3"];
+
+fn fixture(family: &str, file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/models")
+        .join(family)
+        .join(file)
+}
+
+fn program(family: &str, file: &str) -> anedvd_graph::DecoderProgram {
+    let opened = anedvd_weights::open(fixture(family, file)).expect("open fixture");
+    let src: Arc<dyn anedvd_base::WeightSource> = Arc::from(opened.source);
+    anedvd_model::load(src, &Default::default())
+        .expect("load fixture")
+        .1
+}
+
+#[test]
+fn every_program_of_every_family_passes_the_rules() {
+    let mut total = 0;
+    for family in FAMILIES {
+        for file in ["model-f32.gguf", "model-q8_0.gguf", "."] {
+            let p = program(family, file);
+            for variant in [Variant::Split, Variant::Fused] {
+                // a small slice forces several lm_head programs
+                for vocab_slice in [32768, 128] {
+                    let o = LowerOptions {
+                        variant,
+                        vocab_slice,
+                        ..Default::default()
+                    };
+                    let l = lower(&p, &o).expect("lower");
+                    assert_eq!(
+                        l.dispatches_per_token(),
+                        dispatch_count(variant, p.layers.len(), p.n_vocab, vocab_slice)
+                    );
+                    for k in &l.kernels {
+                        let v = check(&k.program, Some(&k.weights), &RuleConfig::default());
+                        assert!(
+                            v.is_empty(),
+                            "{family}/{file} {} {}: {v:?}",
+                            variant.name(),
+                            k.name
+                        );
+                        // the text path: print → parse → same program
+                        let text = anedvd_mil::print(&k.program);
+                        assert_eq!(anedvd_mil::parse(&text).expect("parse"), k.program);
+                        total += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(total > 200, "only {total} programs checked");
+}
+
+#[test]
+fn rejects_bad_widths_and_slices() {
+    let p = program("llama", "model-f32.gguf");
+    for (width, vocab_slice) in [(0, 128), (48, 128), (64, 0), (64, 65537)] {
+        let o = LowerOptions {
+            width,
+            vocab_slice,
+            ..Default::default()
+        };
+        assert!(lower(&p, &o).is_err(), "width {width} slice {vocab_slice}");
+    }
+}
+
+/// Golden MIL text of layer 0 of the tiny Gemma 3 (both variants) — a change
+/// detector, see tests/golden/README.md. `ANEDVD_BLESS=1` rewrites it.
+#[test]
+fn golden_layer0_mil() {
+    let p = program("gemma3", "model-f32.gguf");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    for (variant, names) in [
+        (
+            Variant::Split,
+            &["blk.0.qkv", "blk.0.attn_out", "blk.0.ffn"][..],
+        ),
+        (Variant::Fused, &["entry", "blk.0.layer"][..]),
+    ] {
+        let o = LowerOptions {
+            variant,
+            ..Default::default()
+        };
+        let l = lower(&p, &o).expect("lower");
+        for name in names {
+            let k = l.kernel(name).expect("kernel");
+            let text = anedvd_mil::print(&k.program);
+            let path = dir.join(format!("gemma3-{}-{name}.mil", variant.name()));
+            if std::env::var_os("ANEDVD_BLESS").is_some() {
+                std::fs::write(&path, &text).expect("write golden");
+            }
+            let want =
+                std::fs::read_to_string(&path).expect("golden file (ANEDVD_BLESS=1 writes it)");
+            assert_eq!(text, want, "{} changed; review and rebless", path.display());
+        }
+    }
+}
