@@ -44,10 +44,21 @@ fn main() -> anyhow::Result<()> {
     let mut next = argmax(logits);
     let pp = t.elapsed();
     let t = Instant::now();
+    let cpu0 = cpu_seconds();
     for _ in 0..n_decode {
         next = argmax(s.forward(&[next], LogitsMode::Last)?);
     }
     let tg = t.elapsed();
+    if let (Some(a), Some(b)) = (cpu0, cpu_seconds()) {
+        // On a shared machine wall time is inflated; CPU time per token divided
+        // by the thread count estimates the unloaded wall time.
+        let per_tok = (b - a) / n_decode as f64;
+        println!(
+            "decode CPU time {:.1} ms/token over all threads -> ~{:.2} tok/s if unloaded",
+            per_tok * 1000.0,
+            threads as f64 / per_tok
+        );
+    }
     println!(
         "threads {threads}: prefill {} tokens {:.1} tok/s, decode {n_decode} tokens {:.2} tok/s ({:.1} ms/token)",
         prompt.len(),
@@ -56,6 +67,16 @@ fn main() -> anyhow::Result<()> {
         tg.as_secs_f64() * 1000.0 / n_decode as f64
     );
     Ok(())
+}
+
+/// User + system CPU seconds of this process (Linux `/proc/self/stat`, 100 Hz ticks).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }
 
 fn argmax(x: &[f32]) -> u32 {

@@ -44,28 +44,6 @@ pub fn dot_f32_bytes(row: &[u8], x: &[f32]) -> f32 {
     s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
-/// Dot product of a Q8_0 row (blocks of an f16 scale and 32 `i8`) with `x`,
-/// without materializing the dequantized row. `None` if the sizes disagree.
-#[inline]
-pub fn dot_q8_0(row: &[u8], x: &[f32]) -> Option<f32> {
-    if x.len() / 32 * 32 != x.len() || row.len() != x.len() / 32 * 34 {
-        return None;
-    }
-    let mut total = 0.0f32;
-    for (b, xs) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
-        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
-        let mut acc = [0.0f32; 8];
-        for (q, xv) in b[2..].chunks_exact(8).zip(xs.chunks_exact(8)) {
-            for i in 0..8 {
-                acc[i] += f32::from(q[i] as i8) * xv[i];
-            }
-        }
-        total +=
-            d * (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])));
-    }
-    Some(total)
-}
-
 /// `y += a * x`.
 #[inline]
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
@@ -185,19 +163,6 @@ mod tests {
             let bytes: Vec<u8> = a.iter().flat_map(|v| v.to_le_bytes()).collect();
             assert!((dot_f32_bytes(&bytes, &b) - naive).abs() < 1e-4);
         }
-    }
-
-    #[test]
-    fn q8_0_dot_matches_dequantized_dot() {
-        let x: Vec<f32> = (0..64).map(|i| (i as f32 * 0.3).sin()).collect();
-        let w: Vec<f32> = (0..64).map(|i| (i as f32 * 0.7).cos()).collect();
-        let mut q = vec![0u8; 68];
-        anedvd_quant::quantize(anedvd_base::GgmlType::Q8_0, &w, &mut q).unwrap();
-        let mut deq = vec![0.0; 64];
-        anedvd_quant::dequantize(anedvd_base::GgmlType::Q8_0, &q, &mut deq).unwrap();
-        let fused = dot_q8_0(&q, &x).unwrap();
-        assert!((fused - dot(&deq, &x)).abs() < 1e-4);
-        assert!(dot_q8_0(&q[..34], &x).is_none());
     }
 
     #[test]

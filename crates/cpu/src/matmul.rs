@@ -1,7 +1,7 @@
 //! Weight matrices used in place from the source bytes: per-row decoding into
 //! thread-local scratch, and matrix products parallelized over output rows.
 
-use crate::kernels::{dot, dot_f32_bytes, dot_q8_0};
+use crate::kernels::{dot, dot_f32_bytes};
 use anedvd_base::{GgmlType, WeightSource};
 use anedvd_graph::{Error, Result};
 use rayon::prelude::*;
@@ -159,14 +159,6 @@ impl Matrix {
                         for (k, y) in o.iter_mut().enumerate() {
                             let r = r0 + k;
                             *y = dot_f32_bytes(&data[r * rb..(r + 1) * rb], x);
-                        }
-                        return Ok(());
-                    }
-                    if self.dtype == GgmlType::Q8_0 {
-                        for (k, y) in o.iter_mut().enumerate() {
-                            let r = r0 + k;
-                            *y = dot_q8_0(&data[r * rb..(r + 1) * rb], x)
-                                .ok_or_else(|| fail("row size".into()))?;
                         }
                         return Ok(());
                     }
