@@ -1,7 +1,7 @@
 //! The generation loop: prefill (reusing the cached prefix), then sample and
 //! decode one token at a time, streaming text through a callback.
 
-use crate::sampler::{top_logprobs, Sampler, SamplingParams};
+use crate::sampler::{token_logprob, top_logprobs, Sampler, SamplingParams};
 use crate::session::EngineSession;
 use crate::{Error, Result};
 use anedvd_graph::LogitsMode;
@@ -104,6 +104,9 @@ pub struct TokenEvent<'a> {
     pub text: &'a str,
     /// The most likely tokens at this step when requested.
     pub top_logprobs: &'a [(u32, f32)],
+    /// This token's log-probability under the model's distribution (before
+    /// penalties and filters); `Some` only when `top_logprobs` was requested.
+    pub logprob: Option<f32>,
 }
 
 /// The outcome of [`generate`].
@@ -188,7 +191,9 @@ pub fn generate(
         } else {
             Vec::new()
         };
+        let raw = (params.top_logprobs > 0).then(|| logits.clone());
         let id = sampler.sample(&mut logits, &history);
+        let logprob = raw.as_deref().map(|l| token_logprob(l, id));
         out.tokens.push(id);
         history.push(id);
         let eog = tokenizer.is_eog(id) && !params.ignore_eos;
@@ -202,6 +207,7 @@ pub fn generate(
             id,
             text: &piece,
             top_logprobs: &top,
+            logprob,
         });
         if params.top_logprobs > 0 {
             out.top_logprobs.push(top);
@@ -230,6 +236,7 @@ pub fn generate(
             id: u32::MAX,
             text: &tail,
             top_logprobs: &[],
+            logprob: None,
         });
     }
     out.timings.decode = decode_start.elapsed();

@@ -276,6 +276,22 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// The log-probability of token `id` under the softmax of `logits` (`-inf` if
+/// `id` is out of range).
+pub fn token_logprob(logits: &[f32], id: u32) -> f32 {
+    let Some(&l) = logits.get(id as usize) else {
+        return f32::NEG_INFINITY;
+    };
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = f64::from(max)
+        + logits
+            .iter()
+            .map(|&x| f64::from(x - max).exp())
+            .sum::<f64>()
+            .ln();
+    (f64::from(l) - lse) as f32
+}
+
 /// The `k` most likely tokens with their log-probabilities under the softmax of
 /// `logits` (the model's distribution, before penalties and filters).
 pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
@@ -303,6 +319,14 @@ pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_logprob_is_log_softmax() {
+        let logits = [0.0, 3f32.ln()];
+        assert!((token_logprob(&logits, 1) - 0.75f32.ln()).abs() < 1e-6);
+        assert!((token_logprob(&logits, 0) - 0.25f32.ln()).abs() < 1e-6);
+        assert_eq!(token_logprob(&logits, 2), f32::NEG_INFINITY);
+    }
 
     fn logits_from_probs(p: &[f64]) -> Vec<f32> {
         p.iter().map(|x| x.ln() as f32).collect()

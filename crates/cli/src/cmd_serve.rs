@@ -1,0 +1,151 @@
+//! `anedvd serve`: the OpenAI/Anthropic-compatible HTTP server with its WebUI.
+
+use crate::common::{ModelArgs, SamplingArgs};
+use anedvd_server::{router, AppState, ServerConfig};
+use anyhow::{Context, Result};
+use clap::Args;
+use std::time::Duration;
+
+/// Arguments of `anedvd serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to bind (loopback by default; use 0.0.0.0 to expose it).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0 = any free port; the chosen one is printed).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Sequences generated concurrently (slots, each with its own KV cache).
+    #[arg(long, default_value_t = 1)]
+    parallel: usize,
+    /// Context size per slot in tokens (capped at the model's training context).
+    #[arg(long, default_value_t = 4096)]
+    max_seq: usize,
+    /// Requests allowed to wait for a slot; beyond that the server answers 503.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+    /// Require this API key (`Authorization: Bearer` or `x-api-key`); repeatable.
+    #[arg(long = "api-key", value_name = "KEY")]
+    api_keys: Vec<String>,
+    /// Allow browser requests from this origin (`*` = any); repeatable.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
+    /// Name reported by /v1/models (default: the model's name).
+    #[arg(long)]
+    alias: Option<String>,
+    /// Largest accepted request body in bytes.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    max_body: usize,
+    /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are cancelled.
+    #[arg(long, default_value_t = 10)]
+    shutdown_grace: u64,
+    /// Default sampling for fields a request leaves out.
+    #[command(flatten)]
+    sampling: SamplingArgs,
+}
+
+/// Runs `anedvd serve` until SIGINT or SIGTERM.
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let sampling = args.sampling.params()?;
+    let path = args.model.path()?;
+    let model_id = args.alias.clone().unwrap_or_else(|| {
+        path.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "anedvd".into())
+    });
+    let config = ServerConfig {
+        model_id,
+        api_keys: args.api_keys.clone(),
+        cors_origins: args.cors_origins.clone(),
+        parallel: args.parallel.max(1),
+        max_seq: args.max_seq,
+        queue_capacity: args.queue,
+        max_body_bytes: args.max_body,
+        sampling,
+        fixed_seed: args.sampling.seed.is_some(),
+    };
+    let state = AppState::new(config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(args, state))
+}
+
+async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    let local = listener.local_addr().context("reading the bound address")?;
+    eprintln!("anedvd: listening on http://{local} (loading the model; /health answers 503 until ready)");
+
+    let loader_state = state.clone();
+    let model = ModelArgs {
+        model: Some(args.model.path()?),
+        threads: args.model.threads,
+        rope_pairing: args.model.rope_pairing.clone(),
+        family: args.model.family.clone(),
+    };
+    std::thread::Builder::new()
+        .name("anedvd-load".into())
+        .spawn(move || match model.load(true) {
+            Ok(engine) => {
+                let name = engine.name.clone();
+                let secs = engine.load_time.as_secs_f64();
+                match loader_state.set_engine(engine) {
+                    Ok(()) => eprintln!("anedvd: model {name} ready ({secs:.2} s); open http://{local}/"),
+                    Err(e) => {
+                        eprintln!("anedvd: starting slots failed: {e}");
+                        loader_state.set_failed(e.to_string());
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("anedvd: loading failed: {e:#}");
+                loader_state.set_failed(format!("{e:#}"));
+            }
+        })
+        .context("spawning the loader thread")?;
+
+    let grace = Duration::from_secs(args.shutdown_grace);
+    let shutdown_state = state.clone();
+    let shutdown = async move {
+        wait_for_signal().await;
+        eprintln!("anedvd: shutting down; in-flight requests get {} s", grace.as_secs());
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            shutdown_state.cancel_all();
+        });
+    };
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("serving")?;
+    eprintln!("anedvd: stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,187 @@
+//! Errors: the crate's typed error, and API errors rendered in each dialect's own shape.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+/// Errors of starting the server.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The engine failed (opening a slot's session, ...).
+    #[error(transparent)]
+    Engine(#[from] anedvd_engine::Error),
+    /// A worker thread could not be spawned.
+    #[error("spawning worker thread {slot}: {source}")]
+    Spawn {
+        /// The slot index.
+        slot: usize,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A bad configuration value.
+    #[error("invalid server configuration: {0}")]
+    Config(String),
+}
+
+/// Which API's conventions a route follows (error shapes, SSE error events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI (`/v1/chat/completions`, `/v1/completions`, and the utility routes).
+    OpenAi,
+    /// Anthropic Messages (`/v1/messages`).
+    Anthropic,
+}
+
+impl Dialect {
+    /// The dialect of a request path.
+    pub fn of_path(path: &str) -> Dialect {
+        if path.starts_with("/v1/messages") {
+            Dialect::Anthropic
+        } else {
+            Dialect::OpenAi
+        }
+    }
+}
+
+/// What went wrong, independent of dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// 400: malformed or unsupported request.
+    InvalidRequest,
+    /// 400: the prompt does not fit the context.
+    ContextLength,
+    /// 401: missing or wrong API key.
+    Authentication,
+    /// 404: no such route.
+    NotFound,
+    /// 413: body too large.
+    TooLarge,
+    /// 503: every slot is busy and the queue is full.
+    Overloaded,
+    /// 503: the model is still loading.
+    Loading,
+    /// 500: the engine failed.
+    Internal,
+}
+
+impl ErrorKind {
+    fn status(self) -> StatusCode {
+        match self {
+            ErrorKind::InvalidRequest | ErrorKind::ContextLength => StatusCode::BAD_REQUEST,
+            ErrorKind::Authentication => StatusCode::UNAUTHORIZED,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::Overloaded | ErrorKind::Loading => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// OpenAI `type` and `code`.
+    fn openai(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            ErrorKind::InvalidRequest => ("invalid_request_error", None),
+            ErrorKind::ContextLength => ("invalid_request_error", Some("context_length_exceeded")),
+            ErrorKind::Authentication => ("authentication_error", Some("invalid_api_key")),
+            ErrorKind::NotFound => ("not_found_error", None),
+            ErrorKind::TooLarge => ("invalid_request_error", Some("request_too_large")),
+            ErrorKind::Overloaded => ("server_overloaded", Some("queue_full")),
+            ErrorKind::Loading => ("unavailable_error", Some("model_loading")),
+            ErrorKind::Internal => ("server_error", None),
+        }
+    }
+
+    /// Anthropic `error.type`.
+    fn anthropic(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequest | ErrorKind::ContextLength => "invalid_request_error",
+            ErrorKind::Authentication => "authentication_error",
+            ErrorKind::NotFound => "not_found_error",
+            ErrorKind::TooLarge => "request_too_large",
+            ErrorKind::Overloaded | ErrorKind::Loading => "overloaded_error",
+            ErrorKind::Internal => "api_error",
+        }
+    }
+}
+
+/// An error answered to a client, in the dialect of the route it came in on.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// Human-readable message.
+    pub message: String,
+    /// The request field at fault (OpenAI `param`).
+    pub param: Option<String>,
+    /// The dialect to render in.
+    pub dialect: Dialect,
+}
+
+/// Seconds a client should wait before retrying a 503.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+impl ApiError {
+    /// A new error.
+    pub fn new(dialect: Dialect, kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            param: None,
+            dialect,
+        }
+    }
+
+    /// A 400 naming the field at fault.
+    pub fn invalid(dialect: Dialect, param: &str, message: impl Into<String>) -> Self {
+        Self {
+            kind: ErrorKind::InvalidRequest,
+            message: message.into(),
+            param: Some(param.to_owned()),
+            dialect,
+        }
+    }
+
+    /// A 400 for a field this server does not support.
+    pub fn unsupported(dialect: Dialect, param: &str) -> Self {
+        Self::invalid(
+            dialect,
+            param,
+            format!("`{param}` is not supported by this server"),
+        )
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.kind.status()
+    }
+
+    /// The JSON body in the dialect's shape.
+    pub fn body(&self) -> Value {
+        match self.dialect {
+            Dialect::OpenAi => {
+                let (kind, code) = self.kind.openai();
+                json!({"error": {
+                    "message": self.message,
+                    "type": kind,
+                    "param": self.param,
+                    "code": code,
+                }})
+            }
+            Dialect::Anthropic => json!({
+                "type": "error",
+                "error": {"type": self.kind.anthropic(), "message": self.message},
+            }),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let mut resp = (status, axum::Json(self.body())).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        resp
+    }
+}

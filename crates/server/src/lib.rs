@@ -1,0 +1,264 @@
+//! The anedvd HTTP server: OpenAI-compatible (`/v1/chat/completions`,
+//! `/v1/completions`, `/v1/models`) and Anthropic-compatible (`/v1/messages`)
+//! endpoints, `/health`, Prometheus `/metrics`, `/tokenize`, `/detokenize`
+//! and a built-in WebUI at `/`.
+//!
+//! It knows HTTP, the two wire dialects and the slot scheduler; it does not
+//! know models or backends (the engine does). Generation runs on one worker
+//! thread per slot (`--parallel`), never on the async runtime; each slot owns
+//! an engine session, so sequences decode concurrently but not in one batched
+//! forward pass.
+//!
+//! ```no_run
+//! # async fn demo(engine: anedvd_engine::Engine) -> Result<(), Box<dyn std::error::Error>> {
+//! use anedvd_server::{router, AppState, ServerConfig};
+//! let state = AppState::new(ServerConfig::default());
+//! state.set_engine(engine)?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, router(state)).await?;
+//! # Ok(()) }
+//! ```
+
+mod anthropic;
+mod error;
+mod metrics;
+mod openai;
+mod request;
+mod scheduler;
+mod sse;
+mod state;
+mod stop;
+
+pub use error::{ApiError, Dialect, Error, ErrorKind};
+pub use metrics::{Gauges, Metrics};
+pub use scheduler::{Event, Finish, Job, Scheduler, SubmitError, Summary, TokenInfo};
+pub use state::{AppState, Ready, ServerConfig};
+pub use stop::{StopMatcher, StopOutcome};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+
+/// The WebUI page, embedded at build time.
+const WEBUI: &str = include_str!("webui.html");
+
+/// All routes, with authentication and CORS as configured in `state`.
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/chat/completions", post(openai::chat_completions))
+        .route("/v1/completions", post(openai::completions))
+        .route("/completions", post(openai::completions))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
+        .route("/metrics", get(metrics_text))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    let mut app = Router::new()
+        .route("/", get(webui))
+        .route("/health", get(health))
+        .merge(api)
+        .fallback(not_found)
+        .with_state(state.clone());
+    let origins = &state.config().cors_origins;
+    if !origins.is_empty() {
+        let allow = if origins.iter().any(|o| o == "*") {
+            AllowOrigin::from(Any)
+        } else {
+            AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+        };
+        app = app.layer(
+            CorsLayer::new()
+                .allow_origin(allow)
+                .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+                .allow_headers(Any),
+        );
+    }
+    app
+}
+
+/// Checks `Authorization: Bearer <key>` or `x-api-key: <key>` when keys are set.
+async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let keys = &state.config().api_keys;
+    if keys.is_empty() || key_ok(req.headers(), keys) {
+        return next.run(req).await;
+    }
+    let dialect = Dialect::of_path(req.uri().path());
+    let present = req.headers().contains_key(header::AUTHORIZATION)
+        || req.headers().contains_key("x-api-key");
+    let msg = if present {
+        "invalid API key"
+    } else {
+        "missing API key (send `Authorization: Bearer <key>` or `x-api-key: <key>`)"
+    };
+    ApiError::new(dialect, ErrorKind::Authentication, msg).into_response()
+}
+
+fn key_ok(headers: &HeaderMap, keys: &[String]) -> bool {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let xkey = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    [bearer, xkey].into_iter().flatten().any(|k| {
+        keys.iter()
+            .any(|good| constant_time_eq(good.as_bytes(), k.as_bytes()))
+    })
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn not_found(req: Request) -> Response {
+    let path = req.uri().path().to_owned();
+    ApiError::new(
+        Dialect::of_path(&path),
+        ErrorKind::NotFound,
+        format!("no route for {} {path}", req.method()),
+    )
+    .into_response()
+}
+
+async fn webui() -> Html<&'static str> {
+    Html(WEBUI)
+}
+
+async fn health(State(state): State<AppState>) -> Response {
+    match state.status() {
+        Ok(Some(_)) => Json(json!({"status": "ok"})).into_response(),
+        Ok(None) => {
+            ApiError::new(Dialect::OpenAi, ErrorKind::Loading, "Loading model").into_response()
+        }
+        Err(m) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({"status": "error", "error": {"message": m, "type": "server_error"}})),
+        )
+            .into_response(),
+    }
+}
+
+async fn models(State(state): State<AppState>) -> Response {
+    let c = state.config();
+    let meta = match state.status() {
+        Ok(Some(r)) => json!({
+            "n_ctx": r.max_seq,
+            "n_ctx_train": r.engine.n_ctx_train(),
+            "n_vocab": r.engine.vocab_size(),
+            "size": r.engine.weight_bytes(),
+            "parallel": c.parallel,
+        }),
+        _ => json!({"n_ctx": c.max_seq, "parallel": c.parallel, "loading": true}),
+    };
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": c.model_id,
+            "object": "model",
+            "created": state.created(),
+            "owned_by": "anedvd",
+            "meta": meta,
+        }],
+    }))
+    .into_response()
+}
+
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    let mut g = state.gauges();
+    g.ready = matches!(state.status(), Ok(Some(_)));
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics().render(g),
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct TokenizeRequest {
+    content: String,
+    #[serde(default)]
+    add_special: Option<bool>,
+    #[serde(default)]
+    parse_special: Option<bool>,
+    #[serde(default)]
+    with_pieces: Option<bool>,
+}
+
+async fn tokenize(State(state): State<AppState>, body: Body) -> Response {
+    state.metrics().count_request("tokenize");
+    let d = Dialect::OpenAi;
+    let run = async {
+        let v = request::read_json(body, state.config().max_body_bytes, d).await?;
+        let req: TokenizeRequest = request::typed(v, d)?;
+        let ready = state.ready(d)?;
+        let tok = &ready.engine.tokenizer;
+        let ids = tok
+            .encode(
+                &req.content,
+                req.add_special.unwrap_or(false),
+                req.parse_special.unwrap_or(true),
+            )
+            .map_err(|e| ApiError::new(d, ErrorKind::InvalidRequest, e.to_string()))?;
+        let tokens: Vec<serde_json::Value> = if req.with_pieces.unwrap_or(false) {
+            ids.iter()
+                .map(|&id| {
+                    let bytes = tok.piece_bytes(id).unwrap_or_default();
+                    let piece = match std::str::from_utf8(bytes) {
+                        Ok(s) => json!(s),
+                        Err(_) => json!(bytes),
+                    };
+                    json!({"id": id, "piece": piece})
+                })
+                .collect()
+        } else {
+            ids.iter().map(|&id| json!(id)).collect()
+        };
+        Ok::<_, ApiError>(Json(json!({"tokens": tokens})).into_response())
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[derive(Deserialize)]
+struct DetokenizeRequest {
+    tokens: Vec<u32>,
+}
+
+async fn detokenize(State(state): State<AppState>, body: Body) -> Response {
+    state.metrics().count_request("detokenize");
+    let d = Dialect::OpenAi;
+    let run = async {
+        let v = request::read_json(body, state.config().max_body_bytes, d).await?;
+        let req: DetokenizeRequest = request::typed(v, d)?;
+        let ready = state.ready(d)?;
+        let tok = &ready.engine.tokenizer;
+        let vocab = tok.vocab_size();
+        if let Some(bad) = req.tokens.iter().find(|&&i| i as usize >= vocab) {
+            return Err(ApiError::invalid(
+                d,
+                "tokens",
+                format!("token id {bad} is out of the vocabulary ({vocab})"),
+            ));
+        }
+        let text = tok
+            .decode(&req.tokens, false)
+            .map_err(|e| ApiError::new(d, ErrorKind::InvalidRequest, e.to_string()))?;
+        Ok(Json(json!({"content": text})).into_response())
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}

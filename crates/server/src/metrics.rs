@@ -1,0 +1,197 @@
+//! Counters and gauges exported at `/metrics` in the Prometheus text format.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Server-wide counters (monotonic) updated by handlers and slot workers.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Requests received per endpoint, in [`ENDPOINTS`] order.
+    requests: [AtomicU64; ENDPOINTS.len()],
+    /// Requests answered 503 because the queue was full.
+    pub rejected_queue_full: AtomicU64,
+    /// Generations cancelled (client gone or shutdown).
+    pub cancelled: AtomicU64,
+    /// Prompt tokens run through the model.
+    pub prompt_tokens: AtomicU64,
+    /// Prompt tokens served from a slot's cached prefix.
+    pub cached_prompt_tokens: AtomicU64,
+    /// Tokens generated.
+    pub generated_tokens: AtomicU64,
+    /// Prefill time in microseconds.
+    pub prefill_us: AtomicU64,
+    /// Decode time in microseconds.
+    pub decode_us: AtomicU64,
+    /// Decode steps (tokens produced by decode calls).
+    pub decode_tokens: AtomicU64,
+}
+
+/// Endpoints counted by [`Metrics::count_request`].
+pub const ENDPOINTS: [&str; 5] = [
+    "chat_completions",
+    "completions",
+    "messages",
+    "tokenize",
+    "detokenize",
+];
+
+/// Values read from the scheduler at scrape time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauges {
+    /// Requests waiting for a slot.
+    pub queue_depth: usize,
+    /// Slots generating.
+    pub slots_busy: usize,
+    /// Slots in all.
+    pub slots_total: usize,
+    /// 1 once the model is loaded.
+    pub ready: bool,
+}
+
+impl Metrics {
+    /// Counts one request to `endpoint` (one of [`ENDPOINTS`]).
+    pub fn count_request(&self, endpoint: &str) {
+        if let Some(i) = ENDPOINTS.iter().position(|e| *e == endpoint) {
+            self.requests[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds a duration to a microsecond counter.
+    pub fn add_time(counter: &AtomicU64, d: Duration) {
+        counter.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Renders all metrics in the Prometheus text exposition format.
+    pub fn render(&self, g: Gauges) -> String {
+        let mut s = String::new();
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(
+            s,
+            "# HELP anedvd_requests_total Requests received per endpoint."
+        );
+        let _ = writeln!(s, "# TYPE anedvd_requests_total counter");
+        for (i, e) in ENDPOINTS.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "anedvd_requests_total{{endpoint=\"{e}\"}} {}",
+                get(&self.requests[i])
+            );
+        }
+        let counters: [(&str, &str, u64); 6] = [
+            (
+                "anedvd_requests_rejected_total",
+                "Requests refused with 503 because the queue was full.",
+                get(&self.rejected_queue_full),
+            ),
+            (
+                "anedvd_requests_cancelled_total",
+                "Generations cancelled (client disconnected or shutdown).",
+                get(&self.cancelled),
+            ),
+            (
+                "anedvd_prompt_tokens_total",
+                "Prompt tokens run through the model (prefill).",
+                get(&self.prompt_tokens),
+            ),
+            (
+                "anedvd_prompt_tokens_cached_total",
+                "Prompt tokens reused from a slot's cached prefix.",
+                get(&self.cached_prompt_tokens),
+            ),
+            (
+                "anedvd_tokens_generated_total",
+                "Tokens generated.",
+                get(&self.generated_tokens),
+            ),
+            (
+                "anedvd_decode_steps_total",
+                "Decode forward passes.",
+                get(&self.decode_tokens),
+            ),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        }
+        let prefill = get(&self.prefill_us) as f64 / 1e6;
+        let decode = get(&self.decode_us) as f64 / 1e6;
+        let secs = [
+            (
+                "anedvd_prefill_seconds_total",
+                "Time spent in prefill.",
+                prefill,
+            ),
+            (
+                "anedvd_decode_seconds_total",
+                "Time spent in decode steps (summed over slots).",
+                decode,
+            ),
+        ];
+        for (name, help, v) in secs {
+            let _ = writeln!(
+                s,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v:.6}"
+            );
+        }
+        let rate = |n: u64, t: f64| if t > 0.0 { n as f64 / t } else { 0.0 };
+        let gauges = [
+            (
+                "anedvd_prefill_tokens_per_second",
+                "Mean prefill throughput per slot since start.",
+                rate(get(&self.prompt_tokens), prefill),
+            ),
+            (
+                "anedvd_decode_tokens_per_second",
+                "Mean decode throughput per slot since start.",
+                rate(get(&self.decode_tokens), decode),
+            ),
+            (
+                "anedvd_queue_depth",
+                "Requests waiting for a slot.",
+                g.queue_depth as f64,
+            ),
+            (
+                "anedvd_slots_busy",
+                "Slots generating.",
+                g.slots_busy as f64,
+            ),
+            (
+                "anedvd_slots_total",
+                "Slots (--parallel).",
+                g.slots_total as f64,
+            ),
+            (
+                "anedvd_model_ready",
+                "1 once the model is loaded.",
+                f64::from(u8::from(g.ready)),
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_gauges() {
+        let m = Metrics::default();
+        m.count_request("messages");
+        m.generated_tokens.fetch_add(7, Ordering::Relaxed);
+        let text = m.render(Gauges {
+            queue_depth: 3,
+            slots_busy: 1,
+            slots_total: 2,
+            ready: true,
+        });
+        assert!(text.contains("anedvd_requests_total{endpoint=\"messages\"} 1\n"));
+        assert!(text.contains("anedvd_tokens_generated_total 7\n"));
+        assert!(text.contains("anedvd_queue_depth 3\n"));
+        assert!(text.contains("anedvd_slots_busy 1\n"));
+        assert!(text.contains("# TYPE anedvd_prefill_seconds_total counter\n"));
+    }
+}

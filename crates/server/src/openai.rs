@@ -1,0 +1,548 @@
+//! OpenAI-compatible `/v1/chat/completions` and `/v1/completions`.
+
+use crate::error::{ApiError, Dialect, ErrorKind};
+use crate::request::{
+    collect, generate_params, is_set, new_id, now, read_json, typed, Sampling, StopField,
+};
+use crate::scheduler::{Finish, Summary, TokenInfo};
+use crate::sse::{json_event, sse_response, Transcoder};
+use crate::state::AppState;
+use anedvd_chat::{Content, Message};
+use anedvd_tokenizer::Tokenizer;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+const D: Dialect = Dialect::OpenAi;
+/// Most alternatives per token OpenAI allows.
+const MAX_TOP_LOGPROBS: u32 = 20;
+
+#[derive(Debug, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    messages: Vec<Message>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    stop: Option<StopField>,
+    #[serde(default)]
+    logprobs: Option<bool>,
+    #[serde(default)]
+    top_logprobs: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PromptField {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<u32>),
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    prompt: PromptField,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    stop: Option<StopField>,
+    #[serde(default)]
+    logprobs: Option<u32>,
+}
+
+/// Fields that would change the result and are not implemented: refused by name.
+fn reject_unsupported(v: &Value, chat: bool) -> Result<(), ApiError> {
+    for key in [
+        "tools",
+        "functions",
+        "function_call",
+        "logit_bias",
+        "audio",
+        "prediction",
+    ] {
+        if is_set(v, key) {
+            return Err(ApiError::unsupported(D, key));
+        }
+    }
+    if let Some(tc) = v.get("tool_choice") {
+        if !(tc.is_null() || tc == "none" || tc == "auto") {
+            return Err(ApiError::unsupported(D, "tool_choice"));
+        }
+    }
+    if let Some(rf) = v.get("response_format") {
+        let kind = rf.get("type").and_then(Value::as_str);
+        if !(rf.is_null() || kind == Some("text")) {
+            return Err(ApiError::invalid(
+                D,
+                "response_format",
+                format!(
+                    "`response_format` of type {} is not supported by this server (only `text`)",
+                    kind.unwrap_or("?")
+                ),
+            ));
+        }
+    }
+    for key in ["n", "best_of"] {
+        if let Some(n) = v.get(key) {
+            if !(n.is_null() || n == 1) {
+                return Err(ApiError::invalid(
+                    D,
+                    key,
+                    format!("`{key}` other than 1 is not supported by this server"),
+                ));
+            }
+        }
+    }
+    if !chat {
+        if is_set(v, "echo") {
+            return Err(ApiError::unsupported(D, "echo"));
+        }
+        if is_set(v, "suffix") {
+            return Err(ApiError::unsupported(D, "suffix"));
+        }
+    }
+    if let Some(m) = v.get("modalities").and_then(Value::as_array) {
+        if m.iter().any(|x| x != "text") {
+            return Err(ApiError::unsupported(D, "modalities"));
+        }
+    }
+    Ok(())
+}
+
+/// Flattens text parts to a string; any other part type is refused.
+pub fn flatten_content(messages: &mut [Message], dialect: Dialect) -> Result<(), ApiError> {
+    for (i, m) in messages.iter_mut().enumerate() {
+        if let Some(Content::Parts(parts)) = &m.content {
+            let mut text = String::new();
+            for (j, p) in parts.iter().enumerate() {
+                match (p.kind.as_str(), &p.text) {
+                    ("text", Some(t)) => text.push_str(t),
+                    _ => {
+                        return Err(ApiError::invalid(
+                            dialect,
+                            &format!("messages[{i}].content[{j}]"),
+                            format!(
+                                "content parts of type `{}` are not supported (text only)",
+                                p.kind
+                            ),
+                        ))
+                    }
+                }
+            }
+            m.content = Some(Content::Text(text));
+        }
+    }
+    Ok(())
+}
+
+/// Renders messages with the model's chat template into prompt ids.
+pub fn chat_prompt(
+    engine: &anedvd_engine::Engine,
+    messages: &[Message],
+    dialect: Dialect,
+) -> Result<Vec<u32>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid(
+            dialect,
+            "messages",
+            "`messages` must not be empty",
+        ));
+    }
+    engine
+        .chat_prompt(messages)
+        .map_err(|e| ApiError::new(dialect, ErrorKind::InvalidRequest, e.to_string()))
+}
+
+fn usage(s: &Summary) -> Value {
+    json!({
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": s.completion_tokens,
+        "total_tokens": s.prompt_tokens + s.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
+    })
+}
+
+fn finish_reason(f: Finish) -> &'static str {
+    match f {
+        Finish::Length | Finish::ContextFull => "length",
+        Finish::Eos | Finish::StopSequence | Finish::Cancelled => "stop",
+    }
+}
+
+fn piece(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
+    let bytes = tok.piece_bytes(id).map(<[u8]>::to_vec).unwrap_or_default();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// OpenAI chat `logprobs.content` entries.
+fn chat_logprobs(tok: &Tokenizer, tokens: &[TokenInfo], top: usize) -> Value {
+    let entry = |id: u32, lp: f32| {
+        let (t, b) = piece(tok, id);
+        json!({"token": t, "logprob": lp, "bytes": b})
+    };
+    let content: Vec<Value> = tokens
+        .iter()
+        .map(|ti| {
+            let mut e = entry(ti.id, ti.logprob);
+            let alts: Vec<Value> = ti.top.iter().take(top).map(|&(i, l)| entry(i, l)).collect();
+            e["top_logprobs"] = Value::Array(alts);
+            e
+        })
+        .collect();
+    json!({"content": content, "refusal": null})
+}
+
+/// Legacy completions `logprobs` object.
+fn legacy_logprobs(tok: &Tokenizer, tokens: &[TokenInfo], top: usize, offset0: usize) -> Value {
+    let mut offset = offset0;
+    let (mut toks, mut lps, mut tops, mut offs) = (vec![], vec![], vec![], vec![]);
+    for ti in tokens {
+        let (t, _) = piece(tok, ti.id);
+        offs.push(offset);
+        offset += t.len();
+        toks.push(t);
+        lps.push(ti.logprob);
+        let m: serde_json::Map<String, Value> = ti
+            .top
+            .iter()
+            .take(top)
+            .map(|&(i, l)| (piece(tok, i).0, json!(l)))
+            .collect();
+        tops.push(Value::Object(m));
+    }
+    json!({"tokens": toks, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs})
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(State(state): State<AppState>, body: Body) -> Response {
+    state.metrics().count_request("chat_completions");
+    match chat_inner(state, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn chat_inner(state: AppState, body: Body) -> Result<Response, ApiError> {
+    let v = read_json(body, state.config().max_body_bytes, D).await?;
+    reject_unsupported(&v, true)?;
+    let sampling: Sampling = typed(v.clone(), D)?;
+    let mut req: ChatRequest = typed(v, D)?;
+    let ready = state.ready(D)?;
+    flatten_content(&mut req.messages, D)?;
+    let prompt = chat_prompt(&ready.engine, &req.messages, D)?;
+    let top = req.top_logprobs.unwrap_or(0);
+    if top > MAX_TOP_LOGPROBS {
+        return Err(ApiError::invalid(
+            D,
+            "top_logprobs",
+            "top_logprobs must be in [0, 20]",
+        ));
+    }
+    let want_lp = req.logprobs.unwrap_or(false);
+    if top > 0 && !want_lp {
+        return Err(ApiError::invalid(
+            D,
+            "logprobs",
+            "`logprobs` must be true when `top_logprobs` is used",
+        ));
+    }
+    let engine_top = if want_lp { top.max(1) as usize } else { 0 };
+    let max_tokens = req.max_completion_tokens.or(req.max_tokens);
+    let params = generate_params(&state, &sampling, max_tokens, engine_top, D)?;
+    let stop = req.stop.map(StopField::into_vec).unwrap_or_default();
+    let prompt_tokens = prompt.len();
+    let rx = state.submit(D, &ready, prompt, params, stop)?;
+    let id = new_id("chatcmpl-");
+    let model = state.config().model_id.clone();
+    let created = now();
+    if req.stream.unwrap_or(false) {
+        let include_usage = req
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+        let t = ChatStream {
+            id,
+            model,
+            created,
+            include_usage,
+            logprobs: want_lp.then_some(top as usize),
+            engine: ready.engine.clone(),
+        };
+        let first = t.chunk(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+            None,
+        );
+        let _ = prompt_tokens;
+        return Ok(sse_response(vec![first], rx, t));
+    }
+    let (out, summary) = collect(rx, D).await?;
+    let logprobs = if want_lp {
+        chat_logprobs(&ready.engine.tokenizer, &out.tokens, top as usize)
+    } else {
+        Value::Null
+    };
+    Ok(Json(json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": null,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": out.text, "refusal": null},
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(summary.finish),
+        }],
+        "usage": usage(&summary),
+        "timings": {"seconds": summary.seconds, "decode_tokens_per_second": summary.decode_tps},
+    }))
+    .into_response())
+}
+
+struct ChatStream {
+    id: String,
+    model: String,
+    created: u64,
+    include_usage: bool,
+    logprobs: Option<usize>,
+    engine: Arc<anedvd_engine::Engine>,
+}
+
+impl ChatStream {
+    fn chunk(&self, delta: Value, logprobs: Value, finish: Option<&str>) -> SseEvent {
+        let mut c = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+        });
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        json_event(None, &c)
+    }
+}
+
+impl Transcoder for ChatStream {
+    fn delta(&mut self, text: &str, tokens: &[TokenInfo]) -> Vec<SseEvent> {
+        let lp = match self.logprobs {
+            Some(top) => chat_logprobs(&self.engine.tokenizer, tokens, top),
+            None => Value::Null,
+        };
+        vec![self.chunk(json!({"content": text}), lp, None)]
+    }
+
+    fn done(&mut self, s: &Summary) -> Vec<SseEvent> {
+        let mut evs = vec![self.chunk(json!({}), Value::Null, Some(finish_reason(s.finish)))];
+        if self.include_usage {
+            let c = json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "system_fingerprint": null,
+                "choices": [],
+                "usage": usage(s),
+            });
+            evs.push(json_event(None, &c));
+        }
+        evs.push(SseEvent::default().data("[DONE]"));
+        evs
+    }
+
+    fn error(&mut self, message: &str) -> Vec<SseEvent> {
+        let e = ApiError::new(D, ErrorKind::Internal, message);
+        vec![
+            json_event(None, &e.body()),
+            SseEvent::default().data("[DONE]"),
+        ]
+    }
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(State(state): State<AppState>, body: Body) -> Response {
+    state.metrics().count_request("completions");
+    match completions_inner(state, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn completions_inner(state: AppState, body: Body) -> Result<Response, ApiError> {
+    let v = read_json(body, state.config().max_body_bytes, D).await?;
+    reject_unsupported(&v, false)?;
+    let sampling: Sampling = typed(v.clone(), D)?;
+    let req: CompletionRequest = typed(v, D)?;
+    let ready = state.ready(D)?;
+    let engine = &ready.engine;
+    let prompt = match req.prompt {
+        PromptField::Text(t) => engine.raw_prompt(&t),
+        PromptField::Texts(t) if t.len() == 1 => engine.raw_prompt(&t[0]),
+        PromptField::Texts(_) => {
+            return Err(ApiError::invalid(
+                D,
+                "prompt",
+                "only one prompt per request is supported",
+            ))
+        }
+        PromptField::Ids(ids) => {
+            let vocab = engine.tokenizer.vocab_size();
+            if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
+                return Err(ApiError::invalid(
+                    D,
+                    "prompt",
+                    format!("token id {bad} is out of the vocabulary ({vocab})"),
+                ));
+            }
+            Ok(ids)
+        }
+    }
+    .map_err(|e| ApiError::new(D, ErrorKind::InvalidRequest, e.to_string()))?;
+    let top = req.logprobs.unwrap_or(0);
+    if top > 5 {
+        return Err(ApiError::invalid(
+            D,
+            "logprobs",
+            "logprobs must be in [0, 5]",
+        ));
+    }
+    let engine_top = if req.logprobs.is_some() {
+        top.max(1) as usize
+    } else {
+        0
+    };
+    let params = generate_params(
+        &state,
+        &sampling,
+        req.max_tokens.or(Some(16)),
+        engine_top,
+        D,
+    )?;
+    let stop = req.stop.map(StopField::into_vec).unwrap_or_default();
+    let rx = state.submit(D, &ready, prompt, params, stop)?;
+    let id = new_id("cmpl-");
+    let model = state.config().model_id.clone();
+    let created = now();
+    if req.stream.unwrap_or(false) {
+        let include_usage = req
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+        let t = CompletionStream {
+            id,
+            model,
+            created,
+            include_usage,
+            logprobs: req.logprobs.map(|t| t as usize),
+            offset: 0,
+            engine: ready.engine.clone(),
+        };
+        return Ok(sse_response(Vec::new(), rx, t));
+    }
+    let (out, summary) = collect(rx, D).await?;
+    let logprobs = match req.logprobs {
+        Some(t) => legacy_logprobs(&engine.tokenizer, &out.tokens, t as usize, 0),
+        None => Value::Null,
+    };
+    Ok(Json(json!({
+        "id": id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": null,
+        "choices": [{
+            "text": out.text,
+            "index": 0,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(summary.finish),
+        }],
+        "usage": usage(&summary),
+    }))
+    .into_response())
+}
+
+struct CompletionStream {
+    id: String,
+    model: String,
+    created: u64,
+    include_usage: bool,
+    logprobs: Option<usize>,
+    offset: usize,
+    engine: Arc<anedvd_engine::Engine>,
+}
+
+impl CompletionStream {
+    fn chunk(&self, text: &str, logprobs: Value, finish: Option<&str>) -> SseEvent {
+        let mut c = json!({
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}],
+        });
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        json_event(None, &c)
+    }
+}
+
+impl Transcoder for CompletionStream {
+    fn delta(&mut self, text: &str, tokens: &[TokenInfo]) -> Vec<SseEvent> {
+        let lp = match self.logprobs {
+            Some(t) => legacy_logprobs(&self.engine.tokenizer, tokens, t, self.offset),
+            None => Value::Null,
+        };
+        self.offset += text.len();
+        vec![self.chunk(text, lp, None)]
+    }
+
+    fn done(&mut self, s: &Summary) -> Vec<SseEvent> {
+        let mut evs = vec![self.chunk("", Value::Null, Some(finish_reason(s.finish)))];
+        if self.include_usage {
+            let c = json!({
+                "id": self.id,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": usage(s),
+            });
+            evs.push(json_event(None, &c));
+        }
+        evs.push(SseEvent::default().data("[DONE]"));
+        evs
+    }
+
+    fn error(&mut self, message: &str) -> Vec<SseEvent> {
+        let e = ApiError::new(D, ErrorKind::Internal, message);
+        vec![
+            json_event(None, &e.body()),
+            SseEvent::default().data("[DONE]"),
+        ]
+    }
+}

@@ -1,0 +1,234 @@
+//! Request plumbing shared by the dialects: reading the body under a size
+//! limit, typed parsing that names the bad field, sampling fields, and
+//! collecting a generation for non-streamed replies.
+
+use crate::error::{ApiError, Dialect, ErrorKind};
+use crate::scheduler::{Event, Summary, TokenInfo};
+use crate::state::AppState;
+use anedvd_engine::GenerateParams;
+use axum::body::Body;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::mpsc::Receiver;
+
+/// Reads the body (413 past the limit) and parses it as a JSON object (400 otherwise).
+pub async fn read_json(body: Body, limit: usize, dialect: Dialect) -> Result<Value, ApiError> {
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(
+            dialect,
+            ErrorKind::TooLarge,
+            format!("the request body is larger than {limit} bytes"),
+        )
+    })?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            dialect,
+            ErrorKind::InvalidRequest,
+            format!("the body is not valid JSON: {e}"),
+        )
+    })?;
+    if !value.is_object() {
+        return Err(ApiError::new(
+            dialect,
+            ErrorKind::InvalidRequest,
+            "the body must be a JSON object",
+        ));
+    }
+    Ok(value)
+}
+
+/// Deserializes `value` into `T`; the error names the path of the bad field.
+pub fn typed<T: DeserializeOwned>(value: Value, dialect: Dialect) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let (param, message) = if path == "." {
+            (String::new(), inner)
+        } else {
+            (path.clone(), format!("{path}: {inner}"))
+        };
+        let mut err = ApiError::new(dialect, ErrorKind::InvalidRequest, message);
+        err.param = (!param.is_empty()).then_some(param);
+        err
+    })
+}
+
+/// True when `v[key]` is present and not null / `false` / empty.
+pub fn is_set(v: &Value, key: &str) -> bool {
+    match v.get(key) {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// Sampling fields common to the dialects (unset fields use the server defaults).
+#[derive(Debug, Default, Deserialize)]
+pub struct Sampling {
+    /// Temperature (0 = greedy).
+    pub temperature: Option<f32>,
+    /// Nucleus sampling.
+    pub top_p: Option<f32>,
+    /// Top-k.
+    pub top_k: Option<usize>,
+    /// Min-p.
+    pub min_p: Option<f32>,
+    /// Seed.
+    pub seed: Option<u64>,
+    /// OpenAI presence penalty.
+    pub presence_penalty: Option<f32>,
+    /// OpenAI frequency penalty.
+    pub frequency_penalty: Option<f32>,
+    /// llama.cpp repetition penalty (`repeat_penalty` also accepted).
+    #[serde(alias = "repeat_penalty")]
+    pub repetition_penalty: Option<f32>,
+}
+
+/// Builds generation parameters: server defaults overridden by the request.
+pub fn generate_params(
+    state: &AppState,
+    s: &Sampling,
+    max_tokens: Option<u64>,
+    top_logprobs: usize,
+    dialect: Dialect,
+) -> Result<GenerateParams, ApiError> {
+    let c = state.config();
+    let mut p = c.sampling.clone();
+    if !c.fixed_seed {
+        p.seed = fresh_seed();
+    }
+    if let Some(t) = s.temperature {
+        if t < 0.0 {
+            return Err(ApiError::invalid(
+                dialect,
+                "temperature",
+                "temperature must be ≥ 0",
+            ));
+        }
+        p.temperature = t;
+    }
+    if let Some(v) = s.top_p {
+        p.top_p = v;
+    }
+    if let Some(v) = s.top_k {
+        p.top_k = v;
+    }
+    if let Some(v) = s.min_p {
+        p.min_p = v;
+    }
+    if let Some(v) = s.seed {
+        p.seed = v;
+    }
+    if let Some(v) = s.presence_penalty {
+        p.presence_penalty = v;
+    }
+    if let Some(v) = s.frequency_penalty {
+        p.frequency_penalty = v;
+    }
+    if let Some(v) = s.repetition_penalty {
+        p.repeat_penalty = v;
+    }
+    p.validate()
+        .map_err(|m| ApiError::new(dialect, ErrorKind::InvalidRequest, m))?;
+    let max_tokens = match max_tokens {
+        Some(0) => {
+            return Err(ApiError::invalid(
+                dialect,
+                "max_tokens",
+                "max_tokens must be ≥ 1",
+            ));
+        }
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        None => usize::MAX,
+    };
+    Ok(GenerateParams {
+        max_tokens,
+        sampling: p,
+        ignore_eos: false,
+        top_logprobs,
+    })
+}
+
+fn fresh_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+}
+
+/// Stop strings: a string or a list of strings.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum StopField {
+    /// One string.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+impl StopField {
+    /// As a list.
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            StopField::One(s) => vec![s],
+            StopField::Many(v) => v,
+        }
+    }
+}
+
+/// A whole generation, for non-streamed replies.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// The text.
+    pub text: String,
+    /// Per-token log-probabilities (when requested).
+    pub tokens: Vec<TokenInfo>,
+}
+
+/// Waits for the generation to finish.
+pub async fn collect(
+    mut rx: Receiver<Event>,
+    dialect: Dialect,
+) -> Result<(Collected, Summary), ApiError> {
+    let mut out = Collected::default();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Delta { text, tokens } => {
+                out.text.push_str(&text);
+                out.tokens.extend(tokens);
+            }
+            Event::Done(s) => return Ok((out, s)),
+            Event::Error(m) => return Err(ApiError::new(dialect, ErrorKind::Internal, m)),
+        }
+    }
+    Err(ApiError::new(
+        dialect,
+        ErrorKind::Internal,
+        "the generation ended without a result",
+    ))
+}
+
+/// A fresh id with a prefix (`chatcmpl-`, `msg_`, ...).
+pub fn new_id(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    format!("{prefix}{t:x}{n:04x}")
+}
+
+/// Current Unix time in seconds.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

@@ -1,0 +1,242 @@
+//! Shared server state: configuration, the model (loading or ready), the
+//! scheduler and the metrics.
+
+use crate::error::{ApiError, Dialect, Error, ErrorKind};
+use crate::metrics::{Gauges, Metrics};
+use crate::scheduler::{Event, Job, Scheduler, SubmitError};
+use anedvd_engine::{Engine, GenerateParams, SamplingParams};
+use std::sync::{Arc, RwLock};
+use tokio::sync::mpsc::{channel, Receiver};
+
+/// Events a slot may run ahead of its client before it waits.
+const EVENT_BUFFER: usize = 32;
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The model id reported by `/v1/models` and in replies.
+    pub model_id: String,
+    /// Accepted API keys; empty = no authentication.
+    pub api_keys: Vec<String>,
+    /// Allowed CORS origins (`*` = any); empty = no CORS headers.
+    pub cors_origins: Vec<String>,
+    /// Concurrent sequences (slots).
+    pub parallel: usize,
+    /// Context positions per slot.
+    pub max_seq: usize,
+    /// Requests that may wait beyond the busy slots.
+    pub queue_capacity: usize,
+    /// Largest accepted request body in bytes.
+    pub max_body_bytes: usize,
+    /// Sampling used for fields a request leaves out (its seed is used when
+    /// `fixed_seed` is set, else each request draws a fresh one).
+    pub sampling: SamplingParams,
+    /// Use `sampling.seed` for requests without a seed.
+    pub fixed_seed: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            model_id: "anedvd".into(),
+            api_keys: Vec::new(),
+            cors_origins: Vec::new(),
+            parallel: 1,
+            max_seq: 4096,
+            queue_capacity: 64,
+            max_body_bytes: 4 * 1024 * 1024,
+            sampling: SamplingParams::default(),
+            fixed_seed: false,
+        }
+    }
+}
+
+/// A loaded model and its slots.
+pub struct Ready {
+    /// The engine.
+    pub engine: Arc<Engine>,
+    /// The slots.
+    pub scheduler: Scheduler,
+    /// Context positions per slot: the configured `max_seq`, capped at the
+    /// model's training context.
+    pub max_seq: usize,
+}
+
+enum ModelState {
+    Loading,
+    Ready(Arc<Ready>),
+    Failed(String),
+}
+
+struct Inner {
+    config: ServerConfig,
+    model: RwLock<ModelState>,
+    metrics: Arc<Metrics>,
+    created: u64,
+}
+
+/// Cheaply clonable handle to the server state.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+impl AppState {
+    /// State with no model yet (`/health` answers 503 until [`AppState::set_engine`]).
+    pub fn new(config: ServerConfig) -> Self {
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                model: RwLock::new(ModelState::Loading),
+                metrics: Arc::new(Metrics::default()),
+                created,
+            }),
+        }
+    }
+
+    /// Installs the loaded model: opens the slots and starts their workers.
+    pub fn set_engine(&self, engine: Engine) -> Result<(), Error> {
+        let c = &self.inner.config;
+        if c.max_seq < 2 {
+            return Err(Error::Config("--max-seq must be at least 2".into()));
+        }
+        let max_seq = c.max_seq.min(engine.n_ctx_train().max(2));
+        let engine = Arc::new(engine);
+        let scheduler = Scheduler::start(
+            engine.clone(),
+            self.inner.metrics.clone(),
+            c.parallel,
+            max_seq,
+            c.queue_capacity,
+        )?;
+        let ready = Arc::new(Ready {
+            engine,
+            scheduler,
+            max_seq,
+        });
+        *self.write() = ModelState::Ready(ready);
+        Ok(())
+    }
+
+    /// Records that loading failed (`/health` then answers 500 with `message`).
+    pub fn set_failed(&self, message: String) {
+        *self.write() = ModelState::Failed(message);
+    }
+
+    /// Cancels running and queued generations and refuses new ones.
+    pub fn cancel_all(&self) {
+        if let Some(r) = self.ready_opt() {
+            r.scheduler.cancel_all();
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Unix time the state was created (`created` of `/v1/models`).
+    pub fn created(&self) -> u64 {
+        self.inner.created
+    }
+
+    /// `Ok(None)` while loading, `Err(message)` if loading failed.
+    pub fn status(&self) -> Result<Option<Arc<Ready>>, String> {
+        match &*self.read() {
+            ModelState::Loading => Ok(None),
+            ModelState::Ready(r) => Ok(Some(r.clone())),
+            ModelState::Failed(m) => Err(m.clone()),
+        }
+    }
+
+    fn ready_opt(&self) -> Option<Arc<Ready>> {
+        self.status().ok().flatten()
+    }
+
+    /// The loaded model, or a 503 (loading) / 500 (failed) error.
+    pub fn ready(&self, dialect: Dialect) -> Result<Arc<Ready>, ApiError> {
+        match self.status() {
+            Ok(Some(r)) => Ok(r),
+            Ok(None) => Err(ApiError::new(
+                dialect,
+                ErrorKind::Loading,
+                "the model is loading",
+            )),
+            Err(m) => Err(ApiError::new(
+                dialect,
+                ErrorKind::Internal,
+                format!("the model failed to load: {m}"),
+            )),
+        }
+    }
+
+    /// Gauges for `/metrics`.
+    pub fn gauges(&self) -> Gauges {
+        self.ready_opt()
+            .map(|r| r.scheduler.gauges())
+            .unwrap_or_default()
+    }
+
+    /// Checks the prompt fits, then queues a generation; returns its event stream.
+    pub fn submit(
+        &self,
+        dialect: Dialect,
+        ready: &Ready,
+        prompt: Vec<u32>,
+        params: GenerateParams,
+        stop: Vec<String>,
+    ) -> Result<Receiver<Event>, ApiError> {
+        let max_seq = ready.max_seq;
+        if prompt.is_empty() {
+            return Err(ApiError::invalid(dialect, "prompt", "the prompt is empty"));
+        }
+        if prompt.len() >= max_seq {
+            return Err(ApiError::new(
+                dialect,
+                ErrorKind::ContextLength,
+                format!(
+                    "the request has {} prompt tokens but the context holds {} (at least one must be left to generate)",
+                    prompt.len(),
+                    max_seq
+                ),
+            ));
+        }
+        let (tx, rx) = channel(EVENT_BUFFER);
+        let job = Job {
+            prompt,
+            params,
+            stop,
+            events: tx,
+        };
+        match ready.scheduler.submit(job) {
+            Ok(()) => Ok(rx),
+            Err(SubmitError::QueueFull) => Err(ApiError::new(
+                dialect,
+                ErrorKind::Overloaded,
+                "all slots are busy and the queue is full; retry later",
+            )),
+            Err(SubmitError::ShuttingDown) => Err(ApiError::new(
+                dialect,
+                ErrorKind::Overloaded,
+                "the server is shutting down",
+            )),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, ModelState> {
+        self.inner.model.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ModelState> {
+        self.inner.model.write().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,134 @@
+//! Shared helpers for the in-process router tests.
+#![allow(dead_code)]
+
+use anedvd_engine::{Engine, LoadOptions, SamplingParams};
+use anedvd_server::{router, AppState, ServerConfig};
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use axum::Router;
+use serde_json::Value;
+use std::path::PathBuf;
+use tower::ServiceExt;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// tests/server/expected.json (HF references, see tests/server/gen_expected.py).
+pub fn expected() -> Value {
+    let text = std::fs::read_to_string(repo().join("tests/server/expected.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+pub fn config() -> ServerConfig {
+    ServerConfig {
+        model_id: "qwen2-tiny".into(),
+        sampling: SamplingParams::greedy(),
+        fixed_seed: true,
+        max_seq: 256,
+        ..ServerConfig::default()
+    }
+}
+
+/// A ready state with the tiny qwen2 fixture.
+pub fn state(config: ServerConfig) -> AppState {
+    let path = repo().join("tests/fixtures/models/qwen2/model-f32.gguf");
+    let engine = Engine::load(
+        &path,
+        &LoadOptions {
+            threads: 1,
+            ..Default::default()
+        },
+        |_| {},
+    )
+    .unwrap();
+    let st = AppState::new(config);
+    st.set_engine(engine).unwrap();
+    st
+}
+
+pub fn app(config: ServerConfig) -> Router {
+    router(state(config))
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {}", self.text))
+    }
+}
+
+pub async fn send(
+    app: &Router,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Reply {
+    let mut b = Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    if !body.is_empty() {
+        b = b.header("content-type", "application/json");
+    }
+    let resp = app
+        .clone()
+        .oneshot(b.body(Body::from(body.to_owned())).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    Reply {
+        status,
+        headers,
+        text: String::from_utf8(bytes.to_vec()).unwrap(),
+    }
+}
+
+pub async fn post(app: &Router, path: &str, body: &Value) -> Reply {
+    send(app, "POST", path, &[], &body.to_string()).await
+}
+
+/// One SSE event: its name (if any) and data.
+#[derive(Debug, Clone)]
+pub struct Sse {
+    pub event: Option<String>,
+    pub data: String,
+}
+
+/// Parses an SSE transcript (comments skipped).
+pub fn parse_sse(text: &str) -> Vec<Sse> {
+    let mut out = Vec::new();
+    for block in text.split("\n\n") {
+        let mut ev = Sse {
+            event: None,
+            data: String::new(),
+        };
+        let mut any = false;
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                ev.event = Some(v.trim_start().to_owned());
+                any = true;
+            } else if let Some(v) = line.strip_prefix("data:") {
+                if !ev.data.is_empty() {
+                    ev.data.push('\n');
+                }
+                ev.data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                any = true;
+            }
+        }
+        if any {
+            out.push(ev);
+        }
+    }
+    out
+}
