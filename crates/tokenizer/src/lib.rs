@@ -42,3 +42,9 @@ pub use error::{Error, Result};
 pub use stream::StreamDecoder;
 pub use tokenizer::Tokenizer;
 pub use vocab::TokenAttr;
+
+// A tokenizer is shared across threads (server, batch encode).
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tokenizer>();
+};
