@@ -1,1 +1,112 @@
-//! The ane-sim backend: the ANE lowering run by the MIL fp16 simulator (placeholder).
+//! The ane-sim backend: the ANE lowering (`anedvd_ane::lower`) executed by the
+//! MIL fp16 simulator (`anedvd_mil::sim`), behind the same
+//! [`Backend`](anedvd_graph::Backend) trait as the CPU backend.
+//!
+//! # The split between "ANE" and CPU
+//!
+//! This is exactly the split the real ANE backend uses:
+//!
+//! | where | what |
+//! |---|---|
+//! | ANE (simulated) | every lowered program: q/k/v, output and FFN projections as 1×1 convs (biases added inside), the gated activation; in the fused variant also every RMSNorm (attention, FFN, post-attention, post-FFN, final), both residual adds, and the lm_head slices |
+//! | CPU (f32) | token-embedding lookup and its scale, per-head q/k RMSNorm, RoPE, the KV cache, attention scores, soft-cap, softmax over keys and the weighted sum of values; the final-logit soft-cap; in the split variant also the RMSNorms and residual adds |
+//!
+//! Each program is printed to MIL text, parsed back and checked against the
+//! ANE rule table when the executable is compiled, so what runs is what the
+//! text says. A forward call processes tokens in chunks of W (the lowering's
+//! width, default 64): each chunk dispatches every kernel once, with the
+//! chunk's tokens in columns `0..n` of the `[1, C, 1, W]` input (decode fills
+//! column 0) and the other columns zero.
+//!
+//! CPU helpers are reused from `anedvd_cpu::kernels` (`rms_norm`,
+//! `rms_norm_inplace`, `rope_row`, `rope_cos_sin`, `softcap`, `softmax`,
+//! `dot`, `axpy`); attention and the KV cache (f32) are this crate's own
+//! (the CPU crate's are private).
+//!
+//! This crate knows the graph vocabulary and the lowering; it never sees
+//! file formats or model families.
+//!
+//! ```no_run
+//! # fn f(program: &anedvd_graph::DecoderProgram) -> anedvd_graph::Result<()> {
+//! use anedvd_graph::{Backend, LogitsMode};
+//! let exe = anedvd_ane_sim::AneSimBackend::default().compile(program)?;
+//! let mut session = exe.new_session(256)?;
+//! let logits = session.forward(&[2, 651, 6037], LogitsMode::Last)?;
+//! assert_eq!(logits.len(), exe.vocab_size());
+//! # Ok(()) }
+//! ```
+
+mod attention;
+pub mod check;
+mod dump;
+mod model;
+mod session;
+
+pub use anedvd_ane::lower::{LowerOptions, Variant};
+pub use model::AneSimExecutable;
+
+use anedvd_graph::{Backend, DecoderProgram, Executable, Result};
+
+/// Errors of this crate (converted to `anedvd_graph::Error::Backend` at the trait boundary).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Lowering the program failed.
+    #[error("lowering: {0}")]
+    Lower(#[from] anedvd_ane::lower::Error),
+    /// A program failed to parse, broke an ANE rule, or failed in the simulator.
+    #[error("kernel {kernel}: {source}")]
+    Mil {
+        /// Kernel name.
+        kernel: String,
+        /// The MIL error.
+        source: anedvd_mil::Error,
+    },
+    /// A kernel returned something other than its declared output.
+    #[error("kernel {kernel}: {msg}")]
+    Output {
+        /// Kernel name.
+        kernel: String,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+impl From<Error> for anedvd_graph::Error {
+    fn from(e: Error) -> Self {
+        anedvd_graph::Error::Backend {
+            backend: "ane-sim".into(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// The ane-sim backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AneSimBackend {
+    /// Lowering options (width, variant, vocabulary slice).
+    pub options: LowerOptions,
+}
+
+impl AneSimBackend {
+    /// A backend lowering with `options`.
+    pub fn new(options: LowerOptions) -> Self {
+        AneSimBackend { options }
+    }
+
+    /// Like [`Backend::compile`] but returns the concrete executable (for
+    /// its dispatch counters).
+    pub fn compile_sim(&self, program: &DecoderProgram) -> Result<AneSimExecutable> {
+        program.validate()?;
+        AneSimExecutable::new(program, &self.options)
+    }
+}
+
+impl Backend for AneSimBackend {
+    fn name(&self) -> &str {
+        "ane-sim"
+    }
+
+    fn compile(&self, program: &DecoderProgram) -> Result<Box<dyn Executable>> {
+        Ok(Box::new(self.compile_sim(program)?))
+    }
+}

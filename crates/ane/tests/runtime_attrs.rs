@@ -1,6 +1,8 @@
 //! `modelAttributes` parsing from a property list shaped like the dumps
 //! tmc/apple `x/ane` parses (`NetworkStatusList[0].LiveInputList`, …).
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 
 use anedvd_ane::runtime::attrs::{parse_attributes, Plist};

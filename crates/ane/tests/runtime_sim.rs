@@ -2,6 +2,8 @@
 //! CPU matmul, binding order, surface rules, budget, retries, weight keys,
 //! model directory, and the private driver's refusal on this OS.
 
+#![allow(clippy::unwrap_used)]
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;

@@ -7,7 +7,7 @@ use anedvd_graph::{DecoderProgram, LayerSpec, Role};
 use anedvd_mil::builder::{program as mil_program, Var};
 use anedvd_mil::sim::Weights;
 
-fn tensor_name<'a>(l: &'a LayerSpec, i: usize, role: Role) -> Result<&'a str> {
+fn tensor_name(l: &LayerSpec, i: usize, role: Role) -> Result<&str> {
     l.tensor(role)
         .ok_or_else(|| Error::MissingTensor(format!("blk.{i}.{role}")))
 }

@@ -223,7 +223,7 @@ pub fn dispatch_count(
 
 /// Lowers `program` into kernels (see the module docs).
 pub fn lower(program: &DecoderProgram, options: &LowerOptions) -> Result<Lowered> {
-    if options.width == 0 || options.width % 32 != 0 {
+    if options.width == 0 || !options.width.is_multiple_of(32) {
         return Err(Error::Options(format!(
             "width {} must be a positive multiple of 32 (64-byte fp16 rows)",
             options.width

@@ -61,6 +61,12 @@ pub struct Pack {
     pub macs: u64,
 }
 
+impl Default for Pack {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Pack {
     /// An empty, coremltools-aligned weight file.
     pub fn new() -> Self {

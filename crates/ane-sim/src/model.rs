@@ -1,0 +1,231 @@
+//! The compiled model: kernels printed → parsed → rule-checked, plus the CPU-side vectors.
+
+use crate::session::SimSession;
+use crate::Error;
+use anedvd_ane::lower::{self, tensors, KernelKind, LowerOptions, Lowered, Variant};
+use anedvd_base::WeightSource;
+use anedvd_graph::{DecoderProgram, Executable, LayerSpec, Result, Role, Session};
+use anedvd_mil::ir::Program;
+use anedvd_mil::rules::RuleConfig;
+use anedvd_mil::sim::{Simulator, Tensor, Weights};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One kernel as the simulator runs it.
+pub(crate) struct SimKernel {
+    pub name: String,
+    pub kind: KernelKind,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    /// Parsed back from the printed text.
+    pub program: Program,
+    pub weights: Weights,
+}
+
+/// CPU-side per-layer data.
+pub(crate) struct CpuLayer {
+    pub spec: LayerSpec,
+    pub attn_norm: Vec<f32>,
+    pub ffn_norm: Vec<f32>,
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_ffn_norm: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+}
+
+pub(crate) struct Model {
+    pub options: LowerOptions,
+    pub n_embd: usize,
+    pub n_vocab: usize,
+    pub n_ctx_train: usize,
+    pub eps: f32,
+    pub embd_scale: f32,
+    pub final_softcap: Option<f32>,
+    pub token_embd: String,
+    pub source: Arc<dyn WeightSource>,
+    pub layers: Vec<CpuLayer>,
+    pub output_norm: Vec<f32>,
+    pub kernels: Vec<SimKernel>,
+    /// Dispatches executed by every session of this executable.
+    pub dispatches: Arc<AtomicU64>,
+}
+
+fn mil_err(kernel: &str) -> impl Fn(anedvd_mil::Error) -> Error + '_ {
+    move |source| Error::Mil {
+        kernel: kernel.to_string(),
+        source,
+    }
+}
+
+impl Model {
+    fn new(p: &DecoderProgram, options: &LowerOptions) -> Result<Self> {
+        let lowered: Lowered = lower::lower(p, options).map_err(Error::from)?;
+        let mut kernels = Vec::with_capacity(lowered.kernels.len());
+        for k in lowered.kernels {
+            // the text path: what runs is what the printed MIL says
+            let text = anedvd_mil::print(&k.program);
+            let program = anedvd_mil::parse(&text).map_err(mil_err(&k.name))?;
+            Simulator::new(&program, &k.weights, &RuleConfig::default())
+                .map_err(mil_err(&k.name))?;
+            kernels.push(SimKernel {
+                name: k.name,
+                kind: k.kind,
+                in_channels: k.in_channels,
+                out_channels: k.out_channels,
+                program,
+                weights: k.weights,
+            });
+        }
+        let src = p.weights.as_ref();
+        let off = p.norm.weight_offset;
+        let vec = |name: &str, len: usize| -> Result<Vec<f32>> {
+            Ok(tensors::vector(src, name, len).map_err(Error::from)?)
+        };
+        let norm = |name: &str, len: usize| -> Result<Vec<f32>> {
+            let mut v = vec(name, len)?;
+            v.iter_mut().for_each(|x| *x += off);
+            Ok(v)
+        };
+        let mut layers = Vec::with_capacity(p.layers.len());
+        for (i, l) in p.layers.iter().enumerate() {
+            let need = |role: Role| {
+                l.tensor(role).ok_or_else(|| {
+                    anedvd_graph::Error::InvalidProgram(format!("layer {i}: no {role}"))
+                })
+            };
+            let opt = |role: Role, len: usize| l.tensor(role).map(|n| norm(n, len)).transpose();
+            layers.push(CpuLayer {
+                spec: l.clone(),
+                attn_norm: norm(need(Role::AttnNorm)?, p.n_embd)?,
+                ffn_norm: norm(need(Role::FfnNorm)?, p.n_embd)?,
+                post_attn_norm: opt(Role::PostAttnNorm, p.n_embd)?,
+                post_ffn_norm: opt(Role::PostFfnNorm, p.n_embd)?,
+                q_norm: opt(Role::AttnQNorm, l.head_dim)?,
+                k_norm: opt(Role::AttnKNorm, l.head_dim)?,
+            });
+        }
+        Ok(Model {
+            options: *options,
+            n_embd: p.n_embd,
+            n_vocab: p.n_vocab,
+            n_ctx_train: p.n_ctx_train,
+            eps: p.norm.eps,
+            embd_scale: p.embd_scale,
+            final_softcap: p.final_softcap,
+            token_embd: p.token_embd.clone(),
+            source: p.weights.clone(),
+            layers,
+            output_norm: norm(&p.output_norm, p.n_embd)?,
+            kernels,
+            dispatches: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The kernel satisfying `pred`.
+    pub fn find(&self, pred: impl Fn(&KernelKind) -> bool) -> Result<&SimKernel> {
+        self.kernels
+            .iter()
+            .find(|k| pred(&k.kind))
+            .ok_or_else(|| anedvd_graph::Error::InvalidProgram("lowering lacks a kernel".into()))
+    }
+
+    /// The lm_head slices in vocabulary order.
+    pub fn lm_heads(&self) -> impl Iterator<Item = (&SimKernel, usize)> {
+        self.kernels.iter().filter_map(|k| match k.kind {
+            KernelKind::LmHead { first, .. } => Some((k, first)),
+            _ => None,
+        })
+    }
+
+    /// Runs kernel `k` on `n` rows (`n × in_channels`, row-major, n ≤ W):
+    /// rows become columns `0..n` of `[1, C, 1, W]`; returns `n × out_channels`.
+    pub fn dispatch(&self, k: &SimKernel, rows: &[f32], n: usize) -> Result<Vec<f32>> {
+        let (w, cin, cout) = (self.options.width, k.in_channels, k.out_channels);
+        let bad = |msg: String| Error::Output {
+            kernel: k.name.clone(),
+            msg,
+        };
+        if n > w || rows.len() != n * cin {
+            return Err(bad(format!("{} values for {n} rows of {cin}", rows.len())).into());
+        }
+        let mut cols = vec![0f32; cin * w];
+        for (t, row) in rows.chunks_exact(cin).enumerate() {
+            for (c, &v) in row.iter().enumerate() {
+                cols[c * w + t] = v;
+            }
+        }
+        let x = Tensor::f16(&[1, cin, 1, w], &cols).map_err(mil_err(&k.name))?;
+        let sim = Simulator::new_unchecked(&k.program, &k.weights);
+        let out = sim.run("main", &[("x", x)]).map_err(mil_err(&k.name))?;
+        self.dispatches.fetch_add(1, Ordering::Relaxed);
+        let y = match out.as_slice() {
+            [(_, t)] if t.shape == [1, cout, 1, w] => t.to_f32(),
+            _ => return Err(bad("unexpected outputs".into()).into()),
+        };
+        let mut res = vec![0f32; n * cout];
+        for (t, row) in res.chunks_exact_mut(cout).enumerate() {
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = y[c * w + t];
+            }
+        }
+        Ok(res)
+    }
+
+    /// The token embedding row of `tok`, scaled.
+    pub fn embed(&self, tok: u32, out: &mut [f32]) -> Result<()> {
+        let t = tok as usize;
+        let (row, _) =
+            tensors::rows(self.source.as_ref(), &self.token_embd, t, t + 1).map_err(Error::from)?;
+        for (o, v) in out.iter_mut().zip(&row) {
+            *o = v * self.embd_scale;
+        }
+        Ok(())
+    }
+}
+
+/// A compiled ane-sim program.
+pub struct AneSimExecutable {
+    model: Arc<Model>,
+}
+
+impl AneSimExecutable {
+    pub(crate) fn new(p: &DecoderProgram, options: &LowerOptions) -> Result<Self> {
+        Ok(AneSimExecutable {
+            model: Arc::new(Model::new(p, options)?),
+        })
+    }
+
+    /// The lowering variant.
+    pub fn variant(&self) -> Variant {
+        self.model.options.variant
+    }
+
+    /// ANE dispatches per decode token (every kernel once).
+    pub fn dispatches_per_token(&self) -> usize {
+        self.model.kernels.len()
+    }
+
+    /// Dispatches executed so far by all sessions.
+    pub fn dispatches_executed(&self) -> u64 {
+        self.model.dispatches.load(Ordering::Relaxed)
+    }
+
+    /// Kernel names in dispatch order.
+    pub fn kernel_names(&self) -> Vec<&str> {
+        self.model.kernels.iter().map(|k| k.name.as_str()).collect()
+    }
+}
+
+impl Executable for AneSimExecutable {
+    fn new_session(&self, max_seq: usize) -> Result<Box<dyn Session>> {
+        Ok(Box::new(SimSession::new(self.model.clone(), max_seq)))
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.n_vocab
+    }
+
+    fn n_ctx_train(&self) -> usize {
+        self.model.n_ctx_train
+    }
+}

@@ -1,0 +1,248 @@
+//! A session: chunks tokens by W, runs the CPU half and dispatches the kernels.
+
+use crate::attention::{attention, KvCache};
+use crate::dump::Dump;
+use crate::model::Model;
+use anedvd_ane::lower::{KernelKind, Variant};
+use anedvd_cpu::kernels::{rms_norm, softcap};
+use anedvd_graph::intermediate as names;
+use anedvd_graph::{Error, LogitsMode, Result, Session};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// One sequence on the ane-sim backend.
+pub(crate) struct SimSession {
+    model: Arc<Model>,
+    max_seq: usize,
+    pos: usize,
+    kv: Vec<KvCache>,
+    dump_dir: Option<PathBuf>,
+    logits: Vec<f32>,
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}
+
+fn put(dump: &mut Option<Dump>, layer: Option<usize>, name: &str, data: &[f32], rows: usize) {
+    if let Some(d) = dump.as_mut() {
+        let full = match layer {
+            Some(i) => names::layer_name(i, name),
+            None => name.to_string(),
+        };
+        d.put(&full, data, rows);
+    }
+}
+
+fn norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    rms_norm(x, w, eps, &mut out);
+    out
+}
+
+impl SimSession {
+    pub fn new(model: Arc<Model>, max_seq: usize) -> Self {
+        let kv = model
+            .layers
+            .iter()
+            .map(|l| KvCache::new(l.spec.n_head_kv * l.spec.head_dim))
+            .collect();
+        SimSession {
+            model,
+            max_seq,
+            pos: 0,
+            kv,
+            dump_dir: None,
+            logits: Vec::new(),
+        }
+    }
+
+    /// Runs one chunk of ≤ W tokens at `pos0`; returns the logits of the
+    /// last row (`all = false`) or of every row, if `want` is set.
+    fn chunk(
+        &mut self,
+        tokens: &[u32],
+        pos0: usize,
+        want: Option<bool>,
+        dump: &mut Option<Dump>,
+    ) -> Result<Vec<f32>> {
+        let m = self.model.clone();
+        let (n, d) = (tokens.len(), m.n_embd);
+        let mut x = vec![0f32; n * d];
+        for (t, &tok) in tokens.iter().enumerate() {
+            m.embed(tok, &mut x[t * d..(t + 1) * d])?;
+        }
+        put(dump, None, "inp_embd", &x, n);
+        match m.options.variant {
+            Variant::Split => {
+                for (i, l) in m.layers.iter().enumerate() {
+                    let li = Some(i);
+                    let h = norm(&x, &l.attn_norm, m.eps);
+                    put(dump, li, names::ATTN_NORM, &h, n);
+                    let qkv = m.dispatch(m.find(|k| *k == KernelKind::Qkv { layer: i })?, &h, n)?;
+                    let att = self.attend(i, &qkv, pos0, n, dump);
+                    let mut o =
+                        m.dispatch(m.find(|k| *k == KernelKind::AttnOut { layer: i })?, &att, n)?;
+                    if let Some(w) = &l.post_attn_norm {
+                        o = norm(&o, w, m.eps);
+                    }
+                    put(dump, li, names::ATTN_OUT, &o, n);
+                    add(&mut x, &o);
+                    put(dump, li, names::FFN_INP, &x, n);
+                    let h = norm(&x, &l.ffn_norm, m.eps);
+                    put(dump, li, names::FFN_NORM, &h, n);
+                    let mut f =
+                        m.dispatch(m.find(|k| *k == KernelKind::Ffn { layer: i })?, &h, n)?;
+                    if let Some(w) = &l.post_ffn_norm {
+                        f = norm(&f, w, m.eps);
+                    }
+                    put(dump, li, names::FFN_OUT, &f, n);
+                    add(&mut x, &f);
+                    put(dump, li, names::OUT, &x, n);
+                }
+            }
+            Variant::Fused => {
+                let mut qkv = m.dispatch(m.find(|k| *k == KernelKind::Entry)?, &x, n)?;
+                for i in 0..m.layers.len() {
+                    let att = self.attend(i, &qkv, pos0, n, dump);
+                    let k =
+                        m.find(|k| matches!(k, KernelKind::Layer { layer, .. } if *layer == i))?;
+                    let mut packed = Vec::with_capacity(k.in_channels * n);
+                    let qd = att.len() / n.max(1);
+                    for t in 0..n {
+                        packed.extend_from_slice(&att[t * qd..(t + 1) * qd]);
+                        packed.extend_from_slice(&x[t * d..(t + 1) * d]);
+                    }
+                    let out = m.dispatch(k, &packed, n)?;
+                    let w = k.out_channels;
+                    qkv.clear();
+                    for t in 0..n {
+                        x[t * d..(t + 1) * d].copy_from_slice(&out[t * w..t * w + d]);
+                        qkv.extend_from_slice(&out[t * w + d..(t + 1) * w]);
+                    }
+                    put(dump, Some(i), names::OUT, &x, n);
+                }
+            }
+        }
+        let Some(all) = want else {
+            return Ok(Vec::new());
+        };
+        let first = if all { 0 } else { n - 1 };
+        let rows = n - first;
+        let h = match m.options.variant {
+            Variant::Split => {
+                let h = norm(&x[first * d..], &m.output_norm, m.eps);
+                put(dump, None, names::RESULT_NORM, &h, rows);
+                h
+            }
+            Variant::Fused => x[first * d..].to_vec(),
+        };
+        let mut logits = vec![0f32; rows * m.n_vocab];
+        for (k, off) in m.lm_heads() {
+            let part = m.dispatch(k, &h, rows)?;
+            let w = k.out_channels;
+            for t in 0..rows {
+                logits[t * m.n_vocab + off..t * m.n_vocab + off + w]
+                    .copy_from_slice(&part[t * w..(t + 1) * w]);
+            }
+        }
+        if let Some(cap) = m.final_softcap {
+            softcap(&mut logits, cap);
+        }
+        put(dump, None, names::RESULT_OUTPUT, &logits, rows);
+        Ok(logits)
+    }
+
+    /// The CPU half of layer `i`; returns the attention context.
+    fn attend(
+        &mut self,
+        i: usize,
+        qkv: &[f32],
+        pos0: usize,
+        n: usize,
+        dump: &mut Option<Dump>,
+    ) -> Vec<f32> {
+        let m = &self.model;
+        let (q, k, v, qr, kr, ctx) = attention(&m.layers[i], m.eps, &mut self.kv[i], qkv, pos0, n);
+        let li = Some(i);
+        put(dump, li, names::Q, &q, n);
+        put(dump, li, names::K, &k, n);
+        put(dump, li, names::V, &v, n);
+        put(dump, li, names::Q_ROPE, &qr, n);
+        put(dump, li, names::K_ROPE, &kr, n);
+        put(dump, li, names::KQV_OUT, &ctx, n);
+        ctx
+    }
+}
+
+impl Session for SimSession {
+    fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
+        let n_vocab = self.model.n_vocab;
+        if tokens.is_empty() {
+            return match mode {
+                LogitsMode::None => Ok(&[]),
+                _ => Err(Error::InvalidArgument(
+                    "forward with no tokens cannot return logits".into(),
+                )),
+            };
+        }
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::TokenOutOfRange { token, n_vocab });
+        }
+        let needed = self.pos + tokens.len();
+        if needed > self.max_seq {
+            return Err(Error::ContextOverflow {
+                needed,
+                max_seq: self.max_seq,
+            });
+        }
+        let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
+        let w = self.model.options.width;
+        let n_chunks = tokens.len().div_ceil(w);
+        let mut logits = Vec::new();
+        let start = self.pos;
+        for (ci, part) in tokens.chunks(w).enumerate() {
+            let want = match mode {
+                LogitsMode::None => None,
+                LogitsMode::Last if ci + 1 == n_chunks => Some(false),
+                LogitsMode::Last => None,
+                LogitsMode::All => Some(true),
+            };
+            match self.chunk(part, start + ci * w, want, &mut dump) {
+                Ok(l) => logits.extend(l),
+                Err(e) => {
+                    // nothing is appended on failure
+                    self.truncate(start);
+                    return Err(e);
+                }
+            }
+        }
+        if let Some(d) = dump {
+            d.finish()?;
+        }
+        self.pos = needed;
+        self.logits = logits;
+        Ok(&self.logits)
+    }
+
+    fn position(&self) -> usize {
+        self.pos
+    }
+
+    fn truncate(&mut self, n: usize) {
+        if n <= self.pos {
+            self.pos = self.pos.min(n);
+            for c in &mut self.kv {
+                c.truncate(n);
+            }
+        }
+    }
+
+    fn max_seq(&self) -> usize {
+        self.max_seq
+    }
+
+    fn set_dump(&mut self, dir: Option<PathBuf>) {
+        self.dump_dir = dir;
+    }
+}
