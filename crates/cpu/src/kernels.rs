@@ -165,6 +165,52 @@ mod tests {
         }
     }
 
+    fn rope(pairing: RopePairing, n_rot: usize) -> Rope {
+        Rope {
+            pairing,
+            n_rot,
+            inv_freq: (0..n_rot / 2).map(|i| 0.7f64.powi(i as i32)).collect(),
+            attn_factor: 1.0,
+        }
+    }
+
+    /// Partial rotary: NORM on an interleaved head equals NEOX on the
+    /// half-split head; dims beyond `n_rot` pass through; norms are kept.
+    #[test]
+    fn rope_pairings_agree_under_permutation_with_partial_rotary() {
+        let (hd, n_rot) = (12, 8);
+        let x: Vec<f32> = (0..2 * hd).map(|i| (i as f32 * 0.9).sin()).collect();
+        // Interleave the first n_rot dims of each head: (i, i + n_rot/2) -> (2i, 2i + 1).
+        let mut inter = x.clone();
+        for h in 0..2 {
+            for i in 0..n_rot / 2 {
+                inter[h * hd + 2 * i] = x[h * hd + i];
+                inter[h * hd + 2 * i + 1] = x[h * hd + i + n_rot / 2];
+            }
+        }
+        let (neox, norm) = (
+            rope(RopePairing::Neox, n_rot),
+            rope(RopePairing::Norm, n_rot),
+        );
+        let mut cs = Vec::new();
+        rope_cos_sin(&neox, 5, &mut cs);
+        let (mut a, mut b) = (x.clone(), inter.clone());
+        rope_row(&mut a, hd, &neox, &cs);
+        rope_row(&mut b, hd, &norm, &cs);
+        for h in 0..2 {
+            for i in 0..n_rot / 2 {
+                assert!((a[h * hd + i] - b[h * hd + 2 * i]).abs() < 1e-6);
+                assert!((a[h * hd + i + n_rot / 2] - b[h * hd + 2 * i + 1]).abs() < 1e-6);
+            }
+            assert_eq!(
+                a[h * hd + n_rot..(h + 1) * hd],
+                x[h * hd + n_rot..(h + 1) * hd]
+            );
+        }
+        assert!((dot(&a, &a) - dot(&x, &x)).abs() < 1e-4);
+        assert!(a != x);
+    }
+
     #[test]
     fn softmax_sums_to_one() {
         let mut x = vec![1.0, 2.0, 3.0, -1e9];
