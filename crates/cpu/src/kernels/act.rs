@@ -18,6 +18,8 @@ pub struct Q8Block {
     pub d: f32,
     /// `f16(d_unrounded * sum(qs))`, ggml's `block_q8_1::s` (used by Q4_1/Q5_1).
     pub s: f32,
+    /// `sum(qs)`, for kernels that offset the weights to unsigned bytes.
+    pub isum: i32,
     /// The quants, in `[-127, 127]`.
     pub qs: [i8; QK8],
 }
@@ -27,6 +29,7 @@ impl Q8Block {
     pub const ZERO: Self = Self {
         d: 0.0,
         s: 0.0,
+        isum: 0,
         qs: [0; QK8],
     };
 
@@ -43,6 +46,7 @@ impl Q8Block {
         Self {
             d: f16_to_f32(b.d),
             s: f16_to_f32(f32_to_f16(sum as f32 * d)),
+            isum: sum,
             qs: b.qs,
         }
     }

@@ -127,22 +127,7 @@ fn scale_pair(lo: i16, hi: i16) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo))
 }
 
-/// The signed weight bytes of one Q4_0 / Q5_0 / IQ4_NL / Q8_0 block.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) fn signed_q4_0(x: &[u8]) -> __m256i {
-    _mm256_sub_epi8(nibbles(&x[2..]), _mm256_set1_epi8(8))
-}
-
-/// See [`signed_q4_0`].
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) fn signed_q5_0(x: &[u8]) -> __m256i {
-    let hi = _mm256_andnot_si256(bytes_from_bits(rd32(x, 2)), _mm256_set1_epi8(0xf0u8 as i8));
-    _mm256_or_si256(nibbles(&x[6..]), hi)
-}
-
-/// See [`signed_q4_0`].
+/// The signed weight bytes of one IQ4_NL block.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) fn signed_iq4_nl(x: &[u8]) -> __m256i {
@@ -154,7 +139,7 @@ pub(super) fn signed_iq4_nl(x: &[u8]) -> __m256i {
     _mm256_shuffle_epi8(kv, nibbles(&x[2..]))
 }
 
-/// See [`signed_q4_0`].
+/// The signed weight bytes of one Q8_0 block.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) fn signed_q8_0(x: &[u8]) -> __m256i {
@@ -184,8 +169,52 @@ macro_rules! signed_dot {
 }
 
 signed_dot!(dot_q8_0, 34, signed_q8_0);
-signed_dot!(dot_q4_0, 18, signed_q4_0);
-signed_dot!(dot_q5_0, 22, signed_q5_0);
+
+/// Weights offset to unsigned bytes `u = w + OFF` (`u <= 31`): the dot is
+/// `sum(u * y) - OFF * sum(y)`, one `maddubs` and no sign fix-ups. Exact.
+macro_rules! offset_dot {
+    ($dot:ident, $bb:expr, $unsigned:ident, $off:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn $dot(x: &[u8], y: &[Q8Block]) -> f32 {
+            let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let ones = _mm256_set1_epi16(1);
+            let block = |xb: &[u8], yb: &Q8Block, acc: __m256| {
+                let p =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16($unsigned(xb), ld256i(&yb.qs)), ones);
+                // OFF * isum spread over the 8 lanes (OFF is a multiple of 8).
+                let p = _mm256_sub_epi32(p, _mm256_set1_epi32($off / 8 * yb.isum));
+                let d = _mm256_set1_ps(f16v(rd16(xb, 0)) * yb.d);
+                _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc)
+            };
+            let mut it = x.chunks_exact($bb).zip(y);
+            loop {
+                let Some((x0, y0)) = it.next() else { break };
+                acc0 = block(x0, y0, acc0);
+                let Some((x1, y1)) = it.next() else { break };
+                acc1 = block(x1, y1, acc1);
+            }
+            hsum(_mm256_add_ps(acc0, acc1))
+        }
+    };
+}
+
+/// Q4_0 weights plus 8, in `[0, 15]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn unsigned_q4_0(x: &[u8]) -> __m256i {
+    nibbles(&x[2..])
+}
+
+/// Q5_0 weights plus 16, in `[0, 31]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn unsigned_q5_0(x: &[u8]) -> __m256i {
+    let hi = _mm256_and_si256(bytes_from_bits(rd32(x, 2)), _mm256_set1_epi8(0x10));
+    _mm256_or_si256(nibbles(&x[6..]), hi)
+}
+
+offset_dot!(dot_q4_0, 18, unsigned_q4_0, 8);
+offset_dot!(dot_q5_0, 22, unsigned_q5_0, 16);
 signed_dot!(dot_iq4_nl, 18, signed_iq4_nl);
 
 /// Unsigned weights (Q4_1, Q5_1) with a min: `d*sum + m*s` per block.

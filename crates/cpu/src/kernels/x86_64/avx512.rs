@@ -6,8 +6,7 @@
 use super::super::generic::unpack_k4_scales;
 use super::super::{Q8Block, Table};
 use super::avx2::{
-    self, f16v, hsum128, ld128, ld256, ld256i, rd16, signed_iq4_nl, signed_q4_0, signed_q5_0,
-    signed_q8_0,
+    self, f16v, hsum128, ld128, ld256, ld256i, rd16, rd32, signed_iq4_nl, signed_q8_0,
 };
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
@@ -116,9 +115,66 @@ macro_rules! kernels {
             }
 
             signed_dot!(dot_q8_0, 34, signed_q8_0);
-            signed_dot!(dot_q4_0, 18, signed_q4_0);
-            signed_dot!(dot_q5_0, 22, signed_q5_0);
             signed_dot!(dot_iq4_nl, 18, signed_iq4_nl);
+
+            /// Q4_0 (`FIVE = false`) and Q5_0, two blocks per step, weights
+            /// offset to unsigned bytes (`u = w + OFF <= 31`, the 5th bit set
+            /// through a byte mask) and `dot(OFF, y)` subtracted. Exact.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn dot_q45_0<const BB: usize, const FIVE: bool>(x: &[u8], y: &[Q8Block]) -> f32 {
+                let nb = (x.len() / BB).min(y.len());
+                let (x, y) = (&x[..nb * BB], &y[..nb]);
+                let qs = if FIVE { 6 } else { 2 };
+                let offv = _mm512_set1_epi8(if FIVE { 16 } else { 8 });
+                let m4 = _mm256_set1_epi8(0x0f);
+                let step = |acc: __m512, x0: &[u8], x1: &[u8], y0: &Q8Block, y1: &Q8Block| {
+                    let v = _mm256_set_m128i(ld128(&x1[qs..]), ld128(&x0[qs..]));
+                    let lo = _mm256_and_si256(v, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                    let t = join(lo, hi);
+                    // [lo0 lo1 hi0 hi1] -> [lo0 hi0 lo1 hi1]: block order.
+                    let mut u = _mm512_shuffle_i64x2::<0b11_01_10_00>(t, t);
+                    if FIVE {
+                        let k = _mm512_kunpackd(u64::from(rd32(x1, 2)), u64::from(rd32(x0, 2)));
+                        u = _mm512_mask_add_epi8(u, k, u, _mm512_set1_epi8(0x10));
+                    }
+                    let yv = join(ld256i(&y0.qs), ld256i(&y1.qs));
+                    let p = _mm512_sub_epi32(
+                        $dp(_mm512_setzero_si512(), u, yv),
+                        $dp(_mm512_setzero_si512(), offv, yv),
+                    );
+                    let d = _mm512_mask_blend_ps(
+                        0xff00,
+                        _mm512_set1_ps(f16v(rd16(x0, 0)) * y0.d),
+                        _mm512_set1_ps(f16v(rd16(x1, 0)) * y1.d),
+                    );
+                    _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc)
+                };
+                let mut acc = _mm512_setzero_ps();
+                let mut xs = x.chunks_exact(2 * BB);
+                let mut ys = y.chunks_exact(2);
+                for (xp, yp) in (&mut xs).zip(&mut ys) {
+                    let (x0, x1) = xp.split_at(BB);
+                    acc = step(acc, x0, x1, &yp[0], &yp[1]);
+                }
+                if let Some(yb) = ys.remainder().first() {
+                    // The odd last block, paired with a zero activation block.
+                    let x0 = xs.remainder();
+                    acc = step(acc, x0, x0, yb, &Q8Block::ZERO);
+                }
+                _mm512_reduce_add_ps(acc)
+            }
+
+            #[target_feature(enable = $feat)]
+            fn dot_q4_0(x: &[u8], y: &[Q8Block]) -> f32 {
+                dot_q45_0::<18, false>(x, y)
+            }
+
+            #[target_feature(enable = $feat)]
+            fn dot_q5_0(x: &[u8], y: &[Q8Block]) -> f32 {
+                dot_q45_0::<22, true>(x, y)
+            }
 
             /// Q4_K (`FIVE = false`) and Q5_K: 64 weights (two sub-blocks) per step.
             #[target_feature(enable = $feat)]
