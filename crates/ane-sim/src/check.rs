@@ -1,1 +1,304 @@
-//! placeholder
+//! `anedvd check`: every layer-0 kernel (both variants) and the first lm_head
+//! slice, simulated, against an f32 CPU computation from the same weights.
+//!
+//! The reference is plain f32 matrix products over the dequantized weights
+//! (plus `anedvd_cpu::kernels` RMSNorm and gated activations for the fused
+//! kernels); inputs are deterministic pseudo-random values in [-1, 1] filling
+//! all W columns.
+
+use crate::Error;
+use anedvd_ane::lower::{self, tensors, Kernel, KernelKind, LowerOptions, Variant};
+use anedvd_cpu::kernels::{gated, rms_norm};
+use anedvd_graph::{DecoderProgram, Result, Role};
+use anedvd_mil::rules::RuleConfig;
+use anedvd_mil::sim::{Simulator, Tensor};
+
+/// The outcome for one kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelCheck {
+    /// Variant the kernel belongs to.
+    pub variant: Variant,
+    /// Kernel name.
+    pub name: String,
+    /// Largest |simulated − reference|.
+    pub max_abs: f32,
+    /// `max_abs / max|reference|`.
+    pub max_rel: f32,
+    /// NaN or infinite outputs.
+    pub nans: usize,
+    /// `nans == 0 && max_rel <= tolerance`.
+    pub ok: bool,
+}
+
+fn lcg(seed: &mut u64) -> f32 {
+    *seed = seed
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+}
+
+/// `y[t] = W·x[t] (+ b)` for `n` rows; `w` is `[out, in]` row-major.
+fn matmul(w: &[f32], b: Option<&[f32]>, x: &[f32], cin: usize, out: usize) -> Vec<f32> {
+    let mut y = Vec::with_capacity(x.len() / cin * out);
+    for row in x.chunks_exact(cin) {
+        for o in 0..out {
+            let wr = &w[o * cin..(o + 1) * cin];
+            let mut acc: f32 = wr.iter().zip(row).map(|(a, b)| a * b).sum();
+            if let Some(b) = b {
+                acc += b[o];
+            }
+            y.push(acc);
+        }
+    }
+    y
+}
+
+struct Ref<'a> {
+    p: &'a DecoderProgram,
+}
+
+impl Ref<'_> {
+    fn m(&self, i: usize, role: Role) -> Result<Vec<f32>> {
+        let name = self.p.layers[i]
+            .tensor(role)
+            .ok_or_else(|| anedvd_graph::Error::MissingTensor(format!("blk.{i}.{role}")))?;
+        let n = self
+            .p
+            .weights
+            .tensor(name)
+            .map_or(0, |t| t.info.shape.get(1).copied().unwrap_or(1) as usize);
+        Ok(tensors::rows(self.p.weights.as_ref(), name, 0, n)
+            .map_err(Error::from)?
+            .0)
+    }
+
+    fn v(&self, i: usize, role: Role, len: usize, offset: f32) -> Result<Option<Vec<f32>>> {
+        let Some(name) = self.p.layers[i].tensor(role) else {
+            return Ok(None);
+        };
+        let mut v = tensors::vector(self.p.weights.as_ref(), name, len).map_err(Error::from)?;
+        v.iter_mut().for_each(|x| *x += offset);
+        Ok(Some(v))
+    }
+
+    fn norm(&self, i: usize, role: Role, x: &[f32]) -> Result<Vec<f32>> {
+        let off = self.p.norm.weight_offset;
+        let g = self
+            .v(i, role, self.p.n_embd, off)?
+            .ok_or_else(|| anedvd_graph::Error::MissingTensor(format!("blk.{i}.{role}")))?;
+        let mut out = vec![0f32; x.len()];
+        rms_norm(x, &g, self.p.norm.eps, &mut out);
+        Ok(out)
+    }
+
+    fn maybe_norm(&self, i: usize, role: Role, x: Vec<f32>) -> Result<Vec<f32>> {
+        if self.p.layers[i].tensor(role).is_some() {
+            self.norm(i, role, &x)
+        } else {
+            Ok(x)
+        }
+    }
+
+    fn qkv(&self, i: usize, x: &[f32]) -> Result<Vec<f32>> {
+        let l = &self.p.layers[i];
+        let (qd, kvd) = (l.n_head * l.head_dim, l.n_head_kv * l.head_dim);
+        let d = self.p.n_embd;
+        let q = matmul(
+            &self.m(i, Role::AttnQ)?,
+            self.v(i, Role::AttnQBias, qd, 0.0)?.as_deref(),
+            x,
+            d,
+            qd,
+        );
+        let k = matmul(
+            &self.m(i, Role::AttnK)?,
+            self.v(i, Role::AttnKBias, kvd, 0.0)?.as_deref(),
+            x,
+            d,
+            kvd,
+        );
+        let v = matmul(
+            &self.m(i, Role::AttnV)?,
+            self.v(i, Role::AttnVBias, kvd, 0.0)?.as_deref(),
+            x,
+            d,
+            kvd,
+        );
+        let n = x.len() / d;
+        let mut y = Vec::with_capacity(n * (qd + 2 * kvd));
+        for t in 0..n {
+            y.extend_from_slice(&q[t * qd..(t + 1) * qd]);
+            y.extend_from_slice(&k[t * kvd..(t + 1) * kvd]);
+            y.extend_from_slice(&v[t * kvd..(t + 1) * kvd]);
+        }
+        Ok(y)
+    }
+
+    fn attn_out(&self, i: usize, att: &[f32]) -> Result<Vec<f32>> {
+        let l = &self.p.layers[i];
+        let d = self.p.n_embd;
+        let b = self.v(i, Role::AttnOutputBias, d, 0.0)?;
+        Ok(matmul(
+            &self.m(i, Role::AttnOutput)?,
+            b.as_deref(),
+            att,
+            l.n_head * l.head_dim,
+            d,
+        ))
+    }
+
+    fn ffn(&self, i: usize, x: &[f32]) -> Result<Vec<f32>> {
+        let (d, ff) = (self.p.n_embd, self.p.layers[i].n_ff);
+        let mut g = matmul(&self.m(i, Role::FfnGate)?, None, x, d, ff);
+        let u = matmul(&self.m(i, Role::FfnUp)?, None, x, d, ff);
+        gated(self.p.activation, &mut g, &u);
+        Ok(matmul(&self.m(i, Role::FfnDown)?, None, &g, ff, d))
+    }
+
+    fn eval(&self, kind: KernelKind, x: &[f32]) -> Result<Vec<f32>> {
+        let d = self.p.n_embd;
+        match kind {
+            KernelKind::Qkv { layer } => self.qkv(layer, x),
+            KernelKind::AttnOut { layer } => self.attn_out(layer, x),
+            KernelKind::Ffn { layer } => self.ffn(layer, x),
+            KernelKind::Entry => self.qkv(0, &self.norm(0, Role::AttnNorm, x)?),
+            KernelKind::Layer { layer: i, next_qkv } => {
+                let l = &self.p.layers[i];
+                let qd = l.n_head * l.head_dim;
+                let cin = qd + d;
+                let (mut att, mut res) = (Vec::new(), Vec::new());
+                for row in x.chunks_exact(cin) {
+                    att.extend_from_slice(&row[..qd]);
+                    res.extend_from_slice(&row[qd..]);
+                }
+                let a = self.maybe_norm(i, Role::PostAttnNorm, self.attn_out(i, &att)?)?;
+                res.iter_mut().zip(&a).for_each(|(r, a)| *r += a);
+                let f = self.ffn(i, &self.norm(i, Role::FfnNorm, &res)?)?;
+                let f = self.maybe_norm(i, Role::PostFfnNorm, f)?;
+                res.iter_mut().zip(&f).for_each(|(r, a)| *r += a);
+                if !next_qkv {
+                    return Ok(res);
+                }
+                let qkv = self.qkv(i + 1, &self.norm(i + 1, Role::AttnNorm, &res)?)?;
+                let w = qkv.len() / (res.len() / d);
+                let mut y = Vec::new();
+                for (r, q) in res.chunks_exact(d).zip(qkv.chunks_exact(w)) {
+                    y.extend_from_slice(r);
+                    y.extend_from_slice(q);
+                }
+                Ok(y)
+            }
+            KernelKind::LmHead {
+                first,
+                rows,
+                norm_inside,
+            } => {
+                let h = if norm_inside {
+                    let mut g = tensors::vector(self.p.weights.as_ref(), &self.p.output_norm, d)
+                        .map_err(Error::from)?;
+                    g.iter_mut().for_each(|v| *v += self.p.norm.weight_offset);
+                    let mut out = vec![0f32; x.len()];
+                    rms_norm(x, &g, self.p.norm.eps, &mut out);
+                    out
+                } else {
+                    x.to_vec()
+                };
+                let name = self.p.output.as_deref().unwrap_or(&self.p.token_embd);
+                let (w, _) = tensors::rows(self.p.weights.as_ref(), name, first, first + rows)
+                    .map_err(Error::from)?;
+                Ok(matmul(&w, None, &h, d, rows))
+            }
+        }
+    }
+}
+
+/// Simulates `k` (printed → parsed → rule-checked) on `x` (`W × in_channels` rows).
+fn simulate(k: &Kernel, x: &[f32], width: usize) -> Result<Vec<f32>> {
+    let err = |source| Error::Mil {
+        kernel: k.name.clone(),
+        source,
+    };
+    let program = anedvd_mil::parse(&anedvd_mil::print(&k.program)).map_err(err)?;
+    let sim = Simulator::new(&program, &k.weights, &RuleConfig::default()).map_err(err)?;
+    let cin = k.in_channels;
+    let mut cols = vec![0f32; cin * width];
+    for (t, row) in x.chunks_exact(cin).enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            cols[c * width + t] = v;
+        }
+    }
+    let input = Tensor::f16(&[1, cin, 1, width], &cols).map_err(err)?;
+    let out = sim.run("main", &[("x", input)]).map_err(err)?;
+    let y = out
+        .first()
+        .map(|(_, t)| t.to_f32())
+        .ok_or_else(|| Error::Output {
+            kernel: k.name.clone(),
+            msg: "no output".into(),
+        })?;
+    let cout = k.out_channels;
+    let mut rows = vec![0f32; width * cout];
+    for t in 0..width {
+        for c in 0..cout {
+            rows[t * cout + c] = y[c * width + t];
+        }
+    }
+    Ok(rows)
+}
+
+/// Checks layer 0's kernels of both variants and `lm_head.0` (fused) with
+/// relative tolerance `tolerance`.
+pub fn check_layer0(
+    p: &DecoderProgram,
+    options: &LowerOptions,
+    tolerance: f32,
+) -> Result<Vec<KernelCheck>> {
+    let r = Ref { p };
+    let mut out = Vec::new();
+    for variant in [Variant::Split, Variant::Fused] {
+        let o = LowerOptions {
+            variant,
+            ..*options
+        };
+        let lowered = lower::lower(p, &o).map_err(Error::from)?;
+        let mut seed = 0x5eed_u64;
+        for k in &lowered.kernels {
+            let wanted = match k.kind {
+                KernelKind::Qkv { layer }
+                | KernelKind::AttnOut { layer }
+                | KernelKind::Ffn { layer } => layer == 0,
+                KernelKind::Layer { layer, .. } => layer == 0,
+                KernelKind::Entry => true,
+                KernelKind::LmHead { first, .. } => first == 0,
+            };
+            if !wanted {
+                continue;
+            }
+            let x: Vec<f32> = (0..o.width * k.in_channels)
+                .map(|_| lcg(&mut seed))
+                .collect();
+            let got = simulate(k, &x, o.width)?;
+            let want = r.eval(k.kind, &x)?;
+            let nans = got.iter().filter(|v| !v.is_finite()).count();
+            let max_abs = got
+                .iter()
+                .zip(&want)
+                .filter(|(g, _)| g.is_finite())
+                .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+            let scale = want
+                .iter()
+                .fold(0f32, |m, v| m.max(v.abs()))
+                .max(f32::MIN_POSITIVE);
+            let max_rel = max_abs / scale;
+            out.push(KernelCheck {
+                variant,
+                name: k.name.clone(),
+                max_abs,
+                max_rel,
+                nans,
+                ok: nans == 0 && max_rel <= tolerance && got.len() == want.len(),
+            });
+        }
+    }
+    Ok(out)
+}

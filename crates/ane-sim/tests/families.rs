@@ -228,3 +228,20 @@ fn dumps_name_every_layer_output() {
     );
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+#[test]
+fn layer0_kernels_match_f32_matmuls() {
+    for family in FAMILIES {
+        let p = program(family, "model-f32.gguf");
+        let checks = anedvd_ane_sim::check::check_layer0(&p, &LowerOptions::default(), 0.01).unwrap();
+        // split: qkv, attn_out, ffn, lm_head.0; fused: entry, blk.0.layer, lm_head.0
+        assert_eq!(checks.len(), 7, "{family}");
+        for c in &checks {
+            assert!(c.ok, "{family}: {c:?}");
+            assert!(c.max_abs > 0.0, "{family}: fp16 rounding must show: {c:?}");
+        }
+        // with a zero tolerance the same comparison must fail
+        let strict = anedvd_ane_sim::check::check_layer0(&p, &LowerOptions::default(), 0.0).unwrap();
+        assert!(strict.iter().all(|c| !c.ok));
+    }
+}
