@@ -356,7 +356,7 @@ impl Tokenizer {
         }));
         let byte_ids = vocab.byte_tokens();
         let first_piece = if front.add_space_prefix {
-            FirstPiece::StripOneSpace
+            FirstPiece::LlamaStrip
         } else {
             FirstPiece::Keep
         };

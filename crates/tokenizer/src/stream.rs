@@ -2,7 +2,7 @@
 //! complete UTF-8, joining byte-fallback `<0xXX>` tokens and byte-level
 //! pieces that split a character across tokens.
 
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{FirstTracker, Tokenizer};
 use crate::Result;
 
 /// Turns ids into text one at a time. Bytes of an unfinished UTF-8 sequence
@@ -13,7 +13,7 @@ pub struct StreamDecoder<'a> {
     tok: &'a Tokenizer,
     skip_special: bool,
     pending: Vec<u8>,
-    first: bool,
+    first: FirstTracker,
 }
 
 impl<'a> StreamDecoder<'a> {
@@ -22,23 +22,24 @@ impl<'a> StreamDecoder<'a> {
             tok,
             skip_special,
             pending: Vec::new(),
-            first: true,
+            first: FirstTracker::new(tok.first_piece),
         }
+    }
+
+    /// Treats the ids as continuing earlier text: the first token keeps its
+    /// leading space.
+    pub fn continuing(mut self) -> Self {
+        self.first.past_start();
+        self
     }
 
     /// Adds one id; returns the text that became complete (possibly empty).
     pub fn push(&mut self, id: u32) -> Result<String> {
         let piece = self.tok.piece_bytes(id)?;
-        if self.skip_special && self.tok.is_special(id) {
-            return Ok(String::new());
+        let skipped = self.skip_special && self.tok.is_special(id);
+        if let Some(p) = self.first.step(piece, skipped) {
+            self.pending.extend_from_slice(&p);
         }
-        let piece = if self.first {
-            self.tok.first_piece.apply(piece)
-        } else {
-            piece.into()
-        };
-        self.first &= self.tok.first_piece.still_first(&piece);
-        self.pending.extend_from_slice(&piece);
         Ok(self.take_complete())
     }
 
@@ -46,7 +47,7 @@ impl<'a> StreamDecoder<'a> {
     pub fn finish(&mut self) -> String {
         let rest = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
-        self.first = true;
+        self.first = FirstTracker::new(self.tok.first_piece);
         rest
     }
 

@@ -10,6 +10,7 @@ use crate::stream::StreamDecoder;
 use crate::unicode::{byte_encode, FxHashMap};
 use crate::vocab::{TokenAttr, Vocab};
 use crate::{Error, Result};
+use std::borrow::Cow;
 
 /// The llama.cpp text front end used for GGUF vocabularies.
 #[derive(Debug, Clone)]
@@ -68,23 +69,65 @@ pub struct Tokenizer {
 pub(crate) enum FirstPiece {
     /// As is.
     Keep,
-    /// Drop one leading space (llama.cpp `add_space_prefix`, HF `Strip` decoder).
+    /// Drop one leading space from the first non-empty piece (HF `Strip` decoder after `Fuse`).
     StripOneSpace,
+    /// Drop one leading space from the piece of token 0 only, counting
+    /// skipped special tokens (llama.cpp's detokenize with `add_space_prefix`).
+    LlamaStrip,
     /// Drop every space that came from the replacement character (HF `Metaspace` decoder).
     DropSpaces,
 }
 
-impl FirstPiece {
-    /// Whether the token after `piece` still counts as the first: HF's
-    /// Metaspace decoder looks at token 0 only; a leading-space strip waits for text.
-    pub(crate) fn still_first(self, piece: &[u8]) -> bool {
-        self != FirstPiece::DropSpaces && piece.is_empty()
+/// Applies a [`FirstPiece`] policy over a sequence of tokens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FirstTracker {
+    mode: FirstPiece,
+    first: bool,
+}
+
+impl FirstTracker {
+    pub(crate) fn new(mode: FirstPiece) -> Self {
+        FirstTracker { mode, first: true }
     }
 
-    pub(crate) fn apply<'p>(self, piece: &'p [u8]) -> std::borrow::Cow<'p, [u8]> {
+    /// Marks the start as already past (decoding a continuation).
+    pub(crate) fn past_start(&mut self) {
+        self.first = false;
+    }
+
+    /// The bytes to emit for the next token's `piece`; `None` when skipped.
+    pub(crate) fn step<'p>(&mut self, piece: &'p [u8], skipped: bool) -> Option<Cow<'p, [u8]>> {
+        if self.mode == FirstPiece::LlamaStrip {
+            let was_first = std::mem::replace(&mut self.first, false);
+            return (!skipped).then(|| {
+                if was_first {
+                    self.mode.apply(piece)
+                } else {
+                    piece.into()
+                }
+            });
+        }
+        if skipped {
+            return None;
+        }
+        let out = if self.first {
+            self.mode.apply(piece)
+        } else {
+            piece.into()
+        };
+        // HF's Metaspace decoder looks at token 0 only; a leading-space strip waits for text.
+        self.first &= self.mode != FirstPiece::DropSpaces && out.is_empty();
+        Some(out)
+    }
+}
+
+impl FirstPiece {
+    fn apply(self, piece: &[u8]) -> Cow<'_, [u8]> {
         match self {
             FirstPiece::Keep => piece.into(),
-            FirstPiece::StripOneSpace => piece.strip_prefix(b" ").unwrap_or(piece).into(),
+            FirstPiece::StripOneSpace | FirstPiece::LlamaStrip => {
+                piece.strip_prefix(b" ").unwrap_or(piece).into()
+            }
             FirstPiece::DropSpaces => piece
                 .iter()
                 .copied()
@@ -204,22 +247,20 @@ impl Tokenizer {
     }
 
     /// Decodes ids to text. `skip_special` drops control and unknown tokens.
-    /// Invalid UTF-8 (e.g. a cut-off byte sequence) becomes U+FFFD.
+    /// The prefix space is undone as the source does: for GGUF SentencePiece
+    /// vocabularies with `add_space_prefix`, one leading space of token 0
+    /// (llama.cpp: none when token 0 is a skipped BOS); for tokenizer.json,
+    /// per its decoder (`Strip`, `Metaspace`). Invalid UTF-8 (e.g. a cut-off
+    /// byte sequence) becomes U+FFFD.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         let mut bytes = Vec::new();
-        let mut first = true;
+        let mut first = FirstTracker::new(self.first_piece);
         for &id in ids {
             let piece = self.piece_bytes(id)?;
-            if skip_special && self.vocab.attrs[id as usize].is_special() {
-                continue;
+            let skipped = skip_special && self.vocab.attrs[id as usize].is_special();
+            if let Some(p) = first.step(piece, skipped) {
+                bytes.extend_from_slice(&p);
             }
-            let piece = if first {
-                self.first_piece.apply(piece)
-            } else {
-                piece.into()
-            };
-            first &= self.first_piece.still_first(&piece);
-            bytes.extend_from_slice(&piece);
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
@@ -320,7 +361,10 @@ impl Tokenizer {
         self.eog.binary_search(&id).is_ok()
     }
 
-    /// A decoder for a stream of ids that returns only complete UTF-8.
+    /// A decoder for a stream of ids that returns only complete UTF-8. Its
+    /// output concatenates to [`Tokenizer::decode`] of the same ids; call
+    /// [`StreamDecoder::continuing`] when the ids continue earlier text (e.g.
+    /// generated tokens after a prompt) so no prefix space is removed.
     pub fn stream_decoder(&self, skip_special: bool) -> StreamDecoder<'_> {
         StreamDecoder::new(self, skip_special)
     }

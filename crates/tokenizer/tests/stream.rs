@@ -107,11 +107,17 @@ fn spm_leading_space_and_specials() {
     let tok = Tokenizer::from_gguf_metadata(&md).unwrap();
     let ids = tok.encode("hi hi", true, false).unwrap();
     assert_eq!(ids, vec![1, 7, 7]);
-    assert_eq!(tok.decode(&ids, true).unwrap(), "hi hi");
+    // llama.cpp's detokenize: the prefix space is removed from token 0 only,
+    // and not when token 0 is a BOS that is skipped.
+    assert_eq!(tok.decode(&ids, true).unwrap(), " hi hi");
     assert_eq!(tok.decode(&ids, false).unwrap(), "<s> hi hi");
+    assert_eq!(tok.decode(&ids[1..], true).unwrap(), "hi hi");
     let mut d = tok.stream_decoder(true);
-    let s: String = ids.iter().map(|&i| d.push(i).unwrap()).collect();
+    let s: String = ids[1..].iter().map(|&i| d.push(i).unwrap()).collect();
     assert_eq!(s, "hi hi");
+    let mut d = tok.stream_decoder(true).continuing();
+    let s: String = ids[1..].iter().map(|&i| d.push(i).unwrap()).collect();
+    assert_eq!(s, " hi hi");
     assert!(tok.is_eog(2) && !tok.is_eog(3));
 }
 
