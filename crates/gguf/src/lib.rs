@@ -43,6 +43,10 @@ pub const MAGIC: [u8; 4] = *b"GGUF";
 pub const ALIGNMENT_KEY: &str = "general.alignment";
 /// Alignment used when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// Largest accepted `general.alignment` (1 MiB). Real files use 32; a huge
+/// alignment only pads, and a writer reproducing it would allocate that much
+/// (found by fuzzing: a 1 GiB alignment on a 200-byte file).
+pub const MAX_ALIGNMENT: u32 = 1 << 20;
 /// Most dimensions a tensor may have (`GGML_MAX_DIMS`).
 pub const MAX_DIMS: u32 = 4;
 /// Longest metadata array the reader accepts. Each element costs about 32

@@ -236,6 +236,11 @@ fn alignment_of(metadata: &Metadata) -> Result<u64> {
             reason: format!("{a} is not a nonzero power of two"),
         });
     }
+    if a > crate::MAX_ALIGNMENT {
+        return Err(Error::BadAlignment {
+            reason: format!("{a} exceeds the cap of {} bytes", crate::MAX_ALIGNMENT),
+        });
+    }
     Ok(a.into())
 }
 

@@ -67,6 +67,14 @@ impl GgufWriter {
                 reason: format!("{alignment} is not a nonzero power of two"),
             });
         }
+        if alignment > crate::MAX_ALIGNMENT {
+            return Err(Error::BadAlignment {
+                reason: format!(
+                    "{alignment} exceeds the cap of {} bytes",
+                    crate::MAX_ALIGNMENT
+                ),
+            });
+        }
         self.alignment = alignment.into();
         self.metadata
             .insert(ALIGNMENT_KEY, MetadataValue::U32(alignment));
