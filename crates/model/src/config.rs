@@ -36,6 +36,22 @@ pub enum RopeScaling {
         /// `original_max_position_embeddings`.
         original_context: f64,
     },
+    /// YaRN (HF `rope_type = "yarn"`): a ramp between interpolated and
+    /// extrapolated frequencies plus a cos/sin multiplier.
+    Yarn {
+        /// Context extension factor.
+        factor: f64,
+        /// `original_max_position_embeddings`.
+        original_context: f64,
+        /// `beta_fast` (default 32).
+        beta_fast: f64,
+        /// `beta_slow` (default 1).
+        beta_slow: f64,
+        /// cos/sin multiplier; `0.1 ln(factor) + 1` when unset.
+        attention_factor: Option<f64>,
+        /// Round the correction range outwards (default true).
+        truncate: bool,
+    },
     /// Per-pair divisors stored in a tensor (llama.cpp's `rope_freqs.weight`,
     /// how GGUF files carry llama3 scaling).
     FreqFactors {
@@ -389,6 +405,26 @@ fn rope_scaling(r: &Reader<'_>, source: &dyn WeightSource) -> Result<RopeScaling
             high_freq_factor: r.f64(Param::RopeHighFreqFactor)?.unwrap_or(4.0),
             original_context: r.f64(Param::RopeOrigCtx)?.unwrap_or(8192.0),
         }),
+        Some("yarn") => {
+            let factor = factor.unwrap_or(1.0);
+            Ok(RopeScaling::Yarn {
+                factor,
+                original_context: match r.f64(Param::RopeOrigCtx)? {
+                    Some(c) => c,
+                    None => r.f64(Param::NCtxTrain)?.unwrap_or(4096.0) / factor,
+                },
+                beta_fast: r
+                    .f64(Param::RopeBetaFast)?
+                    .filter(|b| *b != 0.0)
+                    .unwrap_or(32.0),
+                beta_slow: r
+                    .f64(Param::RopeBetaSlow)?
+                    .filter(|b| *b != 0.0)
+                    .unwrap_or(1.0),
+                attention_factor: r.f64(Param::RopeAttnFactor)?.filter(|a| *a > 0.0),
+                truncate: r.bool(Param::RopeTruncate)?.unwrap_or(true),
+            })
+        }
         Some(other) => Err(Error::Unsupported(format!("rope scaling type `{other}`"))),
     }
 }

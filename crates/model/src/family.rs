@@ -22,6 +22,10 @@ pub enum Param {
     RopeLowFreqFactor,
     RopeHighFreqFactor,
     RopeOrigCtx,
+    RopeBetaFast,
+    RopeBetaSlow,
+    RopeAttnFactor,
+    RopeTruncate,
     NRot,
     PartialRotaryFactor,
     NormEps,
@@ -144,6 +148,29 @@ pub const COMMON_KEYS: &[KeySpec] = &[
             "rope_parameters.original_max_position_embeddings",
             "rope_scaling.original_max_position_embeddings",
         ],
+    ),
+    key(
+        Param::RopeBetaFast,
+        &["{arch}.rope.scaling.yarn_beta_fast"],
+        &["rope_parameters.beta_fast", "rope_scaling.beta_fast"],
+    ),
+    key(
+        Param::RopeBetaSlow,
+        &["{arch}.rope.scaling.yarn_beta_slow"],
+        &["rope_parameters.beta_slow", "rope_scaling.beta_slow"],
+    ),
+    key(
+        Param::RopeAttnFactor,
+        &["{arch}.rope.scaling.attn_factor"],
+        &[
+            "rope_parameters.attention_factor",
+            "rope_scaling.attention_factor",
+        ],
+    ),
+    key(
+        Param::RopeTruncate,
+        &[],
+        &["rope_parameters.truncate", "rope_scaling.truncate"],
     ),
     key(Param::NRot, &["{arch}.rope.dimension_count"], &[]),
     key(

@@ -22,7 +22,7 @@ pub mod family;
 mod program;
 
 pub use config::{DecoderConfig, RopeConfig, RopeScaling, SourceFormat};
-pub use program::{base_inv_freq, llama3_inv_freq};
+pub use program::{base_inv_freq, llama3_inv_freq, yarn_inv_freq};
 
 use anedvd_base::WeightSource;
 use anedvd_graph::{DecoderProgram, RopePairing};

@@ -42,6 +42,48 @@ pub fn llama3_inv_freq(
         .collect()
 }
 
+/// HF's YaRN rule (`_compute_yarn_parameters`): frequencies and the cos/sin
+/// multiplier.
+pub fn yarn_inv_freq(
+    theta: f64,
+    n_rot: usize,
+    factor: f64,
+    original_context: f64,
+    (beta_fast, beta_slow): (f64, f64),
+    attention_factor: Option<f64>,
+    truncate: bool,
+) -> (Vec<f64>, f64) {
+    let dim = n_rot as f64;
+    let corr = |rot: f64| {
+        dim * (original_context / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln())
+    };
+    let (mut low, mut high) = (corr(beta_fast), corr(beta_slow));
+    if truncate {
+        low = low.floor();
+        high = high.ceil();
+    }
+    let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
+    if low == high {
+        high += 0.001;
+    }
+    let base = base_inv_freq(theta, n_rot);
+    let freqs = base
+        .iter()
+        .enumerate()
+        .map(|(i, &extrapolated)| {
+            let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+            let extrapolation = 1.0 - ramp;
+            extrapolated / factor * (1.0 - extrapolation) + extrapolated * extrapolation
+        })
+        .collect();
+    let attn = attention_factor.unwrap_or(if factor <= 1.0 {
+        1.0
+    } else {
+        0.1 * factor.ln() + 1.0
+    });
+    (freqs, attn)
+}
+
 fn read_f32_vector(source: &dyn WeightSource, name: &str, len: usize) -> Result<Vec<f64>> {
     let t = source
         .tensor(name)
@@ -59,9 +101,30 @@ fn read_f32_vector(source: &dyn WeightSource, name: &str, len: usize) -> Result<
         .collect())
 }
 
-fn global_inv_freq(cfg: &DecoderConfig, source: &dyn WeightSource) -> Result<Vec<f64>> {
+/// Frequencies and cos/sin multiplier of global layers.
+fn global_inv_freq(cfg: &DecoderConfig, source: &dyn WeightSource) -> Result<(Vec<f64>, f32)> {
     let base = base_inv_freq(cfg.rope.theta, cfg.rope.n_rot);
-    Ok(match &cfg.rope.scaling {
+    if let RopeScaling::Yarn {
+        factor,
+        original_context,
+        beta_fast,
+        beta_slow,
+        attention_factor,
+        truncate,
+    } = &cfg.rope.scaling
+    {
+        let (f, a) = yarn_inv_freq(
+            cfg.rope.theta,
+            cfg.rope.n_rot,
+            *factor,
+            *original_context,
+            (*beta_fast, *beta_slow),
+            *attention_factor,
+            *truncate,
+        );
+        return Ok((f, a as f32));
+    }
+    let freqs = match &cfg.rope.scaling {
         RopeScaling::None => base,
         RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
         RopeScaling::Llama3 {
@@ -80,7 +143,9 @@ fn global_inv_freq(cfg: &DecoderConfig, source: &dyn WeightSource) -> Result<Vec
             let factors = read_f32_vector(source, tensor, cfg.rope.n_rot / 2)?;
             base.iter().zip(&factors).map(|(f, d)| f / d).collect()
         }
-    })
+        RopeScaling::Yarn { .. } => base,
+    };
+    Ok((freqs, 1.0))
 }
 
 /// Builds the program for `cfg` over `source`, binding every tensor of the
@@ -90,7 +155,7 @@ pub(crate) fn build(
     family: &Family,
     source: Arc<dyn WeightSource>,
 ) -> Result<DecoderProgram> {
-    let global = global_inv_freq(cfg, source.as_ref())?;
+    let (global, global_attn_factor) = global_inv_freq(cfg, source.as_ref())?;
     let local = cfg
         .rope
         .theta_local
@@ -99,9 +164,9 @@ pub(crate) fn build(
     for i in 0..cfg.n_layer {
         let sliding =
             cfg.sliding_layers.get(i).copied().unwrap_or(false) && cfg.sliding_window.is_some();
-        let inv_freq = match (&local, sliding) {
-            (Some(l), true) => l.clone(),
-            _ => global.clone(),
+        let (inv_freq, attn_factor) = match (&local, sliding) {
+            (Some(l), true) => (l.clone(), 1.0),
+            _ => (global.clone(), global_attn_factor),
         };
         let mut tensors = Vec::new();
         for t in family.tensors.iter().filter(|t| !t.role.is_global()) {
@@ -150,7 +215,7 @@ pub(crate) fn build(
                 pairing: cfg.rope.pairing,
                 n_rot: cfg.rope.n_rot,
                 inv_freq,
-                attn_factor: 1.0,
+                attn_factor,
             },
             tensors,
         });
