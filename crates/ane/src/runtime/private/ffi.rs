@@ -87,7 +87,20 @@ fn open(path: &str) -> Result<Library> {
     // Apple's own system libraries/frameworks at their fixed install paths,
     // which every macOS process may load. On other OSes the load fails and
     // nothing runs.
-    unsafe { Library::new(path) }.map_err(|e| unavailable(format!("cannot load {path}: {e}")))
+    unsafe { Library::new(path) }.map_err(|e| {
+        let msg = e.to_string();
+        // dlerror() repeats the path; keep one copy.
+        let msg = msg
+            .strip_prefix(path)
+            .map(|m| m.trim_start_matches(':').trim())
+            .unwrap_or(&msg);
+        let hint = if cfg!(target_os = "macos") {
+            ""
+        } else {
+            " (the ANE needs macOS on Apple silicon)"
+        };
+        unavailable(format!("cannot load {path}: {msg}{hint}"))
+    })
 }
 
 /// Resolves `name` in `lib` as a value of type `T` (a function pointer or a
