@@ -233,7 +233,8 @@ fn dumps_name_every_layer_output() {
 fn layer0_kernels_match_f32_matmuls() {
     for family in FAMILIES {
         let p = program(family, "model-f32.gguf");
-        let checks = anedvd_ane_sim::check::check_layer0(&p, &LowerOptions::default(), 0.01).unwrap();
+        let checks =
+            anedvd_ane_sim::check::check_layer0(&p, &LowerOptions::default(), 0.01).unwrap();
         // split: qkv, attn_out, ffn, lm_head.0; fused: entry, blk.0.layer, lm_head.0
         assert_eq!(checks.len(), 7, "{family}");
         for c in &checks {
@@ -241,7 +242,21 @@ fn layer0_kernels_match_f32_matmuls() {
             assert!(c.max_abs > 0.0, "{family}: fp16 rounding must show: {c:?}");
         }
         // with a zero tolerance the same comparison must fail
-        let strict = anedvd_ane_sim::check::check_layer0(&p, &LowerOptions::default(), 0.0).unwrap();
+        let strict =
+            anedvd_ane_sim::check::check_layer0(&p, &LowerOptions::default(), 0.0).unwrap();
         assert!(strict.iter().all(|c| !c.ok));
+    }
+}
+
+#[test]
+fn selftest_random_transformers_agree() {
+    let results = anedvd_ane_sim::selftest::run(7).unwrap();
+    assert_eq!(results.len(), 4);
+    for r in &results {
+        println!("{r:?}");
+        assert!(
+            r.cosine >= 0.999 && r.max_rel <= MAX_REL && r.top1_equal,
+            "{r:?}"
+        );
     }
 }

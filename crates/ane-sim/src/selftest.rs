@@ -1,0 +1,342 @@
+//! A tiny random transformer (no files, no model crate) for `anedvd selftest`:
+//! ane-sim against the CPU backend on a llama-like and a gemma-like program.
+
+use anedvd_cpu::CpuBackend;
+use anedvd_graph::{
+    Activation, Backend, DecoderProgram, LayerSpec, LogitsMode, MemorySource, NormSpec, Result,
+    Role, Rope, RopePairing,
+};
+use std::sync::Arc;
+
+use crate::{AneSimBackend, LowerOptions, Variant};
+
+/// Which quirks the random program has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// SiLU, q/k/v biases, GQA, adjacent-pair RoPE.
+    LlamaLike,
+    /// GELU (tanh), sandwich norms with `(1 + w)`, q/k norm, sliding window
+    /// on layer 0, attention and final soft-caps, embedding scale, MQA.
+    GemmaLike,
+}
+
+impl Flavor {
+    /// Display name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::LlamaLike => "llama-like",
+            Flavor::GemmaLike => "gemma-like",
+        }
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn vec(&mut self, n: usize, scale: f32, bias: f32) -> Vec<f32> {
+        (0..n).map(|_| bias + scale * self.next()).collect()
+    }
+}
+
+/// A random 2-layer decoder (n_embd 64, vocab 256) of `flavor`.
+pub fn random_program(flavor: Flavor, seed: u64) -> DecoderProgram {
+    let gemma = flavor == Flavor::GemmaLike;
+    let (d, vocab, ff, n_layer, hd) = (64usize, 256usize, 128usize, 2usize, 16usize);
+    let (n_head, n_kv) = if gemma { (4, 1) } else { (4, 2) };
+    let mut rng = Rng(seed);
+    let mut src = MemorySource::new("gguf");
+    let mut put = |src: &mut MemorySource,
+                   rng: &mut Rng,
+                   name: &str,
+                   shape: &[u64],
+                   scale: f32,
+                   bias: f32| {
+        let n = shape.iter().product::<u64>() as usize;
+        let v = rng.vec(n, scale, bias);
+        src.insert_f32(name, shape, &v);
+        name.to_string()
+    };
+    let (du, ffu, vu) = (d as u64, ff as u64, vocab as u64);
+    let (qd, kvd) = ((n_head * hd) as u64, (n_kv * hd) as u64);
+    let w_in = 1.0 / (d as f32).sqrt();
+    let norm_bias = if gemma { 0.0 } else { 1.0 };
+    let mut layers = Vec::new();
+    for i in 0..n_layer {
+        let t = |r: &str| format!("blk.{i}.{r}");
+        let mut tensors = vec![
+            (
+                Role::AttnNorm,
+                put(&mut src, &mut rng, &t("attn_norm"), &[du], 0.2, norm_bias),
+            ),
+            (
+                Role::AttnQ,
+                put(&mut src, &mut rng, &t("attn_q"), &[du, qd], w_in * 1.7, 0.0),
+            ),
+            (
+                Role::AttnK,
+                put(
+                    &mut src,
+                    &mut rng,
+                    &t("attn_k"),
+                    &[du, kvd],
+                    w_in * 1.7,
+                    0.0,
+                ),
+            ),
+            (
+                Role::AttnV,
+                put(
+                    &mut src,
+                    &mut rng,
+                    &t("attn_v"),
+                    &[du, kvd],
+                    w_in * 1.7,
+                    0.0,
+                ),
+            ),
+            (
+                Role::AttnOutput,
+                put(&mut src, &mut rng, &t("attn_output"), &[qd, du], w_in, 0.0),
+            ),
+            (
+                Role::FfnNorm,
+                put(&mut src, &mut rng, &t("ffn_norm"), &[du], 0.2, norm_bias),
+            ),
+            (
+                Role::FfnGate,
+                put(
+                    &mut src,
+                    &mut rng,
+                    &t("ffn_gate"),
+                    &[du, ffu],
+                    w_in * 1.7,
+                    0.0,
+                ),
+            ),
+            (
+                Role::FfnUp,
+                put(
+                    &mut src,
+                    &mut rng,
+                    &t("ffn_up"),
+                    &[du, ffu],
+                    w_in * 1.7,
+                    0.0,
+                ),
+            ),
+            (
+                Role::FfnDown,
+                put(
+                    &mut src,
+                    &mut rng,
+                    &t("ffn_down"),
+                    &[ffu, du],
+                    1.0 / (ff as f32).sqrt(),
+                    0.0,
+                ),
+            ),
+        ];
+        if gemma {
+            tensors.push((
+                Role::PostAttnNorm,
+                put(
+                    &mut src,
+                    &mut rng,
+                    &t("post_attention_norm"),
+                    &[du],
+                    0.2,
+                    0.0,
+                ),
+            ));
+            tensors.push((
+                Role::PostFfnNorm,
+                put(&mut src, &mut rng, &t("post_ffw_norm"), &[du], 0.2, 0.0),
+            ));
+            tensors.push((
+                Role::AttnQNorm,
+                put(
+                    &mut src,
+                    &mut rng,
+                    &t("attn_q_norm"),
+                    &[hd as u64],
+                    0.2,
+                    0.0,
+                ),
+            ));
+            tensors.push((
+                Role::AttnKNorm,
+                put(
+                    &mut src,
+                    &mut rng,
+                    &t("attn_k_norm"),
+                    &[hd as u64],
+                    0.2,
+                    0.0,
+                ),
+            ));
+        } else {
+            tensors.push((
+                Role::AttnQBias,
+                put(&mut src, &mut rng, &t("attn_q.bias"), &[qd], 0.3, 0.0),
+            ));
+            tensors.push((
+                Role::AttnKBias,
+                put(&mut src, &mut rng, &t("attn_k.bias"), &[kvd], 0.3, 0.0),
+            ));
+            tensors.push((
+                Role::AttnVBias,
+                put(&mut src, &mut rng, &t("attn_v.bias"), &[kvd], 0.3, 0.0),
+            ));
+        }
+        let theta: f64 = if gemma && i == 0 {
+            10_000.0
+        } else {
+            1_000_000.0
+        };
+        let inv_freq = (0..hd / 2)
+            .map(|j| theta.powf(-(2.0 * j as f64) / hd as f64))
+            .collect();
+        layers.push(LayerSpec {
+            n_head,
+            n_head_kv: n_kv,
+            head_dim: hd,
+            n_ff: ff,
+            attn_scale: 1.0 / (hd as f32).sqrt(),
+            attn_softcap: gemma.then_some(20.0),
+            sliding_window: (gemma && i == 0).then_some(6),
+            rope: Rope {
+                pairing: if gemma {
+                    RopePairing::Neox
+                } else {
+                    RopePairing::Norm
+                },
+                n_rot: hd,
+                inv_freq,
+                attn_factor: 1.0,
+            },
+            tensors,
+        });
+    }
+    let token_embd = put(
+        &mut src,
+        &mut rng,
+        "token_embd",
+        &[du, vu],
+        if gemma { 0.15 } else { 1.0 },
+        0.0,
+    );
+    let output_norm = put(&mut src, &mut rng, "output_norm", &[du], 0.2, norm_bias);
+    let output = (!gemma).then(|| put(&mut src, &mut rng, "output", &[du, vu], w_in * 1.7, 0.0));
+    DecoderProgram {
+        family: flavor.name().into(),
+        n_embd: d,
+        n_vocab: vocab,
+        n_ctx_train: 256,
+        norm: NormSpec {
+            eps: 1e-6,
+            weight_offset: if gemma { 1.0 } else { 0.0 },
+        },
+        activation: if gemma {
+            Activation::GeluTanh
+        } else {
+            Activation::Silu
+        },
+        embd_scale: if gemma { (d as f32).sqrt() } else { 1.0 },
+        final_softcap: gemma.then_some(15.0),
+        token_embd,
+        output_norm,
+        output,
+        layers,
+        weights: Arc::new(src),
+    }
+}
+
+/// One comparison of ane-sim with the CPU backend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelftestResult {
+    /// Program flavor.
+    pub flavor: Flavor,
+    /// Lowering variant.
+    pub variant: Variant,
+    /// Cosine similarity of the last logits.
+    pub cosine: f64,
+    /// `max|Δ| / max|cpu|` over the last logits.
+    pub max_rel: f64,
+    /// Whether the arg-max tokens agree.
+    pub top1_equal: bool,
+}
+
+/// Runs a 20-token random prompt through both backends for every flavor and variant.
+pub fn run(seed: u64) -> Result<Vec<SelftestResult>> {
+    let mut out = Vec::new();
+    for flavor in [Flavor::LlamaLike, Flavor::GemmaLike] {
+        let p = random_program(flavor, seed);
+        p.validate()?;
+        let mut rng = Rng(seed ^ 0x9e37_79b9);
+        let prompt: Vec<u32> = (0..20)
+            .map(|_| ((rng.next() + 1.0) * 127.9) as u32 % p.n_vocab as u32)
+            .collect();
+        let cpu = CpuBackend::new(1)?.compile(&p)?;
+        let want = cpu
+            .new_session(32)?
+            .forward(&prompt, LogitsMode::Last)?
+            .to_vec();
+        for variant in [Variant::Split, Variant::Fused] {
+            let exe = AneSimBackend::new(LowerOptions {
+                variant,
+                ..Default::default()
+            })
+            .compile(&p)?;
+            let got = exe
+                .new_session(32)?
+                .forward(&prompt, LogitsMode::Last)?
+                .to_vec();
+            out.push(SelftestResult {
+                flavor,
+                variant,
+                cosine: cosine(&got, &want),
+                max_rel: max_rel(&got, &want),
+                top1_equal: argmax(&got) == argmax(&want),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Cosine similarity (f64 accumulation).
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum();
+    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum();
+    if na == 0.0 || nb == 0.0 {
+        return 0.0;
+    }
+    dot / (na.sqrt() * nb.sqrt())
+}
+
+/// `max|a − b| / max|b|`.
+pub fn max_rel(a: &[f32], b: &[f32]) -> f64 {
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    if scale == 0.0 {
+        return f64::from(diff);
+    }
+    f64::from(diff) / f64::from(scale)
+}
+
+/// Index of the largest value (first on ties).
+pub fn argmax(x: &[f32]) -> usize {
+    (0..x.len()).fold(0, |b, i| if x[i] > x[b] { i } else { b })
+}
