@@ -53,7 +53,7 @@ pub fn random_program(flavor: Flavor, seed: u64) -> DecoderProgram {
     let (n_head, n_kv) = if gemma { (4, 1) } else { (4, 2) };
     let mut rng = Rng(seed);
     let mut src = MemorySource::new("gguf");
-    let mut put = |src: &mut MemorySource,
+    let put = |src: &mut MemorySource,
                    rng: &mut Rng,
                    name: &str,
                    shape: &[u64],
