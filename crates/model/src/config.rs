@@ -333,6 +333,10 @@ pub(crate) fn resolve(
         (1.0 / s.sqrt()) as f32
     } else if let Some(s) = r.f64(Param::AttnScale)?.filter(|s| *s > 0.0) {
         s as f32
+    } else if format == SourceFormat::Gguf
+        && q.gguf_attn_scale_embd_per_head_layers.contains(&n_layer)
+    {
+        (1.0 / ((n_embd / n_head) as f64).sqrt()) as f32
     } else {
         (1.0 / (head_dim as f64).sqrt()) as f32
     };

@@ -429,6 +429,10 @@ pub struct Quirks {
     pub qk_norm: bool,
     /// Requires post-attention and post-ffn norms in every layer.
     pub sandwich_norm: bool,
+    /// GGUF files carry no `query_pre_attn_scalar`; llama.cpp uses
+    /// `1/sqrt(n_embd / n_head)` instead of `1/sqrt(head_dim)` for the model
+    /// sizes with these layer counts (Gemma 2/3 27B).
+    pub gguf_attn_scale_embd_per_head_layers: &'static [usize],
 }
 
 /// A model family: names, keys, tensor names and quirks.

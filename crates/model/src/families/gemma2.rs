@@ -26,5 +26,6 @@ pub const FAMILY: Family = Family {
         default_rope_theta: 10_000.0,
         qk_norm: false,
         sandwich_norm: true,
+        gguf_attn_scale_embd_per_head_layers: &[46],
     },
 };

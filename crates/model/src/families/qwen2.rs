@@ -25,5 +25,6 @@ pub const FAMILY: Family = Family {
         default_rope_theta: 1_000_000.0,
         qk_norm: false,
         sandwich_norm: false,
+        gguf_attn_scale_embd_per_head_layers: &[],
     },
 };
