@@ -1,4 +1,5 @@
 //! Anthropic Messages dialect through the in-process router.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 use common::*;

@@ -1,5 +1,6 @@
 //! Error shapes in both dialects: bad JSON, wrong types, unsupported fields,
 //! prompt too long, auth, 404, 413, 503 while loading.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 use anedvd_server::{router, AppState, ServerConfig};

@@ -1,5 +1,5 @@
 //! Shared helpers for the in-process router tests.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use anedvd_engine::{Engine, LoadOptions, SamplingParams};
 use anedvd_server::{router, AppState, ServerConfig};

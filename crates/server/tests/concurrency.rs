@@ -1,0 +1,178 @@
+//! Slots, queue, cancellation and prefix routing through the router.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+use axum::body::Body;
+use axum::http::Request;
+use axum::Router;
+use common::*;
+use futures_util::StreamExt;
+use serde_json::json;
+use std::time::{Duration, Instant};
+use tower::ServiceExt;
+
+/// Starts a streaming completion and returns its body unread.
+async fn open_stream(app: &Router, prompt: &serde_json::Value) -> Body {
+    let body = json!({"prompt": prompt, "max_tokens": 200, "stream": true}).to_string();
+    let req = Request::post("/v1/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.into_body()
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{name} missing"))
+        .parse()
+        .unwrap()
+}
+
+/// Polls /metrics until `pred` holds (or fails after 10 s).
+async fn wait_metrics(app: &Router, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let start = Instant::now();
+    loop {
+        let m = send(app, "GET", "/metrics", &[], "").await.text;
+        if pred(&m) {
+            return m;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}:\n{m}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn queue_full_then_disconnect_frees_the_slot() {
+    let exp = expected();
+    let mut cfg = config();
+    cfg.queue_capacity = 0;
+    let app = app(cfg);
+    // A client that reads one chunk and then stops reading keeps its slot busy
+    // (the slot waits once its event buffer is full)...
+    let mut stream = open_stream(&app, &exp["prompt_ids"])
+        .await
+        .into_data_stream();
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(first.starts_with(b"data: "));
+    wait_metrics(&app, "busy slot", |m| metric(m, "anedvd_slots_busy") == 1.0).await;
+    // ...so the next request finds no slot and no queue room: 503 + Retry-After.
+    let r = post(
+        &app,
+        "/v1/completions",
+        &json!({"prompt": "hi", "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert!(r.headers.contains_key("retry-after"));
+    assert_eq!(r.json()["error"]["code"], "queue_full");
+    // Disconnecting cancels the generation and frees the slot.
+    drop(stream);
+    let m = wait_metrics(&app, "cancellation", |m| {
+        metric(m, "anedvd_requests_cancelled_total") == 1.0 && metric(m, "anedvd_slots_busy") == 0.0
+    })
+    .await;
+    assert!(metric(&m, "anedvd_tokens_generated_total") < 200.0, "{m}");
+    assert_eq!(metric(&m, "anedvd_requests_rejected_total"), 1.0);
+    let r = post(
+        &app,
+        "/v1/completions",
+        &json!({"prompt": exp["prompt_ids"], "max_tokens": 3}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+#[tokio::test]
+async fn parallel_slots_and_fifo_queue() {
+    let exp = expected();
+    let mut cfg = config();
+    cfg.parallel = 2;
+    cfg.queue_capacity = 1;
+    let app = app(cfg);
+    let mut a = open_stream(&app, &exp["prompt_ids"])
+        .await
+        .into_data_stream();
+    let mut b = open_stream(&app, &json!([5, 6, 7, 8]))
+        .await
+        .into_data_stream();
+    a.next().await.unwrap().unwrap();
+    b.next().await.unwrap().unwrap();
+    wait_metrics(&app, "two busy slots", |m| {
+        metric(m, "anedvd_slots_busy") == 2.0
+    })
+    .await;
+    // A third request waits in the queue.
+    let app2 = app.clone();
+    let prompt = exp["prompt_ids"].clone();
+    let queued = tokio::spawn(async move {
+        post(
+            &app2,
+            "/v1/completions",
+            &json!({"prompt": prompt, "max_tokens": 16}),
+        )
+        .await
+    });
+    wait_metrics(&app, "queued request", |m| {
+        metric(m, "anedvd_queue_depth") == 1.0
+    })
+    .await;
+    // A fourth is refused.
+    let r = post(
+        &app,
+        "/v1/completions",
+        &json!({"prompt": "x", "max_tokens": 1}),
+    )
+    .await;
+    assert_eq!(r.status, 503);
+    drop(a);
+    let r = queued.await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["choices"][0]["text"], exp["greedy_text"]);
+    drop(b);
+    wait_metrics(&app, "idle", |m| metric(m, "anedvd_slots_busy") == 0.0).await;
+}
+
+#[tokio::test]
+async fn requests_go_to_the_slot_with_the_longest_cached_prefix() {
+    let mut cfg = config();
+    cfg.parallel = 2;
+    let app = app(cfg);
+    let p1: Vec<u32> = (0..20).map(|i| 40 + i).collect();
+    let p2: Vec<u32> = (0..20).map(|i| 100 + i).collect();
+    for p in [&p1, &p2] {
+        let r = post(
+            &app,
+            "/v1/completions",
+            &json!({"prompt": p, "max_tokens": 2}),
+        )
+        .await;
+        assert_eq!(
+            r.json()["usage"]["prompt_tokens_details"]["cached_tokens"],
+            0
+        );
+    }
+    // Each extension must land on the slot holding its prefix.
+    for round in 0..2 {
+        for p in [&p1, &p2] {
+            let mut ext = p.clone();
+            ext.extend([7 + round, 8, 9]);
+            let v = post(
+                &app,
+                "/v1/completions",
+                &json!({"prompt": ext, "max_tokens": 2}),
+            )
+            .await
+            .json();
+            assert_eq!(
+                v["usage"]["prompt_tokens_details"]["cached_tokens"], 20,
+                "{v}"
+            );
+        }
+    }
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Python SDK tests of `anedvd serve` over a real socket: builds the binary,
+# starts the server on a free loopback port with the tiny qwen2 fixture, runs
+# pytest on tests/server, stops the server. Needs the packages in
+# tests/server/requirements.txt (pip install -r tests/server/requirements.txt).
+# Env: PYTHON (default: python3), ANEDVD_BIN (skip the build, use this binary).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import openai, anthropic, pytest" 2>/dev/null; then
+  echo "tests/server/run.sh: $PY lacks openai/anthropic/pytest; pip install -r tests/server/requirements.txt" >&2
+  exit 1
+fi
+if [ -z "${ANEDVD_BIN:-}" ]; then
+  cargo build -q -p anedvd
+  ANEDVD_BIN=target/debug/anedvd
+fi
+PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+LOG=$(mktemp)
+KEY=sdk-test-key
+"$ANEDVD_BIN" serve --model tests/fixtures/models/qwen2/model-f32.gguf --port "$PORT" \
+  --api-key "$KEY" --parallel 2 --max-seq 256 --max-body 65536 --temp 0 --seed 1 -t 1 >"$LOG" 2>&1 &
+PID=$!
+cleanup() {
+  kill -TERM "$PID" 2>/dev/null || true
+  wait "$PID" 2>/dev/null || true
+  rm -f "$LOG"
+}
+trap cleanup EXIT
+for _ in $(seq 1 300); do
+  if "$PY" -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$PORT/health').status == 200 else 1)" 2>/dev/null; then
+    break
+  fi
+  if ! kill -0 "$PID" 2>/dev/null; then
+    echo "server exited:" >&2; cat "$LOG" >&2; exit 1
+  fi
+  sleep 0.2
+done
+ANEDVD_BASE_URL="http://127.0.0.1:$PORT" ANEDVD_API_KEY="$KEY" "$PY" -m pytest -q -p no:cacheprovider tests/server || {
+  status=$?; echo "--- server log ---" >&2; cat "$LOG" >&2; exit $status;
+}
