@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anedvd_ane::runtime::{
@@ -62,13 +61,21 @@ fn cpu_matmul(cin: usize, cout: usize, s: usize, w: &[f32], x: &[f32]) -> (Vec<f
     (y, mag)
 }
 
-fn no_sleep_runtime(d: SimDriver) -> (Runtime<SimDriver>, Rc<RefCell<Vec<Duration>>>) {
-    let slept = Rc::new(RefCell::new(Vec::new()));
+type Slept = Arc<Mutex<Vec<Duration>>>;
+
+fn no_sleep_runtime(d: SimDriver) -> (Runtime<SimDriver>, Slept) {
+    let slept: Slept = Arc::default();
     let s2 = slept.clone();
     (
-        Runtime::new(d).with_sleep(move |d| s2.borrow_mut().push(d)),
+        Runtime::new(d).with_sleep(move |d| s2.lock().unwrap().push(d)),
         slept,
     )
+}
+
+#[test]
+fn sim_runtime_is_send() {
+    fn send<T: Send>(_: &T) {}
+    send(&Runtime::new(SimDriver::new()));
 }
 
 #[test]
@@ -319,10 +326,10 @@ fn transient_errors_are_retried_with_backoff() {
     assert!(y.iter().all(|&v| v == 0.0));
     assert_eq!(k.stats().retries, 2);
     let ms = |v: &[Duration]| v.iter().map(|d| d.as_millis()).collect::<Vec<_>>();
-    assert_eq!(ms(&slept.borrow()), [100, 100, 100, 200]);
+    assert_eq!(ms(&slept.lock().unwrap()), [100, 100, 100, 200]);
 
     // Persisting past the policy gives up with the last error.
-    slept.borrow_mut().clear();
+    slept.lock().unwrap().clear();
     rt.driver_mut().inject_transient(Op::Evaluate, 100);
     match rt.run(&mut k, &[("x", &x)]) {
         Err(Error::RetriesExhausted {
@@ -335,7 +342,7 @@ fn transient_errors_are_retried_with_backoff() {
         }
         other => panic!("expected RetriesExhausted, got {other:?}"),
     }
-    assert_eq!(ms(&slept.borrow()), [100, 200, 400, 800, 1600, 3200]);
+    assert_eq!(ms(&slept.lock().unwrap()), [100, 200, 400, 800, 1600, 3200]);
 }
 
 #[test]
@@ -345,7 +352,7 @@ fn permanent_errors_are_not_retried() {
     let bad = ProgramSource::new("program(1.3) { nonsense");
     let e = rt.prepare(&bad).unwrap_err();
     assert!(e.to_string().contains("InvalidMILProgram"), "{e}");
-    assert!(slept.borrow().is_empty());
+    assert!(slept.lock().unwrap().is_empty());
     // A rule violation (inline literal `axis`, ANE-INLINE-ARG) is a compile failure too.
     let mil = "program(1.3)
 {

@@ -7,6 +7,9 @@
 
 use std::collections::BTreeMap;
 
+use anedvd_mil::ir::Program;
+use anedvd_mil::sim::Weights;
+
 use super::error::Result;
 use super::layout::TensorLayout;
 
@@ -28,6 +31,18 @@ impl ProgramSource {
         ProgramSource {
             mil: mil.into(),
             weights: BTreeMap::new(),
+        }
+    }
+
+    /// Prints `program` to MIL text and copies its weight files (the form
+    /// `anedvd_ane::lower` produces kernels in).
+    pub fn from_program(program: &Program, weights: &Weights) -> Self {
+        ProgramSource {
+            mil: anedvd_mil::print(program),
+            weights: weights
+                .paths()
+                .filter_map(|p| weights.get(p).map(|b| (p.to_string(), b.to_vec())))
+                .collect(),
         }
     }
 

@@ -93,14 +93,15 @@ struct Cached {
     refs: u32,
 }
 
-/// Drives a [`Driver`]: the budget strategy is "compile each distinct
+/// Drives a [`Driver`] (`Send` when the driver is: the simulated one is,
+/// the private one is confined to its thread). The budget strategy is "compile each distinct
 /// program once per process, share it between kernels, refuse past the cap"
 /// (restarting the process is the caller's remedy, as in maderix).
 pub struct Runtime<D: Driver> {
     driver: D,
     budget_limit: u32,
     retry: RetryPolicy,
-    sleep: Box<dyn FnMut(Duration)>,
+    sleep: Box<dyn FnMut(Duration) + Send>,
     cache: HashMap<u64, Cached>,
     stats: RuntimeStats,
 }
@@ -142,7 +143,7 @@ impl<D: Driver> Runtime<D> {
     }
 
     /// Replaces the sleep used between retries (tests record instead).
-    pub fn with_sleep(mut self, sleep: impl FnMut(Duration) + 'static) -> Self {
+    pub fn with_sleep(mut self, sleep: impl FnMut(Duration) + Send + 'static) -> Self {
         self.sleep = Box::new(sleep);
         self
     }
