@@ -40,6 +40,8 @@
 //! types need separate activations (at most three: [`ActFormat::F32`],
 //! [`ActFormat::Q8`], [`ActFormat::Q8K`]).
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 mod act;
 pub mod generic;
 #[cfg(target_arch = "x86_64")]
@@ -176,8 +178,21 @@ impl Kernels {
         None
     }
 
+    /// NEON kernels (aarch64 only; every aarch64 CPU has NEON).
+    pub fn neon() -> Option<Self> {
+        #[cfg(target_arch = "aarch64")]
+        {
+            aarch64::neon_table().map(|table| Self {
+                name: "neon",
+                table,
+            })
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        None
+    }
+
     /// The best kernels this CPU runs: AVX-512 with VNNI, else AVX-512,
-    /// else AVX2, else generic. `ANEDVD_KERNELS=generic|avx2|avx512` caps
+    /// else AVX2 (x86-64); NEON (aarch64); else generic. `ANEDVD_KERNELS=generic|avx2|avx512` caps
     /// the choice (for A/B runs).
     pub fn detect() -> Self {
         let cap = std::env::var("ANEDVD_KERNELS").unwrap_or_default();
@@ -185,7 +200,12 @@ impl Kernels {
             "generic" => &[],
             "avx2" => &[Self::avx2],
             "avx512" => &[Self::avx512_without_vnni, Self::avx2],
-            _ => &[Self::avx512, Self::avx512_without_vnni, Self::avx2],
+            _ => &[
+                Self::avx512,
+                Self::avx512_without_vnni,
+                Self::avx2,
+                Self::neon,
+            ],
         };
         order.iter().find_map(|f| f()).unwrap_or_else(Self::generic)
     }
@@ -193,6 +213,7 @@ impl Kernels {
     /// Every table this CPU runs, generic first (for tests and benchmarks).
     pub fn available() -> Vec<Self> {
         let mut v = vec![Self::generic()];
+        v.extend(Self::neon());
         v.extend(Self::avx2());
         v.extend(Self::avx512_without_vnni());
         v.extend(Self::avx512());
