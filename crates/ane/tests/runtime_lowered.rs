@@ -135,3 +135,47 @@ fn every_lowered_kernel_runs_identically_through_the_runtime() {
     }
     assert!(n >= 8, "{n} kernels");
 }
+
+#[test]
+fn programs_prepare_a_whole_lowering_once_and_dispatch_by_name() {
+    use anedvd_ane::runtime::{Driver, Programs};
+    let p = program();
+    let o = LowerOptions {
+        variant: Variant::Fused,
+        vocab_slice: 128,
+        ..Default::default()
+    };
+    let l = lower(&p, &o).unwrap();
+    let mut progs = Programs::new(Runtime::new(SimDriver::new()));
+    for k in &l.kernels {
+        progs
+            .add(
+                &k.name,
+                &ProgramSource::from_program(&k.program, &k.weights),
+            )
+            .unwrap();
+    }
+    assert_eq!(progs.names().count(), l.kernels.len());
+    assert_eq!(
+        progs.runtime().driver().compiles() as usize,
+        l.kernels.len(),
+        "one compile per program"
+    );
+    for (i, k) in l.kernels.iter().enumerate() {
+        let x = lcg(100 + i as u64, k.in_channels * o.width);
+        for _ in 0..2 {
+            let y = progs.run(&k.name, &x).unwrap();
+            assert_eq!(y.len(), k.out_channels * o.width, "{}", k.name);
+        }
+        assert_eq!(progs.stats(&k.name).unwrap().evals, 2);
+    }
+    assert!(progs.run("nope", &[]).is_err());
+    let two_inputs = "program(1.3)
+{
+  func main<ios18>(tensor<fp16, [1, 2, 1, 8]> x, tensor<fp16, [1, 2, 1, 8]> a) {
+    tensor<fp16, [1, 2, 1, 8]> y = sub(x = x, y = a)[name = string(\"y\")];
+  } -> (y);
+}
+";
+    assert!(progs.add("two", &ProgramSource::new(two_inputs)).is_err());
+}

@@ -16,6 +16,8 @@
 //! * [`kernel::Runtime`]: compile-budget cap, compiled-program reuse,
 //!   uniform surface allocation, one request per kernel, retry with
 //!   exponential backoff ([`retry`]) and per-kernel timing.
+//! * [`programs::Programs`]: lowered single-input programs prepared once
+//!   and dispatched by name (what a backend holds).
 //!
 //! ```
 //! use anedvd_ane::runtime::{ProgramSource, Runtime, SimDriver};
@@ -36,6 +38,7 @@ pub mod kernel;
 pub mod layout;
 pub mod modeldir;
 pub mod private;
+pub mod programs;
 pub mod retry;
 pub mod sim;
 
@@ -44,5 +47,6 @@ pub use error::{Error, Op, Result};
 pub use kernel::{Kernel, KernelStats, Runtime, RuntimeStats, DEFAULT_COMPILE_BUDGET};
 pub use layout::{ElemType, TensorLayout};
 pub use private::PrivateDriver;
+pub use programs::Programs;
 pub use retry::RetryPolicy;
 pub use sim::SimDriver;

@@ -68,9 +68,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 impl ModelDir {
     /// Writes `model.mil` and every weight file of `src` under `base/hex/`
-    /// (creating `weights/`). `hex` must be a plain hexadecimal identifier.
+    /// (creating `weights/`). `hex` must be one plain path component
+    /// (ASCII letters, digits, `_`, `-`).
     pub fn write(base: &Path, hex: &str, src: &ProgramSource) -> Result<ModelDir> {
-        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        let plain = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+        if hex.is_empty() || hex.len() > 255 || !hex.bytes().all(plain) {
             return Err(Error::driver(
                 super::error::Op::Compile,
                 format!("unexpected hexStringIdentifier `{hex}`"),
