@@ -374,10 +374,11 @@ impl PreTokenizer {
             }
             PreTokenizer::Digits { individual } => {
                 for (piece, first) in pieces {
+                    // HF splits on `char::is_numeric` (every \p{N}, not only ASCII).
                     let ms: Vec<_> = piece
                         .char_indices()
-                        .filter(|(_, c)| c.is_ascii_digit())
-                        .map(|(i, _)| i..i + 1)
+                        .filter(|(_, c)| c.is_numeric())
+                        .map(|(i, c)| i..i + c.len_utf8())
                         .collect();
                     let b = if *individual {
                         Behavior::Isolated

@@ -6,7 +6,7 @@
 * fuzz_hf.json: ids from HF `tokenizers` (add_special_tokens True/False) for
   the committed trained fixtures and the cached real vocabularies of
   gen_hf_real.py.
-Usage: python gen_fuzz.py [N]
+Usage: python gen_fuzz.py [N] [--hf-only]
 """
 import json
 import os
@@ -17,7 +17,7 @@ import tempfile
 from fuzz_corpus import random_strings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+N = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 50
 EXE = "/root/.cache/llamacpp-ref/bin/llama-tokenize"
 SRC = os.environ.get("ANEDVD_LLAMACPP_SRC", "/root/.cache/llamacpp-ref/src")
 GEMMA = os.environ.get("ANEDVD_GEMMA3_GGUF", "/root/.cache/models/gemma3-270m-q4_k_m.gguf")
@@ -50,6 +50,7 @@ def main():
     from tokenizers import Tokenizer
     hf = {}
     names = [("trained_bytelevel", os.path.join(HERE, "trained_bytelevel.json")),
+             ("trained_gpt2", os.path.join(HERE, "trained_gpt2.json")),
              ("trained_spm", os.path.join(HERE, "trained_spm.json")),
              ("trained_metaspace", os.path.join(HERE, "trained_metaspace.json"))]
     names += [(n, os.path.join(CACHE, n, "tokenizer.json")) for n in ["deepseek-v3", "llama3", "qwen2", "gemma3"]]
@@ -58,6 +59,8 @@ def main():
         hf[name] = [[t, tok.encode(t, add_special_tokens=True).ids, tok.encode(t, add_special_tokens=False).ids]
                     for t in TEXTS]
     dump(os.path.join(HERE, "fuzz_hf.json"), hf)
+    if "--hf-only" in sys.argv:
+        return
     ll = {}
     for gguf in GGUFS:
         ll[os.path.basename(gguf)] = [[t, llama_tokenize(gguf, t, []),
