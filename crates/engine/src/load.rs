@@ -191,12 +191,18 @@ impl Engine {
     /// Renders `messages` with the chat template and tokenizes the result
     /// (special tokens parsed; BOS added only if the template did not add it).
     pub fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>> {
-        let (tmpl, _) = self.template.as_ref().ok_or(Error::NoTemplate)?;
         let opts = RenderOptions {
             add_generation_prompt: true,
             ..Default::default()
         };
-        let text = tmpl.render(messages, &opts)?;
+        self.chat_prompt_with(messages, &opts)
+    }
+
+    /// [`Engine::chat_prompt`] with explicit render options (template kwargs,
+    /// tools, a fixed clock, ...).
+    pub fn chat_prompt_with(&self, messages: &[Message], opts: &RenderOptions) -> Result<Vec<u32>> {
+        let (tmpl, _) = self.template.as_ref().ok_or(Error::NoTemplate)?;
+        let text = tmpl.render(messages, opts)?;
         self.encode_rendered(&text)
     }
 
