@@ -122,4 +122,35 @@ fn main() {
             black_box(&out);
         }
     }
+    // Prefill: 8 activation rows per call; GB/s counts the weight bytes once
+    // per token (so it compares with the matvec figures above).
+    const N_TOK: usize = 8;
+    println!();
+    println!("| type | rows x cols | tokens | isa | us/token | GB/s per token |");
+    println!("|---|---|---|---|---|---|");
+    for (ty, rows, cols) in &cases[1..] {
+        let (ty, rows, cols) = (*ty, *rows, *cols);
+        let label = format!("matmul {ty} {rows}x{cols}");
+        if !label.contains(&filter) {
+            continue;
+        }
+        let w = weights(ty, rows, cols);
+        let x: Vec<f32> = (0..cols * N_TOK).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut act = QuantizedActivation::new();
+        act.quantize_for(ty, &x, cols).expect("activation");
+        let mut out = vec![0.0f32; rows * N_TOK];
+        for k in Kernels::available() {
+            let per = time(secs, || {
+                k.matmul(ty, black_box(&w), 0..rows, cols, &act, &mut out)
+                    .expect("matmul")
+            }) / N_TOK as f64;
+            println!(
+                "| {ty} | {rows}x{cols} | {N_TOK} | {} | {:.1} | {:.2} |",
+                k.name(),
+                per * 1e6,
+                w.len() as f64 / per / 1e9
+            );
+            black_box(&out);
+        }
+    }
 }

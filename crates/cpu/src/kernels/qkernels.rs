@@ -70,6 +70,9 @@ pub(crate) type RowsQ8 = fn(&[u8], usize, &[Q8Block], &mut [f32]);
 pub(crate) type RowsQ8K = fn(&[u8], usize, &[BlockQ8K], &mut [f32]);
 /// Row loop over f32-activation weights.
 pub(crate) type RowsF32 = fn(&[u8], usize, &[f32], &mut [f32]);
+/// Row loop over Q8-activation weights against four activation rows:
+/// `out[4 * i + t] = dot(w[i*rb..], a[t])`.
+pub(crate) type Rows4Q8 = fn(&[u8], usize, [&[Q8Block]; 4], &mut [f32]);
 
 /// The per-type row loops of one instruction set.
 #[derive(Clone, Copy)]
@@ -89,6 +92,10 @@ pub(crate) struct Table {
     pub f32: RowsF32,
     pub f16: RowsF32,
     pub bf16: RowsF32,
+    pub x4_q4_0: Option<Rows4Q8>,
+    pub x4_q5_0: Option<Rows4Q8>,
+    pub x4_q8_0: Option<Rows4Q8>,
+    pub x4_iq4_nl: Option<Rows4Q8>,
 }
 
 impl Table {
@@ -108,6 +115,10 @@ impl Table {
         f32: generic::rows_f32,
         f16: generic::rows_f16,
         bf16: generic::rows_bf16,
+        x4_q4_0: None,
+        x4_q5_0: None,
+        x4_q8_0: None,
+        x4_iq4_nl: None,
     };
 }
 
@@ -253,6 +264,18 @@ impl Kernels {
         })
     }
 
+    /// The four-activation-row loop of `ty`, if this table has one.
+    fn entry4(&self, ty: GgmlType) -> Option<Rows4Q8> {
+        let t = &self.table;
+        match ty {
+            GgmlType::Q4_0 => t.x4_q4_0,
+            GgmlType::Q5_0 => t.x4_q5_0,
+            GgmlType::Q8_0 => t.x4_q8_0,
+            GgmlType::IQ4NL => t.x4_iq4_nl,
+            _ => None,
+        }
+    }
+
     /// Checks shapes; returns the row length in bytes.
     fn check(
         ty: GgmlType,
@@ -322,7 +345,9 @@ impl Kernels {
     /// Every activation row of `act` against the weight rows `rows`:
     /// `out[(r - rows.start) * n_tok + t] = W[r] · act[t]` with
     /// `n_tok = act.n_rows()` (weight-row-major). Weight rows are taken in
-    /// tiles of 16 so each tile is read from memory once for all tokens.
+    /// tiles of 16 so each tile is read from memory once for all tokens;
+    /// where the table has four-row kernels (x86: Q4_0, Q5_0, Q8_0, IQ4_NL)
+    /// each weight block is also unpacked once per four tokens.
     pub fn matmul(
         &self,
         ty: GgmlType,
@@ -338,14 +363,28 @@ impl Kernels {
             return Ok(());
         }
         let entry = self.entry(ty)?;
+        let entry4 = self.entry4(ty);
         let w = &weight[rows.start * rb..rows.end * rb];
-        let mut tmp = [0.0f32; MATMUL_TILE];
+        let mut tmp = [0.0f32; 4 * MATMUL_TILE];
         for (tile, o) in w
             .chunks(MATMUL_TILE * rb)
             .zip(out.chunks_mut(MATMUL_TILE * n_tok))
         {
             let n = tile.len() / rb;
-            for t in 0..n_tok {
+            let mut t = 0;
+            if let Some(f4) = entry4 {
+                // Four tokens per pass: each weight block is unpacked once.
+                while t + 4 <= n_tok {
+                    let a = [t, t + 1, t + 2, t + 3].map(|i| act.q8_row(i));
+                    let y = &mut tmp[..4 * n];
+                    f4(tile, rb, a, y);
+                    for (i, v) in y.chunks_exact(4).enumerate() {
+                        o[i * n_tok + t..i * n_tok + t + 4].copy_from_slice(v);
+                    }
+                    t += 4;
+                }
+            }
+            for t in t..n_tok {
                 let y = &mut tmp[..n];
                 match entry {
                     Entry::Q8(f) => f(tile, rb, act.q8_row(t), y),

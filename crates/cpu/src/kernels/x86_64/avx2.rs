@@ -576,4 +576,8 @@ pub(super) const TABLE: Table = Table {
     f32: rows_f32,
     f16: rows_f16,
     bf16: rows_bf16,
+    x4_q4_0: Some(super::avx2_x4::Q4_0),
+    x4_q5_0: Some(super::avx2_x4::Q5_0),
+    x4_q8_0: Some(super::avx2_x4::Q8_0),
+    x4_iq4_nl: Some(super::avx2_x4::IQ4_NL),
 };
