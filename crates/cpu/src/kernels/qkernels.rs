@@ -1,12 +1,23 @@
 //! Quantized matrix-vector kernels: integer-domain dot products of ggml
 //! weight rows with activations quantized once per row (Q8_0/Q8_1 or Q8_K,
 //! as ggml's `vec_dot_type`), a scalar twin for every kernel
-//! ([`generic`]) and AVX2 / AVX-512 variants chosen once at start-up by
-//! run-time CPU detection.
+//! ([`generic`], ports of ggml's `ggml_vec_dot_*_generic`) and SIMD variants
+//! (x86-64: AVX2, AVX-512 with and without VNNI; aarch64: NEON) chosen once
+//! at start-up by run-time CPU detection into a table of function pointers.
 //!
-//! This module knows ggml block layouts and x86 SIMD; it knows nothing of
+//! This module knows ggml block layouts and SIMD; it knows nothing of
 //! tensors, graphs or threads: the caller splits output rows across threads
-//! and passes each thread its [`Range`] of rows.
+//! and passes each thread its [`Range`] of rows. `std::arch` and
+//! `#[target_feature]` appear only under `kernels/x86_64` and
+//! `kernels/aarch64`, the only modules allowed `unsafe`.
+//!
+//! | weights | activation | x86-64 | aarch64 |
+//! |---|---|---|---|
+//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register), AVX2 4-token prefill | NEON (Q8_0, Q4_0, Q5_0) |
+//! | Q4_1, Q5_1 | Q8 (with `s`) | AVX2 | generic |
+//! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512 | NEON (Q4_K, Q6_K) |
+//! | Q2_K, Q3_K, IQ4_XS | Q8_K | AVX2 | generic |
+//! | F32, F16, BF16 | f32 | AVX2 | generic |
 //!
 //! # How to call it from a matvec loop
 //!
@@ -39,6 +50,36 @@
 //! (or the same [`ActFormat`]) as the matrix: Q/K projections of different
 //! types need separate activations (at most three: [`ActFormat::F32`],
 //! [`ActFormat::Q8`], [`ActFormat::Q8K`]).
+//!
+//! # Wiring it into `Matrix::matmul` (crates/cpu/src/matmul.rs)
+//!
+//! Keep one `Kernels::detect()` in the compiled model (or a `OnceLock`), and
+//! in `Matrix::matmul`, when [`Kernels::supports`]`(self.dtype)`, replace the
+//! decode-row-then-f32-dot loops with:
+//!
+//! ```ignore
+//! let mut act = QuantizedActivation::new(); // better: reuse one per session
+//! act.quantize_for(self.dtype, x, n_in).map_err(|e| backend_err(&self.name, e))?;
+//! if n_tok == 1 {
+//!     out[..self.n_out].par_chunks_mut(rows_per_task).enumerate().try_for_each(|(c, o)| {
+//!         let r0 = c * rows_per_task;
+//!         kernels.matvec(self.dtype, data, r0..r0 + o.len(), n_in, &act, o)
+//!             .map_err(|e| backend_err(&self.name, e))
+//!     })
+//! } else {
+//!     tmp.resize(self.n_out * n_tok, 0.0);
+//!     tmp.par_chunks_mut(rows_per_task * n_tok).enumerate().try_for_each(|(c, o)| {
+//!         let r0 = c * rows_per_task;
+//!         kernels.matmul(self.dtype, data, r0..r0 + o.len() / n_tok, n_in, &act, o)
+//!             .map_err(|e| backend_err(&self.name, e))
+//!     })?;
+//!     // ...then the existing transpose of `tmp` into `out`.
+//! }
+//! ```
+//!
+//! Types without a kernel (IQ1/IQ2/IQ3, TQ, MXFP4) keep the `decode_row`
+//! path. `ANEDVD_KERNELS=generic|avx2|avx512` caps the detected ISA for A/B
+//! runs.
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
