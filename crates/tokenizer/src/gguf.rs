@@ -239,7 +239,7 @@ impl Tokenizer {
                     let rules = pre
                         .patterns
                         .iter()
-                        .map(|p| Rule::from_pattern(p))
+                        .map(|p| Rule::from_llama_pattern(p))
                         .collect::<Result<Vec<_>>>()?;
                     (rules, pre.ignore_merges)
                 };

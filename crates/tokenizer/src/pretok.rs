@@ -28,6 +28,10 @@ pub(crate) enum Rule {
     Newlines,
     /// Any other pattern.
     Regex(Box<fancy_regex::Regex>),
+    /// A pattern matched as llama.cpp's `std::wregex` path sees text: every
+    /// non-ASCII whitespace character replaced by U+000B first (so it no
+    /// longer matches explicit classes such as `[　-。]`).
+    RegexFoldWs(Box<fancy_regex::Regex>),
 }
 
 impl Rule {
@@ -39,6 +43,16 @@ impl Rule {
             QWEN2_PATTERN | QWEN2_PATTERN_ADAPTED => Rule::Llama3 { digits: 1 },
             "[^\\n]+|[\\n]+" => Rule::Newlines,
             _ => Rule::Regex(Box::new(compile(pattern)?)),
+        })
+    }
+
+    /// The rule for a pattern from llama.cpp's pre-tokenizer table: as
+    /// [`Rule::from_pattern`], but patterns without Unicode categories run on
+    /// whitespace-folded text, like llama.cpp's `std::wregex` fallback.
+    pub fn from_llama_pattern(pattern: &str) -> Result<Rule> {
+        Ok(match Rule::from_pattern(pattern)? {
+            Rule::Regex(re) if !pattern.contains("\\p{") => Rule::RegexFoldWs(re),
+            rule => rule,
         })
     }
 
@@ -61,16 +75,45 @@ impl Rule {
                     start = end;
                 }
             }
-            Rule::Regex(re) => {
-                for m in re.find_iter(text) {
-                    let m = m.map_err(|e| Error::Regex {
-                        pattern: re.as_str().to_string(),
-                        detail: e.to_string(),
-                    })?;
-                    if m.start() < m.end() {
-                        out.push(m.start()..m.end());
-                    }
+            Rule::RegexFoldWs(re) => {
+                if text.chars().all(|c| c.is_ascii() || !is_whitespace(c)) {
+                    return Rule::find_regex(re, text, out);
                 }
+                // Fold, match, and map the byte offsets back.
+                let mut folded = String::with_capacity(text.len());
+                // back[folded byte offset] = text byte offset, at char boundaries.
+                let mut back: Vec<usize> = Vec::with_capacity(text.len() + 1);
+                for (i, c) in text.char_indices() {
+                    let f = if !c.is_ascii() && is_whitespace(c) {
+                        '\u{b}'
+                    } else {
+                        c
+                    };
+                    back.resize(folded.len(), usize::MAX);
+                    back.push(i);
+                    folded.push(f);
+                }
+                back.resize(folded.len(), usize::MAX);
+                back.push(text.len());
+                let start = out.len();
+                Rule::find_regex(re, &folded, out)?;
+                for r in &mut out[start..] {
+                    *r = back[r.start]..back[r.end];
+                }
+            }
+            Rule::Regex(re) => Rule::find_regex(re, text, out)?,
+        }
+        Ok(())
+    }
+
+    fn find_regex(re: &fancy_regex::Regex, text: &str, out: &mut Vec<Range<usize>>) -> Result<()> {
+        for m in re.find_iter(text) {
+            let m = m.map_err(|e| Error::Regex {
+                pattern: re.as_str().to_string(),
+                detail: e.to_string(),
+            })?;
+            if m.start() < m.end() {
+                out.push(m.start()..m.end());
             }
         }
         Ok(())

@@ -8,10 +8,14 @@ use anedvd_tokenizer::Tokenizer;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-fn golden(name: &str) -> Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
+/// The committed golden `name`, or the file named by `env` (a larger local
+/// sweep, e.g. from golden/sweep_llamacpp.py).
+fn golden(name: &str, env: &str) -> Value {
+    let p = std::env::var(env).map(PathBuf::from).unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name)
+    });
     serde_json::from_str(&std::fs::read_to_string(p).expect(name)).expect("json")
 }
 
@@ -48,7 +52,7 @@ fn fuzz_vs_hf_tokenizers() {
     let cache = std::env::var("ANEDVD_TOKENIZER_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from("/root/.cache/anedvd-tok/hf"));
-    let g = golden("fuzz_hf.json");
+    let g = golden("fuzz_hf.json", "ANEDVD_FUZZ_HF");
     let mut bad = Vec::new();
     for (name, cases) in g.as_object().expect("object") {
         let path = if name.starts_with("trained_") {
@@ -80,7 +84,7 @@ fn fuzz_vs_llamacpp() {
         .unwrap_or_else(|_| "/root/.cache/llamacpp-ref/src".into());
     let gemma = std::env::var("ANEDVD_GEMMA3_GGUF")
         .unwrap_or_else(|_| "/root/.cache/models/gemma3-270m-q4_k_m.gguf".into());
-    let g = golden("fuzz_llamacpp.json");
+    let g = golden("fuzz_llamacpp.json", "ANEDVD_FUZZ_LLAMACPP");
     let mut bad = Vec::new();
     for (name, cases) in g.as_object().expect("object") {
         let path = if name.starts_with("ggml-vocab-") {
