@@ -122,6 +122,55 @@ fn main() {
             black_box(&out);
         }
     }
+    // Decode of the largest matrix on 2 threads (half the rows each), the
+    // thread count llama.cpp's 79.8 tok/s was measured with.
+    let (ty, rows, cols) = cases[0];
+    if format!("threads {ty} {rows}x{cols}").contains(&filter) {
+        let w = weights(ty, rows, cols);
+        let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut act = QuantizedActivation::new();
+        act.quantize_for(ty, &x, cols).expect("activation");
+        let mut out = vec![0.0f32; rows];
+        println!();
+        println!("| type | rows x cols | threads | isa | us/matvec | GB/s |");
+        println!("|---|---|---|---|---|---|");
+        let half = rows / 2;
+        let mut sinks = [0u64; 2];
+        let per = time(secs, || {
+            let (a, b) = w.split_at(w.len() / 2);
+            let (sa, sb) = sinks.split_at_mut(1);
+            std::thread::scope(|s| {
+                s.spawn(|| sa[0] ^= read_all(black_box(a)));
+                s.spawn(|| sb[0] ^= read_all(black_box(b)));
+            });
+        });
+        black_box(sinks);
+        println!(
+            "| (read only) | {rows}x{cols} | 2 | u64 sum | {:.1} | {:.2} |",
+            per * 1e6,
+            w.len() as f64 / per / 1e9
+        );
+        for k in Kernels::available().into_iter().skip(1) {
+            let per = time(secs, || {
+                let (o1, o2) = out.split_at_mut(half);
+                std::thread::scope(|s| {
+                    s.spawn(|| k.matvec(ty, &w, 0..half, cols, &act, o1).expect("matvec"));
+                    s.spawn(|| {
+                        k.matvec(ty, &w, half..rows, cols, &act, o2)
+                            .expect("matvec")
+                    });
+                });
+            });
+            println!(
+                "| {ty} | {rows}x{cols} | 2 | {} | {:.1} | {:.2} |",
+                k.name(),
+                per * 1e6,
+                w.len() as f64 / per / 1e9
+            );
+        }
+        black_box(&out);
+    }
+
     // Prefill: 8 activation rows per call; GB/s counts the weight bytes once
     // per token (so it compares with the matvec figures above).
     const N_TOK: usize = 8;

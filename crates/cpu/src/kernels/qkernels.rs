@@ -114,6 +114,8 @@ pub(crate) type RowsF32 = fn(&[u8], usize, &[f32], &mut [f32]);
 /// Row loop over Q8-activation weights against four activation rows:
 /// `out[4 * i + t] = dot(w[i*rb..], a[t])`.
 pub(crate) type Rows4Q8 = fn(&[u8], usize, [&[Q8Block]; 4], &mut [f32]);
+/// [`Rows4Q8`] for Q8_K activations.
+pub(crate) type Rows4Q8K = fn(&[u8], usize, [&[BlockQ8K]; 4], &mut [f32]);
 
 /// The per-type row loops of one instruction set.
 #[derive(Clone, Copy)]
@@ -137,6 +139,8 @@ pub(crate) struct Table {
     pub x4_q5_0: Option<Rows4Q8>,
     pub x4_q8_0: Option<Rows4Q8>,
     pub x4_iq4_nl: Option<Rows4Q8>,
+    pub x4_q4_k: Option<Rows4Q8K>,
+    pub x4_q6_k: Option<Rows4Q8K>,
 }
 
 impl Table {
@@ -160,6 +164,8 @@ impl Table {
         x4_q5_0: None,
         x4_q8_0: None,
         x4_iq4_nl: None,
+        x4_q4_k: None,
+        x4_q6_k: None,
     };
 }
 
@@ -168,6 +174,13 @@ enum Entry {
     Q8(RowsQ8),
     Q8K(RowsQ8K),
     F32(RowsF32),
+}
+
+/// One four-row loop, by activation format.
+#[derive(Clone, Copy)]
+enum Entry4 {
+    Q8(Rows4Q8),
+    Q8K(Rows4Q8K),
 }
 
 /// Weight rows processed per tile in [`Kernels::matmul`] (a tile stays in
@@ -306,13 +319,15 @@ impl Kernels {
     }
 
     /// The four-activation-row loop of `ty`, if this table has one.
-    fn entry4(&self, ty: GgmlType) -> Option<Rows4Q8> {
+    fn entry4(&self, ty: GgmlType) -> Option<Entry4> {
         let t = &self.table;
         match ty {
-            GgmlType::Q4_0 => t.x4_q4_0,
-            GgmlType::Q5_0 => t.x4_q5_0,
-            GgmlType::Q8_0 => t.x4_q8_0,
-            GgmlType::IQ4NL => t.x4_iq4_nl,
+            GgmlType::Q4_0 => t.x4_q4_0.map(Entry4::Q8),
+            GgmlType::Q5_0 => t.x4_q5_0.map(Entry4::Q8),
+            GgmlType::Q8_0 => t.x4_q8_0.map(Entry4::Q8),
+            GgmlType::IQ4NL => t.x4_iq4_nl.map(Entry4::Q8),
+            GgmlType::Q4K => t.x4_q4_k.map(Entry4::Q8K),
+            GgmlType::Q6K => t.x4_q6_k.map(Entry4::Q8K),
             _ => None,
         }
     }
@@ -387,7 +402,8 @@ impl Kernels {
     /// `out[(r - rows.start) * n_tok + t] = W[r] · act[t]` with
     /// `n_tok = act.n_rows()` (weight-row-major). Weight rows are taken in
     /// tiles of 16 so each tile is read from memory once for all tokens;
-    /// where the table has four-row kernels (x86: Q4_0, Q5_0, Q8_0, IQ4_NL)
+    /// where the table has four-row kernels (x86: Q4_0, Q5_0, Q8_0, IQ4_NL,
+    /// Q4_K, Q6_K)
     /// each weight block is also unpacked once per four tokens.
     pub fn matmul(
         &self,
@@ -416,9 +432,12 @@ impl Kernels {
             if let Some(f4) = entry4 {
                 // Four tokens per pass: each weight block is unpacked once.
                 while t + 4 <= n_tok {
-                    let a = [t, t + 1, t + 2, t + 3].map(|i| act.q8_row(i));
+                    let toks = [t, t + 1, t + 2, t + 3];
                     let y = &mut tmp[..4 * n];
-                    f4(tile, rb, a, y);
+                    match f4 {
+                        Entry4::Q8(f) => f(tile, rb, toks.map(|i| act.q8_row(i)), y),
+                        Entry4::Q8K(f) => f(tile, rb, toks.map(|i| act.q8k_row(i)), y),
+                    }
                     for (i, v) in y.chunks_exact(4).enumerate() {
                         o[i * n_tok + t..i * n_tok + t + 4].copy_from_slice(v);
                     }

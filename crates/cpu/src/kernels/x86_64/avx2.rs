@@ -123,7 +123,7 @@ pub(super) fn bytes_from_bits(bits: u32) -> __m256i {
 /// Two i16 scales: lanes 0-7 get `lo`, lanes 8-15 get `hi`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn scale_pair(lo: i16, hi: i16) -> __m256i {
+pub(super) fn scale_pair(lo: i16, hi: i16) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo))
 }
 
@@ -580,4 +580,6 @@ pub(super) const TABLE: Table = Table {
     x4_q5_0: Some(super::avx2_x4::Q5_0),
     x4_q8_0: Some(super::avx2_x4::Q8_0),
     x4_iq4_nl: Some(super::avx2_x4::IQ4_NL),
+    x4_q4_k: Some(super::avx2_x4::Q4_K),
+    x4_q6_k: Some(super::avx2_x4::Q6_K),
 };
