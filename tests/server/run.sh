@@ -2,7 +2,8 @@
 # Python SDK tests of `anedvd serve` over a real socket: builds the binary,
 # starts the server on a free loopback port with the tiny qwen2 fixture, runs
 # pytest on tests/server, stops the server. Needs the packages in
-# tests/server/requirements.txt (pip install -r tests/server/requirements.txt).
+# tests/server/requirements.txt (pip install -r tests/server/requirements.txt);
+# the WebUI step also needs apt packages chromium and chromium-driver.
 # Env: PYTHON (default: python3), ANEDVD_BIN (skip the build, use this binary).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,6 +37,18 @@ for _ in $(seq 1 300); do
   fi
   sleep 0.2
 done
-ANEDVD_BASE_URL="http://127.0.0.1:$PORT" ANEDVD_API_KEY="$KEY" "$PY" -m pytest -q -p no:cacheprovider tests/server || {
+export ANEDVD_BASE_URL="http://127.0.0.1:$PORT" ANEDVD_API_KEY="$KEY"
+"$PY" -m pytest -q -p no:cacheprovider tests/server || {
   status=$?; echo "--- server log ---" >&2; cat "$LOG" >&2; exit $status;
 }
+# The WebUI in headless Chromium, when Debian's chromium + chromium-driver and
+# selenium are present (ANEDVD_WEBUI_TEST=1 makes their absence an error).
+if [ -x /usr/bin/chromedriver ] && "$PY" -c "import selenium" 2>/dev/null; then
+  "$PY" tests/server/webui_test.py || {
+    status=$?; echo "--- server log ---" >&2; cat "$LOG" >&2; exit $status;
+  }
+elif [ "${ANEDVD_WEBUI_TEST:-0}" = 1 ]; then
+  echo "tests/server/run.sh: WebUI test needs chromium, chromium-driver and selenium" >&2; exit 1
+else
+  echo "tests/server/run.sh: WebUI test skipped (no /usr/bin/chromedriver or selenium)"
+fi

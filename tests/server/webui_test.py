@@ -53,6 +53,10 @@ def main():
     d = webdriver.Chrome(service=Service(DRIVER), options=opts)
     wait = WebDriverWait(d, 30)
     try:
+        key = os.environ.get("ANEDVD_API_KEY")
+        if key:
+            d.get(BASE + "/health")
+            d.execute_script("localStorage.setItem('anedvd.settings', JSON.stringify({api_key: arguments[0]}))", key)
         d.get(BASE + "/")
         assert d.title == "anedvd"
         wait.until(lambda d: "context" in d.find_element(By.ID, "model").text)
@@ -70,7 +74,7 @@ def main():
         d.find_element(By.ID, "input").send_keys("Hello there")
         d.find_element(By.ID, "send").click()
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant[data-state=done]"))
-        reply = d.find_element(By.CSS_SELECTOR, ".msg.assistant").text
+        reply = d.execute_script("return document.querySelector('.msg.assistant').textContent")
         stats = d.find_element(By.CSS_SELECTOR, ".stats").text
         assert reply, "no text streamed"
         assert " tokens" in stats and "finish:" in stats, stats

@@ -3,7 +3,7 @@
 //! collecting a generation for non-streamed replies.
 
 use crate::error::{ApiError, Dialect, ErrorKind};
-use crate::scheduler::{Event, Summary, TokenInfo};
+use crate::scheduler::{Event, Finish, Summary, TokenInfo};
 use crate::state::AppState;
 use anedvd_engine::GenerateParams;
 use axum::body::Body;
@@ -201,6 +201,13 @@ pub async fn collect(
             Event::Delta { text, tokens } => {
                 out.text.push_str(&text);
                 out.tokens.extend(tokens);
+            }
+            Event::Done(s) if s.finish == Finish::Cancelled => {
+                return Err(ApiError::new(
+                    dialect,
+                    ErrorKind::Overloaded,
+                    crate::sse::CANCELLED,
+                ));
             }
             Event::Done(s) => return Ok((out, s)),
             Event::Error(m) => return Err(ApiError::new(dialect, ErrorKind::Internal, m)),

@@ -2,12 +2,16 @@
 //! events. Dropping the response (client gone) drops the receiver, which the
 //! slot sees as a cancellation at its next token.
 
-use crate::scheduler::{Event, Summary, TokenInfo};
+use crate::scheduler::{Event, Finish, Summary, TokenInfo};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, StreamExt};
 use std::convert::Infallible;
 use tokio::sync::mpsc::Receiver;
+
+/// Told to a client whose generation was cancelled under it (server shutdown);
+/// a client that disconnected is not told anything.
+pub const CANCELLED: &str = "the generation was cancelled: the server is shutting down";
 
 /// Turns generation events into SSE events for one dialect.
 pub trait Transcoder: Send + 'static {
@@ -45,6 +49,9 @@ pub fn sse_response<T: Transcoder>(
             Some(Event::Delta { text, tokens }) => {
                 let evs = t.delta(&text, &tokens);
                 Some((evs, Some((rx, t, None))))
+            }
+            Some(Event::Done(s)) if s.finish == Finish::Cancelled => {
+                Some((t.error(CANCELLED), None))
             }
             Some(Event::Done(s)) => Some((t.done(&s), None)),
             Some(Event::Error(m)) => Some((t.error(&m), None)),

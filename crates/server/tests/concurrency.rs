@@ -176,3 +176,37 @@ async fn requests_go_to_the_slot_with_the_longest_cached_prefix() {
         }
     }
 }
+
+#[tokio::test]
+async fn shutdown_cancel_ends_streams_with_an_error_event() {
+    let exp = expected();
+    let st = state(config());
+    let app = anedvd_server::router(st.clone());
+    let body = open_stream(&app, &exp["prompt_ids"]).await;
+    let mut stream = body.into_data_stream();
+    stream.next().await.unwrap().unwrap();
+    st.cancel_all();
+    let mut rest = String::new();
+    while let Some(chunk) = stream.next().await {
+        rest.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+    }
+    let events = parse_sse(&rest);
+    let last = events.last().unwrap();
+    assert_eq!(last.data, "[DONE]");
+    let err: serde_json::Value = serde_json::from_str(&events[events.len() - 2].data).unwrap();
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shutting down"),
+        "{err}"
+    );
+    // New requests are refused while shutting down.
+    let r = post(
+        &app,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(r.status, 503);
+}
