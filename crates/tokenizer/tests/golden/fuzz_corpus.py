@@ -14,6 +14,14 @@ PIECES = [
 ]
 
 
+# Strings that once exposed a difference (kept in the committed goldens).
+REGRESSIONS = [
+    ",b\u041f\u0440\u0438\u0432\u0435\u0442\u65e5\u672c==123\u200d<   \u3000[",  # wregex folds U+3000
+    "<0x41>\u00df\u6587\u0000&<|eot_id|><s>\u6587<0x41>  \u3000",
+    "the\u0663\u4e2d<start_of \u00bd\u216b 42",  # HF Digits: every numeric char
+]
+
+
 def random_strings(n, seed=1234):
     rng = random.Random(seed)
     out = []

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-from fuzz_corpus import random_strings
+from fuzz_corpus import REGRESSIONS, random_strings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 50
@@ -24,7 +24,7 @@ GEMMA = os.environ.get("ANEDVD_GEMMA3_GGUF", "/root/.cache/models/gemma3-270m-q4
 CACHE = os.environ.get("ANEDVD_TOKENIZER_CACHE", "/root/.cache/anedvd-tok/hf")
 GGUFS = [GEMMA] + [os.path.join(SRC, "models", f"ggml-vocab-{n}.gguf")
                    for n in ["llama-spm", "llama-bpe", "qwen2", "deepseek-llm", "starcoder", "gpt-2"]]
-TEXTS = random_strings(N)
+TEXTS = REGRESSIONS + random_strings(N)
 
 
 def llama_tokenize(gguf, text, extra):
