@@ -127,14 +127,16 @@ macro_rules! kernels {
                 let (x, y) = (&x[..nb * BB], &y[..nb]);
                 let qs = if FIVE { 6 } else { 2 };
                 let offv = _mm512_set1_epi8(if FIVE { 16 } else { 8 });
-                let m4 = _mm256_set1_epi8(0x0f);
+                let m4 = _mm512_set1_epi8(0x0f);
+                // Shift counts per 128-bit lane of [x0 x0 x1 x1]: 0, 4, 0, 4.
+                const S4: i64 = 0x0004_0004_0004_0004;
+                let shifts = _mm512_set_epi64(S4, S4, 0, 0, S4, S4, 0, 0);
                 let step = |acc: __m512, x0: &[u8], x1: &[u8], y0: &Q8Block, y1: &Q8Block| {
-                    let v = _mm256_set_m128i(ld128(&x1[qs..]), ld128(&x0[qs..]));
-                    let lo = _mm256_and_si256(v, m4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-                    let t = join(lo, hi);
-                    // [lo0 lo1 hi0 hi1] -> [lo0 hi0 lo1 hi1]: block order.
-                    let mut u = _mm512_shuffle_i64x2::<0b11_01_10_00>(t, t);
+                    let b0 = _mm256_broadcastsi128_si256(ld128(&x0[qs..]));
+                    let b1 = _mm256_broadcastsi128_si256(ld128(&x1[qs..]));
+                    // [lo0 hi0 lo1 hi1]: the weights in block order.
+                    let t = _mm512_srlv_epi16(join(b0, b1), shifts);
+                    let mut u = _mm512_and_si512(t, m4);
                     if FIVE {
                         let k = _mm512_kunpackd(u64::from(rd32(x1, 2)), u64::from(rd32(x0, 2)));
                         u = _mm512_mask_add_epi8(u, k, u, _mm512_set1_epi8(0x10));
