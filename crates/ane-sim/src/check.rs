@@ -155,13 +155,16 @@ impl Ref<'_> {
         Ok(matmul(&self.m(i, Role::FfnDown)?, None, &g, ff, d))
     }
 
-    fn eval(&self, kind: KernelKind, x: &[f32]) -> Result<Vec<f32>> {
+    /// The reference of `kind` on input `x`; fused kernels take and return
+    /// the residual divided by `s` (the lowering's residual scale).
+    fn eval(&self, kind: KernelKind, x: &[f32], s: f32) -> Result<Vec<f32>> {
         let d = self.p.n_embd;
+        let up = |v: &[f32]| -> Vec<f32> { v.iter().map(|x| x * s).collect() };
         match kind {
             KernelKind::Qkv { layer } => self.qkv(layer, x),
             KernelKind::AttnOut { layer } => self.attn_out(layer, x),
             KernelKind::Ffn { layer } => self.ffn(layer, x),
-            KernelKind::Entry => self.qkv(0, &self.norm(0, Role::AttnNorm, x)?),
+            KernelKind::Entry => self.qkv(0, &self.norm(0, Role::AttnNorm, &up(x))?),
             KernelKind::Layer { layer: i, next_qkv } => {
                 let l = &self.p.layers[i];
                 let qd = l.n_head * l.head_dim;
@@ -169,7 +172,7 @@ impl Ref<'_> {
                 let (mut att, mut res) = (Vec::new(), Vec::new());
                 for row in x.chunks_exact(cin) {
                     att.extend_from_slice(&row[..qd]);
-                    res.extend_from_slice(&row[qd..]);
+                    res.extend(row[qd..].iter().map(|v| v * s));
                 }
                 let a = self.maybe_norm(i, Role::PostAttnNorm, self.attn_out(i, &att)?)?;
                 res.iter_mut().zip(&a).for_each(|(r, a)| *r += a);
@@ -177,13 +180,13 @@ impl Ref<'_> {
                 let f = self.maybe_norm(i, Role::PostFfnNorm, f)?;
                 res.iter_mut().zip(&f).for_each(|(r, a)| *r += a);
                 if !next_qkv {
-                    return Ok(res);
+                    return Ok(res.iter().map(|v| v / s).collect());
                 }
                 let qkv = self.qkv(i + 1, &self.norm(i + 1, Role::AttnNorm, &res)?)?;
                 let w = qkv.len() / (res.len() / d);
                 let mut y = Vec::new();
                 for (r, q) in res.chunks_exact(d).zip(qkv.chunks_exact(w)) {
-                    y.extend_from_slice(r);
+                    y.extend(r.iter().map(|v| v / s));
                     y.extend_from_slice(q);
                 }
                 Ok(y)
@@ -198,7 +201,7 @@ impl Ref<'_> {
                         .map_err(Error::from)?;
                     g.iter_mut().for_each(|v| *v += self.p.norm.weight_offset);
                     let mut out = vec![0f32; x.len()];
-                    rms_norm(x, &g, self.p.norm.eps, &mut out);
+                    rms_norm(&up(x), &g, self.p.norm.eps, &mut out);
                     out
                 } else {
                     x.to_vec()
@@ -278,7 +281,7 @@ pub fn check_layer0(
                 .map(|_| lcg(&mut seed))
                 .collect();
             let got = simulate(k, &x, o.width)?;
-            let want = r.eval(k.kind, &x)?;
+            let want = r.eval(k.kind, &x, o.residual_scale)?;
             let nans = got.iter().filter(|v| !v.is_finite()).count();
             let max_abs = got
                 .iter()

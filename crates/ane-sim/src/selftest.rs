@@ -54,11 +54,11 @@ pub fn random_program(flavor: Flavor, seed: u64) -> DecoderProgram {
     let mut rng = Rng(seed);
     let mut src = MemorySource::new("gguf");
     let put = |src: &mut MemorySource,
-                   rng: &mut Rng,
-                   name: &str,
-                   shape: &[u64],
-                   scale: f32,
-                   bias: f32| {
+               rng: &mut Rng,
+               name: &str,
+               shape: &[u64],
+               scale: f32,
+               bias: f32| {
         let n = shape.iter().product::<u64>() as usize;
         let v = rng.vec(n, scale, bias);
         src.insert_f32(name, shape, &v);
@@ -326,8 +326,11 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     dot / (na.sqrt() * nb.sqrt())
 }
 
-/// `max|a − b| / max|b|`.
+/// `max|a − b| / max|b|`; infinite if `a` holds a NaN or infinity.
 pub fn max_rel(a: &[f32], b: &[f32]) -> f64 {
+    if a.iter().any(|v| !v.is_finite()) {
+        return f64::INFINITY;
+    }
     let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
     let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
     if scale == 0.0 {

@@ -102,6 +102,9 @@ impl SimSession {
                 }
             }
             Variant::Fused => {
+                // the residual crosses the ANE as x / s
+                let s = m.options.residual_scale;
+                x.iter_mut().for_each(|v| *v /= s);
                 let mut qkv = m.dispatch(m.find(|k| *k == KernelKind::Entry)?, &x, n)?;
                 for i in 0..m.layers.len() {
                     let att = self.attend(i, &qkv, pos0, n, dump);
@@ -120,7 +123,10 @@ impl SimSession {
                         x[t * d..(t + 1) * d].copy_from_slice(&out[t * w..t * w + d]);
                         qkv.extend_from_slice(&out[t * w + d..(t + 1) * w]);
                     }
-                    put(dump, Some(i), names::OUT, &x, n);
+                    if dump.is_some() {
+                        let unscaled: Vec<f32> = x.iter().map(|v| v * s).collect();
+                        put(dump, Some(i), names::OUT, &unscaled, n);
+                    }
                 }
             }
         }

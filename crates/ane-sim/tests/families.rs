@@ -260,3 +260,44 @@ fn selftest_random_transformers_agree() {
         );
     }
 }
+
+/// Residuals above fp16's 65504 (Gemma 3 270M reaches ~88000) overflow the
+/// fused programs unless the residual crosses the ANE scaled down.
+#[test]
+fn residual_scale_keeps_large_residuals_finite() {
+    use anedvd_ane_sim::selftest::{random_program, Flavor};
+    let mut p = random_program(Flavor::LlamaLike, 3);
+    p.embd_scale = 100_000.0; // residual entries up to ~1e5
+    let prompt = [5u32, 17, 99, 3, 42, 7];
+    let cpu = CpuBackend::new(1).unwrap().compile(&p).unwrap();
+    let want = cpu
+        .new_session(8)
+        .unwrap()
+        .forward(&prompt, LogitsMode::Last)
+        .unwrap()
+        .to_vec();
+    let run = |residual_scale: f32| {
+        let o = LowerOptions {
+            variant: Variant::Fused,
+            residual_scale,
+            ..Default::default()
+        };
+        let exe = AneSimBackend::new(o).compile(&p).unwrap();
+        let got = exe
+            .new_session(8)
+            .unwrap()
+            .forward(&prompt, LogitsMode::Last)
+            .unwrap()
+            .to_vec();
+        got
+    };
+    let unscaled = run(1.0);
+    assert!(unscaled.iter().any(|v| !v.is_finite()) || max_rel(&unscaled, &want) > MAX_REL);
+    let scaled = run(32.0);
+    assert!(
+        max_rel(&scaled, &want) <= MAX_REL,
+        "{}",
+        max_rel(&scaled, &want)
+    );
+    assert_eq!(argmax(&scaled), argmax(&want));
+}

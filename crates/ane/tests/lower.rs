@@ -65,10 +65,18 @@ fn every_program_of_every_family_passes_the_rules() {
 #[test]
 fn rejects_bad_widths_and_slices() {
     let p = program("llama", "model-f32.gguf");
-    for (width, vocab_slice) in [(0, 128), (48, 128), (64, 0), (64, 65537)] {
+    for (width, vocab_slice, residual_scale) in [
+        (0, 128, 1.0),
+        (48, 128, 1.0),
+        (64, 0, 1.0),
+        (64, 65537, 1.0),
+        (64, 128, 3.0),
+        (64, 128, 0.5),
+    ] {
         let o = LowerOptions {
             width,
             vocab_slice,
+            residual_scale,
             ..Default::default()
         };
         assert!(lower(&p, &o).is_err(), "width {width} slice {vocab_slice}");

@@ -87,12 +87,16 @@ impl Emitter {
     }
 
     /// RMSNorm over channels, `x / sqrt(mean(x²) + eps) · g`, written so no
-    /// fp16 intermediate overflows: x is first scaled by `r = 1/(max|x| + tiny)`
-    /// (`max|x|` from `reduce_max` of `relu(x)` and `relu(-x)`), so every
-    /// square is ≤ 1 and the channel sum ≤ C; the identity
+    /// fp16 intermediate overflows: x is first scaled by `r = 1/(m + tiny)`
+    /// with `m = (max relu(x) + max relu(-x))/2 ∈ [max|x|/2, max|x|]` (two
+    /// `reduce_max`), so every square is ≤ 4 and the channel sum ≤ 4C; the identity
     /// `x·r / sqrt(mean((x·r)²) + eps·r²) = x / sqrt(mean(x²) + eps)` keeps
     /// the result exact. `pow(·, -0.5)` stands in for rsqrt (ane-spec.md §2.8 C).
-    pub fn rms_norm(&mut self, p: &str, x: &Var, g: &[f32], eps: f32) -> Result<Var> {
+    ///
+    /// `scale` is s when `x` holds a scaled residual `x/s` (see
+    /// [`super::LowerOptions::residual_scale`]): the result is the norm of
+    /// the unscaled value, with eps entering as `eps·(r/s)²`.
+    pub fn rms_norm(&mut self, p: &str, x: &Var, g: &[f32], eps: f32, scale: f32) -> Result<Var> {
         let c = x.shape().get(1).copied().unwrap_or(1);
         let b = &mut self.b;
         let pos = b.relu(&format!("{p}_pos"), x)?;
@@ -101,7 +105,11 @@ impl Emitter {
         let neg = b.relu(&format!("{p}_neg"), &nx)?;
         let mp = b.reduce_max(&format!("{p}_maxp"), &pos, &[1], true)?;
         let mn = b.reduce_max(&format!("{p}_maxn"), &neg, &[1], true)?;
-        let m = b.add(&format!("{p}_amax"), &mp, &mn)?;
+        // (max⁺ + max⁻)/2 lies in [max|x|/2, max|x|] and cannot overflow
+        let half = b.fp16(&format!("{p}_half"), 0.5)?;
+        let mph = b.mul(&format!("{p}_maxp_h"), &mp, &half)?;
+        let mnh = b.mul(&format!("{p}_maxn_h"), &mn, &half)?;
+        let m = b.add(&format!("{p}_amax"), &mph, &mnh)?;
         let tiny = b.fp16(&format!("{p}_tiny"), NORM_TINY)?;
         let mt = b.add(&format!("{p}_amax_t"), &m, &tiny)?;
         let m1b = b.fp16(&format!("{p}_inv_pow"), -1.0)?;
@@ -112,8 +120,14 @@ impl Emitter {
         let inv_c = b.fp16(&format!("{p}_inv_c"), 1.0 / c as f64)?;
         let ms = b.mul(&format!("{p}_ms"), &ss, &inv_c)?;
         let epsv = b.fp16(&format!("{p}_eps"), f64::from(eps))?;
-        let er = b.mul(&format!("{p}_er"), &r, &epsv)?;
-        let err = b.mul(&format!("{p}_err"), &er, &r)?;
+        let rs = if scale == 1.0 {
+            r.clone()
+        } else {
+            let inv_s = b.fp16(&format!("{p}_inv_scale"), 1.0 / f64::from(scale))?;
+            b.mul(&format!("{p}_rs"), &r, &inv_s)?
+        };
+        let er = b.mul(&format!("{p}_er"), &rs, &epsv)?;
+        let err = b.mul(&format!("{p}_err"), &er, &rs)?;
         let a = b.add(&format!("{p}_msq_eps"), &ms, &err)?;
         let mh = b.fp16(&format!("{p}_neg_half"), -0.5)?;
         let inv = b.pow(&format!("{p}_inv_rms"), &a, &mh)?;

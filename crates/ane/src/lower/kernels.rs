@@ -90,6 +90,7 @@ fn finish(name: String, kind: KernelKind, e: Emitter, out: &Var, cin: usize) -> 
 fn emit_qkv(
     e: &mut Emitter,
     p: &DecoderProgram,
+    o: &LowerOptions,
     i: usize,
     x: &Var,
     with_norm: bool,
@@ -97,7 +98,13 @@ fn emit_qkv(
     let (qd, kvd) = qkv_dims(&p.layers[i]);
     let h = if with_norm {
         let g = norm(p, tensor_name(&p.layers[i], i, Role::AttnNorm)?)?;
-        e.rms_norm(&format!("l{i}_attn_norm"), x, &g, p.norm.eps)?
+        e.rms_norm(
+            &format!("l{i}_attn_norm"),
+            x,
+            &g,
+            p.norm.eps,
+            o.residual_scale,
+        )?
     } else {
         x.clone()
     };
@@ -109,7 +116,7 @@ fn emit_qkv(
 pub fn qkv(p: &DecoderProgram, o: &LowerOptions, i: usize, with_norm: bool) -> Result<Kernel> {
     let mut e = Emitter::new(o.width);
     let x = e.input(p.n_embd)?;
-    let y = emit_qkv(&mut e, p, i, &x, with_norm)?;
+    let y = emit_qkv(&mut e, p, o, i, &x, with_norm)?;
     let (name, kind) = if with_norm {
         ("entry".to_string(), KernelKind::Entry)
     } else {
@@ -170,6 +177,15 @@ pub fn ffn(p: &DecoderProgram, o: &LowerOptions, i: usize) -> Result<Kernel> {
     ))
 }
 
+/// `v / s` (nothing when s = 1), to add a block output to the scaled residual.
+fn unscale(e: &mut Emitter, name: &str, v: &Var, s: f32) -> Result<Var> {
+    if s == 1.0 {
+        return Ok(v.clone());
+    }
+    let c = e.b.fp16(&format!("{name}_k"), 1.0 / f64::from(s))?;
+    Ok(e.b.mul(name, v, &c)?)
+}
+
 /// `blk.i.layer` of the fused variant.
 pub fn fused_layer(p: &DecoderProgram, o: &LowerOptions, i: usize) -> Result<Kernel> {
     let (qd, _) = qkv_dims(&p.layers[i]);
@@ -183,19 +199,27 @@ pub fn fused_layer(p: &DecoderProgram, o: &LowerOptions, i: usize) -> Result<Ker
         e.b.slice_by_size(&format!("l{i}_resid"), &xin, &[0, qd, 0, 0], &[1, d, 1, w])?;
     let mut a = emit_attn_out(&mut e, p, i, &att)?;
     if let Some(g) = layer_norm(p, i, Role::PostAttnNorm)? {
-        a = e.rms_norm(&format!("l{i}_post_attn_norm"), &a, &g, p.norm.eps)?;
+        a = e.rms_norm(&format!("l{i}_post_attn_norm"), &a, &g, p.norm.eps, 1.0)?;
     }
+    let a = unscale(&mut e, &format!("l{i}_attn_out_s"), &a, o.residual_scale)?;
     let h = e.b.add(&format!("l{i}_ffn_inp"), &x, &a)?;
     let g = norm(p, tensor_name(&p.layers[i], i, Role::FfnNorm)?)?;
-    let hn = e.rms_norm(&format!("l{i}_ffn_norm"), &h, &g, p.norm.eps)?;
+    let hn = e.rms_norm(
+        &format!("l{i}_ffn_norm"),
+        &h,
+        &g,
+        p.norm.eps,
+        o.residual_scale,
+    )?;
     let mut f = emit_ffn(&mut e, p, i, &hn)?;
     if let Some(g) = layer_norm(p, i, Role::PostFfnNorm)? {
-        f = e.rms_norm(&format!("l{i}_post_ffn_norm"), &f, &g, p.norm.eps)?;
+        f = e.rms_norm(&format!("l{i}_post_ffn_norm"), &f, &g, p.norm.eps, 1.0)?;
     }
+    let f = unscale(&mut e, &format!("l{i}_ffn_out_s"), &f, o.residual_scale)?;
     let y = e.b.add(&format!("l{i}_out"), &h, &f)?;
     let next = i + 1 < p.layers.len();
     let out = if next {
-        let qkv = emit_qkv(&mut e, p, i + 1, &y, true)?;
+        let qkv = emit_qkv(&mut e, p, o, i + 1, &y, true)?;
         e.b.concat(&format!("l{i}_packed"), &[&y, &qkv], 1)?
     } else {
         y
@@ -220,7 +244,7 @@ pub fn lm_head(
     let x = e.input(p.n_embd)?;
     let h = if norm_inside {
         let g = norm(p, &p.output_norm)?;
-        e.rms_norm("output_norm", &x, &g, p.norm.eps)?
+        e.rms_norm("output_norm", &x, &g, p.norm.eps, o.residual_scale)?
     } else {
         x
     };

@@ -20,7 +20,8 @@
 //!   runs output projection, post-attention norm, residual add, FFN norm,
 //!   FFN, post-FFN norm, residual add, then the NEXT layer's attention norm
 //!   and q/k/v projection; its output packs `[residual; next q/k/v]` (the
-//!   last layer returns the residual only) — 1 dispatch per layer + 1.
+//!   last layer returns the residual only) — 1 dispatch per layer + 1. The
+//!   residual crosses the ANE divided by [`LowerOptions::residual_scale`].
 //!
 //! Both end with `lm_head.s`, the output projection split into vocabulary
 //! slices of at most [`LowerOptions::vocab_slice`] rows (every dim ≤ 65536,
@@ -97,7 +98,7 @@ impl Variant {
 }
 
 /// Lowering options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LowerOptions {
     /// Activation width W (token columns per dispatch); a multiple of 32 so
     /// a flat fp16 surface row is 64-byte aligned. Default 64.
@@ -106,6 +107,14 @@ pub struct LowerOptions {
     pub variant: Variant,
     /// Largest vocabulary slice of the lm_head (≤ 65536). Default 32768.
     pub vocab_slice: usize,
+    /// Fused variant: the residual stream crosses the ANE as `x / s` (a
+    /// power of two, so exact), because fp16 tops out at 65504 and real
+    /// residuals exceed it (Gemma 3 270M reaches ~88000 by layer 9). Block
+    /// outputs are multiplied by `1/s` before the residual adds and every norm
+    /// of the residual undoes the scale (`eps·(r/s)²`). The caller scales the
+    /// embeddings by `1/s` before `entry` and reads `[residual/s; …]` back.
+    /// Default 32. Unused by the split variant (residual kept in f32 on the CPU).
+    pub residual_scale: f32,
 }
 
 impl Default for LowerOptions {
@@ -114,6 +123,7 @@ impl Default for LowerOptions {
             width: 64,
             variant: Variant::Fused,
             vocab_slice: 32768,
+            residual_scale: 32.0,
         }
     }
 }
@@ -227,6 +237,12 @@ pub fn lower(program: &DecoderProgram, options: &LowerOptions) -> Result<Lowered
         return Err(Error::Options(format!(
             "width {} must be a positive multiple of 32 (64-byte fp16 rows)",
             options.width
+        )));
+    }
+    let s = options.residual_scale;
+    if !(s >= 1.0 && s.log2().fract() == 0.0 && s <= 16384.0) {
+        return Err(Error::Options(format!(
+            "residual scale {s} must be a power of two in 1..=16384"
         )));
     }
     if options.vocab_slice == 0 || options.vocab_slice > 65536 {
