@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Arguments of `anedvd tokenize`.
 #[derive(Debug, Args)]
 pub struct TokenizeArgs {
-    /// Model: a .gguf file or a Hugging Face directory (tokenizer.json).
+    /// Model: a .gguf file, a Hugging Face directory or a tokenizer.json file.
     /// Default: $ANEDVD_MODEL, else ~/.cache/models/gemma3-270m-q4_k_m.gguf.
     #[arg(short, long, value_name = "PATH")]
     pub model: Option<PathBuf>,
@@ -37,7 +37,7 @@ pub struct TokenizeArgs {
 /// Arguments of `anedvd detokenize`.
 #[derive(Debug, Args)]
 pub struct DetokenizeArgs {
-    /// Model: a .gguf file or a Hugging Face directory (tokenizer.json).
+    /// Model: a .gguf file, a Hugging Face directory or a tokenizer.json file.
     /// Default: $ANEDVD_MODEL, else ~/.cache/models/gemma3-270m-q4_k_m.gguf.
     #[arg(short, long, value_name = "PATH")]
     pub model: Option<PathBuf>,
@@ -67,21 +67,31 @@ fn model_path(flag: &Option<PathBuf>) -> Result<PathBuf> {
     Ok(p)
 }
 
-/// Loads the tokenizer of the model at `path`: GGUF metadata, or
-/// `tokenizer.json` (+ `tokenizer_config.json`) of a Hugging Face directory.
+/// Loads the tokenizer of the model at `path`: a Hugging Face directory
+/// (`tokenizer.json` + `tokenizer_config.json`; the weights are not opened),
+/// a `tokenizer.json` file, or a GGUF file (its `tokenizer.ggml.*` metadata).
 pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
-    let opened =
-        anedvd_weights::open(path).with_context(|| format!("opening {}", path.display()))?;
-    if let Some(dir) = &opened.dir {
-        let json_path = dir.join("tokenizer.json");
-        let json = std::fs::read_to_string(&json_path)
-            .with_context(|| format!("reading {}", json_path.display()))?;
-        let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok();
-        return Tokenizer::from_tokenizer_json(&json, config.as_deref())
-            .with_context(|| format!("loading {}", json_path.display()));
-    }
-    Tokenizer::from_gguf_metadata(opened.source.metadata())
-        .with_context(|| format!("loading the tokenizer of {}", path.display()))
+    let (json_path, config_path) = if path.is_dir() {
+        (
+            path.join("tokenizer.json"),
+            Some(path.join("tokenizer_config.json")),
+        )
+    } else if path.extension().is_some_and(|e| e == "json") {
+        (
+            path.to_path_buf(),
+            path.parent().map(|d| d.join("tokenizer_config.json")),
+        )
+    } else {
+        let opened =
+            anedvd_weights::open(path).with_context(|| format!("opening {}", path.display()))?;
+        return Tokenizer::from_gguf_metadata(opened.source.metadata())
+            .with_context(|| format!("loading the tokenizer of {}", path.display()));
+    };
+    let json = std::fs::read_to_string(&json_path)
+        .with_context(|| format!("reading {}", json_path.display()))?;
+    let config = config_path.and_then(|p| std::fs::read_to_string(p).ok());
+    Tokenizer::from_tokenizer_json(&json, config.as_deref())
+        .with_context(|| format!("loading {}", json_path.display()))
 }
 
 /// Parses `1,2,3`, `1 2 3` or `[1, 2, 3]`.
