@@ -46,7 +46,10 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     };
     let engine = args.model.load(false)?;
     let Some((_, origin)) = &engine.template else {
-        bail!("{} has no chat template and no built-in one matches it; use `anedvd run`", engine.name);
+        bail!(
+            "{} has no chat template and no built-in one matches it; use `anedvd run`",
+            engine.name
+        );
     };
     let max_seq = args.max_seq.min(engine.n_ctx_train().max(1));
     let mut session = engine.new_session(max_seq)?;
@@ -54,7 +57,10 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         TemplateOrigin::File => "the model's own template".to_string(),
         TemplateOrigin::Builtin(name) => format!("built-in `{name}` template"),
     };
-    eprintln!("{} · {} · context {max_seq} · /help for commands", engine.name, template_note);
+    eprintln!(
+        "{} · {} · context {max_seq} · /help for commands",
+        engine.name, template_note
+    );
     if !engine.is_chat_model() {
         eprintln!("note: this looks like a base model (not instruction-tuned); replies may ramble");
     }
@@ -83,7 +89,14 @@ pub fn run(args: &ChatArgs) -> Result<()> {
             continue;
         }
         history.push(Message::user(input));
-        if let Err(e) = turn(&engine, &mut session, &params, &system, &mut history, max_seq) {
+        if let Err(e) = turn(
+            &engine,
+            &mut session,
+            &params,
+            &system,
+            &mut history,
+            max_seq,
+        ) {
             history.pop();
             eprintln!("error: {e:#}");
         }
@@ -98,9 +111,13 @@ fn command(
     history: &mut Vec<Message>,
     session: &mut EngineSession,
 ) -> Result<bool, String> {
-    let (name, arg) = cmd.split_once(' ').map(|(a, b)| (a, b.trim())).unwrap_or((cmd, ""));
+    let (name, arg) = cmd
+        .split_once(' ')
+        .map(|(a, b)| (a, b.trim()))
+        .unwrap_or((cmd, ""));
     let number = |what: &str| -> Result<f32, String> {
-        arg.parse::<f32>().map_err(|_| format!("/{what} needs a number, e.g. /{what} 0.7"))
+        arg.parse::<f32>()
+            .map_err(|_| format!("/{what} needs a number, e.g. /{what} 0.7"))
     };
     let s = &mut params.sampling;
     match name {
@@ -115,7 +132,10 @@ fn command(
             *system = (!arg.is_empty()).then(|| arg.to_string());
             history.clear();
             session.reset();
-            eprintln!("system message {}; conversation reset", if arg.is_empty() { "cleared" } else { "set" });
+            eprintln!(
+                "system message {}; conversation reset",
+                if arg.is_empty() { "cleared" } else { "set" }
+            );
         }
         "temp" => s.temperature = number("temp")?,
         "topp" => s.top_p = number("topp")?,
@@ -156,7 +176,10 @@ fn turn(
         eprintln!("[context full: dropped the {dropped_turns} oldest exchange(s)]");
     }
     if prompt.len() >= max_seq {
-        bail!("this message alone needs {} tokens; the context holds {max_seq}", prompt.len());
+        bail!(
+            "this message alone needs {} tokens; the context holds {max_seq}",
+            prompt.len()
+        );
     }
     let mut params = params.clone();
     params.max_tokens = params.max_tokens.min(max_seq - prompt.len());
@@ -169,7 +192,9 @@ fn turn(
     let _ = writeln!(out);
     history.push(Message::assistant(g.text.trim()));
     let t = &g.timings;
-    let rss = current_rss_bytes().map(format_bytes).unwrap_or_else(|| "n/a".into());
+    let rss = current_rss_bytes()
+        .map(format_bytes)
+        .unwrap_or_else(|| "n/a".into());
     eprintln!(
         "[prefill {} tok ({} reused) {:.1} tok/s · decode {} tok {:.1} tok/s · context {}/{} · {} · RSS {}]",
         t.prefill_tokens,
