@@ -171,7 +171,8 @@ pub fn generate(
     timings.prefill = start.elapsed();
 
     let mut sampler = Sampler::new(params.sampling.clone());
-    let mut decoder = tokenizer.stream_decoder(true);
+    // Generated text continues the prompt: its first token keeps its leading space.
+    let mut decoder = tokenizer.stream_decoder(true).continuing();
     let mut history: Vec<u32> = prompt.to_vec();
     let mut out = Generation {
         prompt_tokens: prompt.to_vec(),
