@@ -284,7 +284,6 @@ fn verify_in(
     tmp: &Path,
 ) -> Result<()> {
     let max_seq = tokens.len() + a.max_new_tokens + 1;
-    let t0 = Instant::now();
     let cpu = CpuBackend::new(threads)?.compile(program)?;
     let mut cs = cpu.new_session(max_seq)?;
     let t1 = Instant::now();
@@ -298,7 +297,6 @@ fn verify_in(
     let t2 = Instant::now();
     let got = ds.forward(tokens, LogitsMode::Last)?.to_vec();
     let prefill_s = t2.elapsed().as_secs_f64();
-    let _ = t0;
 
     println!("\nper-layer hidden-state drift (last prompt position, `blk.i.out`):");
     println!("  layer   rel-L2      cosine");
