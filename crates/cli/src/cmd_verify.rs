@@ -330,6 +330,18 @@ fn verify_in(
         "  compile {compile_s:.2}s, prefill {prefill_s:.2}s ({} backend)",
         a.backend
     );
+    if a.backend == "ane-sim" {
+        println!(
+            "  ANE dispatches per decode token: {} ({} variant)",
+            lower::dispatch_count(
+                options.variant,
+                program.layers.len(),
+                program.n_vocab,
+                options.vocab_slice
+            ),
+            options.variant.name()
+        );
+    }
 
     let mut divergence = None;
     let (mut na, mut nb) = (ta as u32, tb as u32);
