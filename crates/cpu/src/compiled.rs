@@ -2,6 +2,7 @@
 //! (norm weights with their offset folded in, biases) decoded once.
 
 use crate::matmul::{vector, Matrix};
+use crate::qkernels::Kernels;
 use anedvd_base::WeightSource;
 use anedvd_graph::{Activation, DecoderProgram, Error, LayerSpec, Result, Role};
 use std::sync::Arc;
@@ -56,6 +57,7 @@ pub struct Model {
 impl Model {
     pub fn new(p: &DecoderProgram) -> Result<Self> {
         let src = p.weights.as_ref();
+        let k = Kernels::detect();
         let offset = p.norm.weight_offset;
         let norm = |name: &str, len: usize| -> Result<Vec<f32>> {
             let mut v = vector(src, name, len)?;
@@ -85,19 +87,19 @@ impl Model {
                 bk: opt_vec(Role::AttnKBias, kv)?,
                 bv: opt_vec(Role::AttnVBias, kv)?,
                 bo: opt_vec(Role::AttnOutputBias, d)?,
-                wq: Matrix::new(src, need(Role::AttnQ)?)?,
-                wk: Matrix::new(src, need(Role::AttnK)?)?,
-                wv: Matrix::new(src, need(Role::AttnV)?)?,
-                wo: Matrix::new(src, need(Role::AttnOutput)?)?,
-                gate: Matrix::new(src, need(Role::FfnGate)?)?,
-                up: Matrix::new(src, need(Role::FfnUp)?)?,
-                down: Matrix::new(src, need(Role::FfnDown)?)?,
+                wq: Matrix::new(src, need(Role::AttnQ)?, k)?,
+                wk: Matrix::new(src, need(Role::AttnK)?, k)?,
+                wv: Matrix::new(src, need(Role::AttnV)?, k)?,
+                wo: Matrix::new(src, need(Role::AttnOutput)?, k)?,
+                gate: Matrix::new(src, need(Role::FfnGate)?, k)?,
+                up: Matrix::new(src, need(Role::FfnUp)?, k)?,
+                down: Matrix::new(src, need(Role::FfnDown)?, k)?,
                 spec: l.clone(),
             });
         }
-        let token_embd = Matrix::new(src, &p.token_embd)?;
+        let token_embd = Matrix::new(src, &p.token_embd, k)?;
         let output = match &p.output {
-            Some(o) => Matrix::new(src, o)?,
+            Some(o) => Matrix::new(src, o, k)?,
             None => token_embd.clone(),
         };
         Ok(Model {

@@ -2,6 +2,7 @@
 //! thread-local scratch, and matrix products parallelized over output rows.
 
 use crate::kernels::{dot, dot_f32_bytes};
+use crate::qkernels::{ActFormat, Kernels, QuantizedActivation};
 use anedvd_base::{GgmlType, WeightSource};
 use anedvd_graph::{Error, Result};
 use half::slice::HalfFloatSliceExt;
@@ -68,6 +69,9 @@ pub struct Matrix {
     pub n_out: usize,
     /// Bytes per row.
     pub row_bytes: usize,
+    /// The quantized kernels, when they implement `dtype` for this width;
+    /// `None` keeps the decode-row-then-f32-dot path.
+    kernels: Option<Kernels>,
 }
 
 fn backend_err(tensor: &str, message: impl std::fmt::Display) -> Error {
@@ -77,9 +81,66 @@ fn backend_err(tensor: &str, message: impl std::fmt::Display) -> Error {
     }
 }
 
+/// One matrix input quantized once per activation format, shared by every
+/// matrix that reads it (q/k/v, gate/up). Buffers persist across calls.
+#[derive(Debug, Default)]
+pub struct Acts {
+    f32: QuantizedActivation,
+    q8: QuantizedActivation,
+    q8k: QuantizedActivation,
+}
+
+impl Acts {
+    fn slot(&self, f: ActFormat) -> &QuantizedActivation {
+        match f {
+            ActFormat::F32 => &self.f32,
+            ActFormat::Q8 => &self.q8,
+            ActFormat::Q8K => &self.q8k,
+        }
+    }
+
+    /// Quantizes `x` (`n_tok` rows of `n_in`) once for each format that
+    /// `mats` need (matrices without kernels need none).
+    pub fn prepare(&mut self, x: &[f32], n_tok: usize, mats: &[&Matrix]) -> Result<()> {
+        let mut done = [false; 3];
+        for m in mats {
+            let Some(f) = m.act_format() else { continue };
+            let i = f as usize;
+            if done[i] {
+                continue;
+            }
+            done[i] = true;
+            let slot = match f {
+                ActFormat::F32 => &mut self.f32,
+                ActFormat::Q8 => &mut self.q8,
+                ActFormat::Q8K => &mut self.q8k,
+            };
+            slot.quantize(f, &x[..n_tok * m.n_in], m.n_in)
+                .map_err(|e| backend_err(&m.name, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Rows per parallel task for a matrix-vector product: a few tasks per
+/// thread (so a preempted thread does not hold the others up), each a
+/// contiguous run of weight rows no longer than ~1.5 MB.
+fn decode_rows_per_task(m: &Matrix) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let cap = ((3 << 19) / m.row_bytes.max(1)).max(16);
+    m.n_out.div_ceil(threads * 4).clamp(16, cap)
+}
+
+/// Rows per parallel task for a batched product: multiples of the kernels'
+/// 16-row tile, about eight tasks per thread.
+fn prefill_rows_per_task(m: &Matrix) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    m.n_out.div_ceil(threads * 8).div_ceil(16).clamp(1, 64) * 16
+}
+
 impl Matrix {
     /// Describes tensor `name`, checks its size and that row 0 decodes.
-    pub fn new(source: &dyn WeightSource, name: &str) -> Result<Self> {
+    pub fn new(source: &dyn WeightSource, name: &str, kernels: Kernels) -> Result<Self> {
         let t = source
             .tensor(name)
             .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
@@ -92,9 +153,8 @@ impl Matrix {
                 ));
             }
         };
-        let row_bytes = t
-            .info
-            .dtype
+        let dtype = t.info.dtype;
+        let row_bytes = dtype
             .row_bytes(n_in as u64)
             .map_err(|e| backend_err(name, e))? as usize;
         if row_bytes.checked_mul(n_out) != Some(t.data.len()) {
@@ -106,12 +166,14 @@ impl Matrix {
                 ),
             ));
         }
+        let fits = ActFormat::for_weight(dtype).is_some_and(|f| n_in.is_multiple_of(f.block()));
         let m = Matrix {
             name: name.to_string(),
-            dtype: t.info.dtype,
+            dtype,
             n_in,
             n_out,
             row_bytes,
+            kernels: fits.then_some(kernels),
         };
         let mut row = vec![0.0; n_in];
         if n_out > 0 {
@@ -124,6 +186,12 @@ impl Matrix {
             })?;
         }
         Ok(m)
+    }
+
+    /// The activation format this matrix's kernel reads (`None`: plain f32
+    /// through the decode-row path).
+    pub fn act_format(&self) -> Option<ActFormat> {
+        self.kernels.and_then(|_| ActFormat::for_weight(self.dtype))
     }
 
     fn data<'a>(&self, source: &'a dyn WeightSource) -> Result<&'a [u8]> {
@@ -143,69 +211,98 @@ impl Matrix {
         decode_row(self.dtype, bytes, dst).map_err(|e| backend_err(&self.name, e))
     }
 
+    /// `out[i] = W[r0 + i] · x` for `out.len()` rows (one token).
+    fn rows_vec(
+        &self,
+        data: &[u8],
+        r0: usize,
+        x: &[f32],
+        acts: &Acts,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let rows = r0..r0 + out.len();
+        if let (Some(k), Some(f)) = (self.kernels, self.act_format()) {
+            return k
+                .matvec(self.dtype, data, rows, self.n_in, acts.slot(f), out)
+                .map_err(|e| backend_err(&self.name, e));
+        }
+        let rb = self.row_bytes;
+        if self.dtype == GgmlType::F32 {
+            for (y, r) in out.iter_mut().zip(rows) {
+                *y = dot_f32_bytes(&data[r * rb..(r + 1) * rb], x);
+            }
+            return Ok(());
+        }
+        ROW.with(|s| {
+            let mut s = s.borrow_mut();
+            s.resize(self.n_in, 0.0);
+            for (y, r) in out.iter_mut().zip(rows) {
+                decode_row(self.dtype, &data[r * rb..(r + 1) * rb], &mut s)
+                    .map_err(|e| backend_err(&self.name, e))?;
+                *y = dot(&s, x);
+            }
+            Ok(())
+        })
+    }
+
+    /// Weight-row-major products of rows `r0..` with every token:
+    /// `o[(r - r0) * n_tok + t] = W[r] · x[t]`.
+    fn rows_mat(
+        &self,
+        data: &[u8],
+        r0: usize,
+        x: &[f32],
+        n_tok: usize,
+        acts: &Acts,
+        o: &mut [f32],
+    ) -> Result<()> {
+        let rows = r0..r0 + o.len() / n_tok;
+        if let (Some(k), Some(f)) = (self.kernels, self.act_format()) {
+            return k
+                .matmul(self.dtype, data, rows, self.n_in, acts.slot(f), o)
+                .map_err(|e| backend_err(&self.name, e));
+        }
+        let (n_in, rb) = (self.n_in, self.row_bytes);
+        ROW.with(|s| {
+            let mut s = s.borrow_mut();
+            s.resize(n_in, 0.0);
+            for (yr, r) in o.chunks_exact_mut(n_tok).zip(rows) {
+                decode_row(self.dtype, &data[r * rb..(r + 1) * rb], &mut s)
+                    .map_err(|e| backend_err(&self.name, e))?;
+                for (t, y) in yr.iter_mut().enumerate() {
+                    *y = dot(&s, &x[t * n_in..(t + 1) * n_in]);
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// `out[t][o] = sum_i W[o][i] * x[t][i]` for `t < n_tok`. `x` is
-    /// `n_tok × n_in`, `out` is `n_tok × n_out`; `tmp` is scratch.
+    /// `n_tok × n_in`, `out` is `n_tok × n_out`; `acts` must hold `x`
+    /// prepared for this matrix ([`Acts::prepare`]); `tmp` is scratch.
     pub fn matmul(
         &self,
         source: &dyn WeightSource,
         x: &[f32],
         n_tok: usize,
+        acts: &Acts,
         out: &mut [f32],
         tmp: &mut Vec<f32>,
     ) -> Result<()> {
-        let data = self.data(source)?;
-        let (n_in, rb) = (self.n_in, self.row_bytes);
-        let x = &x[..n_tok * n_in];
-        let rows_per_task = (self.n_out / (rayon::current_num_threads() * 8)).clamp(1, 256);
-        let fail = |e: String| backend_err(&self.name, e);
         if n_tok == 1 {
-            let out = &mut out[..self.n_out];
-            return out
-                .par_chunks_mut(rows_per_task)
-                .enumerate()
-                .try_for_each(|(c, o)| {
-                    let r0 = c * rows_per_task;
-                    if self.dtype == GgmlType::F32 {
-                        for (k, y) in o.iter_mut().enumerate() {
-                            let r = r0 + k;
-                            *y = dot_f32_bytes(&data[r * rb..(r + 1) * rb], x);
-                        }
-                        return Ok(());
-                    }
-                    ROW.with(|s| {
-                        let mut s = s.borrow_mut();
-                        s.resize(n_in, 0.0);
-                        for (k, y) in o.iter_mut().enumerate() {
-                            let r = r0 + k;
-                            decode_row(self.dtype, &data[r * rb..(r + 1) * rb], &mut s)
-                                .map_err(fail)?;
-                            *y = dot(&s, x);
-                        }
-                        Ok(())
-                    })
-                });
+            return matvec_group(source, &mut [(self, out)], x, acts);
         }
-        // Several tokens: decode each weight row once and use it for every token.
+        let data = self.data(source)?;
+        let x = &x[..n_tok * self.n_in];
+        let per = prefill_rows_per_task(self);
+        // Weight-row-major into `tmp` (each weight tile read once for all
+        // tokens), then transposed into `out`.
         tmp.resize(self.n_out * n_tok, 0.0);
-        tmp.par_chunks_mut(rows_per_task * n_tok)
+        tmp.par_chunks_mut(per * n_tok)
             .enumerate()
-            .try_for_each(|(c, o)| {
-                let r0 = c * rows_per_task;
-                ROW.with(|s| {
-                    let mut s = s.borrow_mut();
-                    s.resize(n_in, 0.0);
-                    for (k, yr) in o.chunks_exact_mut(n_tok).enumerate() {
-                        let r = r0 + k;
-                        decode_row(self.dtype, &data[r * rb..(r + 1) * rb], &mut s)
-                            .map_err(fail)?;
-                        for (t, y) in yr.iter_mut().enumerate() {
-                            *y = dot(&s, &x[t * n_in..(t + 1) * n_in]);
-                        }
-                    }
-                    Ok(())
-                })
-            })?;
+            .try_for_each(|(c, o)| self.rows_mat(data, c * per, x, n_tok, acts, o))?;
         let n_out = self.n_out;
+        let tmp = &tmp[..];
         out[..n_tok * n_out]
             .par_chunks_mut(n_out)
             .enumerate()
@@ -216,6 +313,39 @@ impl Matrix {
             });
         Ok(())
     }
+}
+
+/// One token through several matrices that read the same input (`x`,
+/// prepared in `acts` for all of them) in a single parallel region.
+pub fn matvec_group(
+    source: &dyn WeightSource,
+    jobs: &mut [(&Matrix, &mut [f32])],
+    x: &[f32],
+    acts: &Acts,
+) -> Result<()> {
+    let mut datas = [&[][..]; 4];
+    if jobs.len() > datas.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{} matrices in one group (at most {})",
+            jobs.len(),
+            datas.len()
+        )));
+    }
+    for ((m, _), d) in jobs.iter().zip(datas.iter_mut()) {
+        *d = m.data(source)?;
+    }
+    jobs.par_iter_mut()
+        .enumerate()
+        .flat_map(|(j, (m, out))| {
+            let m: &Matrix = m;
+            let per = decode_rows_per_task(m);
+            let x = &x[..m.n_in];
+            out[..m.n_out]
+                .par_chunks_mut(per)
+                .enumerate()
+                .map(move |(c, o)| (j, m, c * per, x, o))
+        })
+        .try_for_each(|(j, m, r0, x, o)| m.rows_vec(datas[j], r0, x, acts, o))
 }
 
 /// Decodes a whole 1-D tensor to f32 (norm weights, biases).

@@ -5,6 +5,7 @@ use crate::attention::{attend, KvCache};
 use crate::compiled::Model;
 use crate::dump::Dump;
 use crate::kernels::{gated, rms_norm, rms_norm_inplace, rope_cos_sin, rope_row, softcap};
+use crate::matmul::{matvec_group, Acts};
 use anedvd_graph::intermediate as names;
 use anedvd_graph::{Error, LogitsMode, Result, Session};
 use std::path::PathBuf;
@@ -26,6 +27,7 @@ struct Buffers {
     u: Vec<f32>,
     tmp: Vec<f32>,
     cs: Vec<(f32, f32)>,
+    acts: Acts,
 }
 
 /// One sequence on the CPU backend.
@@ -113,6 +115,7 @@ impl CpuSession {
             u,
             tmp,
             cs,
+            acts,
         } = &mut self.bufs;
         x.resize(n * d, 0.0);
         for (t, &tok) in tokens.iter().enumerate() {
@@ -133,9 +136,14 @@ impl CpuSession {
             q.resize(n * qd, 0.0);
             k.resize(n * kvd, 0.0);
             v.resize(n * kvd, 0.0);
-            l.wq.matmul(src, h, n, q, tmp)?;
-            l.wk.matmul(src, h, n, k, tmp)?;
-            l.wv.matmul(src, h, n, v, tmp)?;
+            acts.prepare(h, n, &[&l.wq, &l.wk, &l.wv])?;
+            if n == 1 {
+                matvec_group(src, &mut [(&l.wq, q), (&l.wk, k), (&l.wv, v)], h, acts)?;
+            } else {
+                l.wq.matmul(src, h, n, acts, q, tmp)?;
+                l.wk.matmul(src, h, n, acts, k, tmp)?;
+                l.wv.matmul(src, h, n, acts, v, tmp)?;
+            }
             add_bias(q, l.bq.as_ref());
             add_bias(k, l.bk.as_ref());
             add_bias(v, l.bv.as_ref());
@@ -162,7 +170,8 @@ impl CpuSession {
             put(dump, li, names::KQV_OUT, att, n)?;
 
             o.resize(n * d, 0.0);
-            l.wo.matmul(src, att, n, o, tmp)?;
+            acts.prepare(att, n, &[&l.wo])?;
+            l.wo.matmul(src, att, n, acts, o, tmp)?;
             add_bias(o, l.bo.as_ref());
             let attn_out: &[f32] = match &l.post_attn_norm {
                 Some(w) => {
@@ -179,11 +188,17 @@ impl CpuSession {
             put(dump, li, names::FFN_NORM, h, n)?;
             g.resize(n * ff, 0.0);
             u.resize(n * ff, 0.0);
-            l.gate.matmul(src, h, n, g, tmp)?;
-            l.up.matmul(src, h, n, u, tmp)?;
+            acts.prepare(h, n, &[&l.gate, &l.up])?;
+            if n == 1 {
+                matvec_group(src, &mut [(&l.gate, g), (&l.up, u)], h, acts)?;
+            } else {
+                l.gate.matmul(src, h, n, acts, g, tmp)?;
+                l.up.matmul(src, h, n, acts, u, tmp)?;
+            }
             gated(m.activation, g, u);
             put(dump, li, names::FFN_ACT, g, n)?;
-            l.down.matmul(src, g, n, o, tmp)?;
+            acts.prepare(g, n, &[&l.down])?;
+            l.down.matmul(src, g, n, acts, o, tmp)?;
             let ffn_out: &[f32] = match &l.post_ffn_norm {
                 Some(w) => {
                     rms_norm(o, w, m.eps, h);
@@ -204,7 +219,8 @@ impl CpuSession {
         rms_norm(&x[first * d..], &m.output_norm, m.eps, h);
         put(dump, None, names::RESULT_NORM, h, rows)?;
         let out = &mut out[..rows * m.n_vocab];
-        m.output.matmul(src, h, rows, out, tmp)?;
+        acts.prepare(h, rows, &[&m.output])?;
+        m.output.matmul(src, h, rows, acts, out, tmp)?;
         if let Some(cap) = m.final_softcap {
             softcap(out, cap);
         }

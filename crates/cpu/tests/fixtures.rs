@@ -205,12 +205,16 @@ fn family_test(family: &str) {
         true,
     );
     // Random tiny weights amplify quantization noise at some positions.
+    // Activations are quantized to Q8 as in ggml, so the bound is
+    // llama.cpp's own distance from transformers on these files
+    // (last-position cosine 0.9979 llama, 0.9984 gemma3, 0.9989 gemma2),
+    // with a little slack; `check_llamacpp` holds the tighter bound.
     check(
         family,
         "q8_0",
         &dir.join("model-q8_0.gguf"),
         &o,
-        (0.999, 0.995),
+        (0.997, 0.99),
         false,
     );
 }
