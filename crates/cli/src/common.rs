@@ -91,7 +91,7 @@ impl ModelArgs {
             bar.set_message(stage.describe());
         });
         bar.finish_and_clear();
-        engine.with_context(|| format!("loading {}", path.display()))
+        engine.context("cannot load the model")
     }
 }
 

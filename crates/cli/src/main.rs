@@ -78,8 +78,39 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes joined by `: `, skipping a cause whose text the
+/// message before it already contains (many library errors quote their source).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn error_chain_drops_quoted_causes() {
+        let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::new(inner)
+            .context("x.gguf: no such file")
+            .context("loading x.gguf");
+        assert_eq!(
+            super::error_chain(&e),
+            "loading x.gguf: x.gguf: no such file"
+        );
     }
 }
