@@ -40,6 +40,7 @@ mod attention;
 pub mod check;
 mod dump;
 mod model;
+pub mod reference;
 pub mod selftest;
 mod session;
 
