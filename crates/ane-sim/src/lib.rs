@@ -23,6 +23,15 @@
 //! `dot`, `axpy`); attention and the KV cache (f32) are this crate's own
 //! (the CPU crate's are private).
 //!
+//! In the fused variant the residual stream crosses the ANE divided by
+//! `LowerOptions::residual_scale` (fp16 overflows on real residuals); the
+//! session scales embeddings down before `entry` and dumps unscaled values.
+//!
+//! Also here: [`check`] (each layer-0 kernel against f32 matmuls),
+//! [`selftest`] (random tiny transformers against the CPU backend) and
+//! [`reference`] (weights dequantized to f32, so the CPU backend gives the
+//! exact function to measure the ANE path against).
+//!
 //! This crate knows the graph vocabulary and the lowering; it never sees
 //! file formats or model families.
 //!
