@@ -1,6 +1,6 @@
 //! The ane-sim backend: the ANE lowering (`anedvd_ane::lower`) executed by the
 //! MIL fp16 simulator (`anedvd_mil::sim`), behind the same
-//! [`Backend`](anedvd_graph::Backend) trait as the CPU backend.
+//! `Backend` trait as the CPU backend.
 //!
 //! # The split between "ANE" and CPU
 //!
@@ -29,7 +29,7 @@
 //!
 //! Also here: [`check`] (each layer-0 kernel against f32 matmuls),
 //! [`selftest`] (random tiny transformers against the CPU backend) and
-//! [`reference`] (weights dequantized to f32, so the CPU backend gives the
+//! [`reference`](mod@reference) (weights dequantized to f32, so the CPU backend gives the
 //! exact function to measure the ANE path against).
 //!
 //! This crate knows the graph vocabulary and the lowering; it never sees
