@@ -32,7 +32,8 @@ struct InMessage {
 
 #[derive(Debug, Deserialize)]
 struct MessagesRequest {
-    max_tokens: u64,
+    #[serde(default)]
+    max_tokens: Option<u64>,
     messages: Vec<InMessage>,
     #[serde(default)]
     system: Option<SystemField>,
@@ -156,9 +157,16 @@ async fn inner(state: AppState, body: Body) -> Result<Response, ApiError> {
     let sampling: Sampling = typed(v.clone(), D)?;
     let req: MessagesRequest = typed(v, D)?;
     let ready = state.ready(D)?;
+    let Some(max_tokens) = req.max_tokens else {
+        return Err(ApiError::invalid(
+            D,
+            "max_tokens",
+            "max_tokens: field required",
+        ));
+    };
     let messages = to_messages(&req)?;
     let prompt = chat_prompt(&ready.engine, &messages, D)?;
-    let params = generate_params(&state, &sampling, Some(req.max_tokens), 0, D)?;
+    let params = generate_params(&state, &sampling, Some(max_tokens), 0, D)?;
     let stop = req.stop_sequences.clone().unwrap_or_default();
     let input_tokens = prompt.len();
     let rx = state.submit(D, &ready, prompt, params, stop)?;
@@ -234,4 +242,17 @@ impl Transcoder for MessagesStream {
         let e = ApiError::new(D, ErrorKind::Internal, message);
         vec![json_event(Some("error"), &e.body())]
     }
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's token count.
+pub async fn count_tokens(State(state): State<AppState>, body: Body) -> Response {
+    let run = async {
+        let v = read_json(body, state.config().max_body_bytes, D).await?;
+        reject_unsupported(&v)?;
+        let req: MessagesRequest = typed(v, D)?;
+        let ready = state.ready(D)?;
+        let prompt = chat_prompt(&ready.engine, &to_messages(&req)?, D)?;
+        Ok::<_, ApiError>(Json(json!({"input_tokens": prompt.len()})).into_response())
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
 }

@@ -57,6 +57,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/completions", post(openai::completions))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models", get(models))
         .route("/models", get(models))
         .route("/metrics", get(metrics_text))

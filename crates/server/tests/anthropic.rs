@@ -43,6 +43,14 @@ async fn message_shape_and_system_prompt() {
     assert_eq!(v["usage"]["input_tokens"], exp["chat_prompt_tokens"]);
     assert_eq!(v["usage"]["output_tokens"], 6);
 
+    let c = post(
+        &app,
+        "/v1/messages/count_tokens",
+        &body(&exp, true, json!({})),
+    )
+    .await
+    .json();
+    assert_eq!(c["input_tokens"], exp["chat_prompt_tokens"]);
     let v2 = post(&app, "/v1/messages", &body(&exp, true, json!({})))
         .await
         .json();
