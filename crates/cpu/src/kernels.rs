@@ -103,17 +103,57 @@ pub fn rope_cos_sin(rope: &Rope, pos: usize, out: &mut Vec<(f32, f32)>) {
     }));
 }
 
+/// `e^x` without a libm call, branch-free so loops over it vectorize:
+/// Cephes' `expf` (range reduction by ln 2 split in two, degree-6
+/// polynomial, 2^n assembled in the exponent bits). Relative error about
+/// 2 ulp on [-87, 88]; below -87 it returns 0 (as if flushing denormals),
+/// above 88 it returns e^88.
+#[inline(always)]
+pub fn exp_fast(x: f32) -> f32 {
+    let under = x < -87.0;
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const C1: f32 = 0.693_359_4;
+    const C2: f32 = -2.121_944_4e-4;
+    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
+    const MAGIC: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let t = x * LOG2E + MAGIC;
+    let n = t - MAGIC;
+    let r = x - n * C1 - n * C2;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5.000_000_1e-1;
+    let e = p * r * r + r + 1.0;
+    let k = t.to_bits().wrapping_sub(MAGIC.to_bits());
+    let y = e * f32::from_bits(k.wrapping_add(127) << 23);
+    if under {
+        0.0
+    } else {
+        y
+    }
+}
+
+/// `tanh(x)` through [`exp_fast`]: absolute error below 1e-6.
+#[inline(always)]
+pub fn tanh_fast(x: f32) -> f32 {
+    let t = exp_fast(2.0 * x.clamp(-10.0, 10.0));
+    (t - 1.0) / (t + 1.0)
+}
+
 /// GELU with the tanh approximation.
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
     const K: f32 = 0.797_884_6; // sqrt(2/pi)
-    0.5 * x * (1.0 + (K * (x + 0.044_715 * x * x * x)).tanh())
+    0.5 * x * (1.0 + tanh_fast(K * (x + 0.044_715 * x * x * x)))
 }
 
 /// SiLU.
 #[inline]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    x / (1.0 + exp_fast(-x))
 }
 
 /// `gate = act(gate) * up`, element-wise.
@@ -129,8 +169,9 @@ pub fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
 
 /// `cap * tanh(x / cap)` in place.
 pub fn softcap(x: &mut [f32], cap: f32) {
+    let inv = 1.0 / cap;
     for v in x {
-        *v = cap * (*v / cap).tanh();
+        *v = cap * tanh_fast(*v * inv);
     }
 }
 
@@ -139,7 +180,7 @@ pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
     for v in x.iter_mut() {
-        *v = (*v - max).exp();
+        *v = exp_fast(*v - max);
         sum += *v;
     }
     let inv = 1.0 / sum;
@@ -217,6 +258,29 @@ mod tests {
         softmax(&mut x);
         assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert_eq!(x[3], 0.0);
+    }
+
+    #[test]
+    fn fast_exp_and_tanh_match_libm() {
+        let mut worst_exp = 0.0f64;
+        let mut worst_tanh = 0.0f64;
+        for i in -200_000..=200_000 {
+            let x = i as f32 * 4.35e-4; // [-87, 87]
+            let want = f64::from(x).exp();
+            let rel = (f64::from(exp_fast(x)) - want).abs() / want;
+            worst_exp = worst_exp.max(rel);
+            let y = i as f32 * 1e-4; // [-20, 20]
+            let err = (f64::from(tanh_fast(y)) - f64::from(y).tanh()).abs();
+            worst_tanh = worst_tanh.max(err);
+        }
+        assert!(worst_exp < 5e-7, "exp relative error {worst_exp}");
+        assert!(worst_tanh < 1e-6, "tanh absolute error {worst_tanh}");
+        assert_eq!(exp_fast(-1000.0), 0.0);
+        assert_eq!(exp_fast(f32::NEG_INFINITY), 0.0);
+        assert!(exp_fast(1000.0).is_finite());
+        let mut x = vec![0.0, f32::NEG_INFINITY];
+        softmax(&mut x);
+        assert_eq!(x, [1.0, 0.0]);
     }
 
     #[test]
