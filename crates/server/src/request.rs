@@ -7,20 +7,43 @@ use crate::scheduler::{Event, Finish, Summary, TokenInfo};
 use crate::state::AppState;
 use anedvd_engine::GenerateParams;
 use axum::body::Body;
+use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::mpsc::Receiver;
 
+/// Bytes of an over-limit body still read (and dropped) before answering 413,
+/// so a client that is still sending sees the reply instead of a reset.
+const DRAIN_BYTES: usize = 16 * 1024 * 1024;
+
 /// Reads the body (413 past the limit) and parses it as a JSON object (400 otherwise).
 pub async fn read_json(body: Body, limit: usize, dialect: Dialect) -> Result<Value, ApiError> {
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(
+                dialect,
+                ErrorKind::InvalidRequest,
+                format!("reading the body: {e}"),
+            )
+        })?;
+        total = total.saturating_add(chunk.len());
+        if total <= limit {
+            bytes.extend_from_slice(&chunk);
+        } else if total > limit.saturating_add(DRAIN_BYTES) {
+            break;
+        }
+    }
+    if total > limit {
+        return Err(ApiError::new(
             dialect,
             ErrorKind::TooLarge,
             format!("the request body is larger than {limit} bytes"),
-        )
-    })?;
+        ));
+    }
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::new(
             dialect,
