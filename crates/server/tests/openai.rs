@@ -318,3 +318,76 @@ async fn models_tokenize_detokenize_metrics() {
     assert_eq!(h.status, 200);
     assert!(h.text.contains("<html") && h.text.contains("/v1/chat/completions"));
 }
+
+#[tokio::test]
+async fn legacy_completion_logprobs() {
+    let exp = expected();
+    let app = app(config());
+    let v = post(
+        &app,
+        "/v1/completions",
+        &json!({"prompt": exp["prompt_ids"], "max_tokens": 16, "logprobs": 2}),
+    )
+    .await
+    .json();
+    let lp = &v["choices"][0]["logprobs"];
+    let tokens = lp["tokens"].as_array().unwrap();
+    // Special tokens in the continuation are counted but not part of the text.
+    assert_eq!(tokens.len(), 16);
+    assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), 16);
+    assert_eq!(lp["top_logprobs"][0].as_object().unwrap().len(), 2);
+    let offs: Vec<u64> = lp["text_offset"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_u64().unwrap())
+        .collect();
+    assert!(offs.windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[tokio::test]
+async fn cors_preflight_when_configured() {
+    let mut cfg = config();
+    cfg.cors_origins = vec!["http://ui.example".into()];
+    let app = app(cfg);
+    let r = send(
+        &app,
+        "OPTIONS",
+        "/v1/chat/completions",
+        &[
+            ("origin", "http://ui.example"),
+            ("access-control-request-method", "POST"),
+            (
+                "access-control-request-headers",
+                "content-type,authorization",
+            ),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.headers["access-control-allow-origin"],
+        "http://ui.example"
+    );
+    let r = send(
+        &app,
+        "GET",
+        "/v1/models",
+        &[("origin", "http://evil.example")],
+        "",
+    )
+    .await;
+    assert!(r.headers.get("access-control-allow-origin").is_none());
+    // Without --cors-origin no CORS headers are sent.
+    let plain = app(config());
+    let r = send(
+        &plain,
+        "GET",
+        "/v1/models",
+        &[("origin", "http://ui.example")],
+        "",
+    )
+    .await;
+    assert!(r.headers.get("access-control-allow-origin").is_none());
+}
