@@ -380,7 +380,7 @@ async fn cors_preflight_when_configured() {
     .await;
     assert!(r.headers.get("access-control-allow-origin").is_none());
     // Without --cors-origin no CORS headers are sent.
-    let plain = app(config());
+    let plain = common::app(config());
     let r = send(
         &plain,
         "GET",
