@@ -81,7 +81,9 @@ async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
         .await
         .with_context(|| format!("binding {addr}"))?;
     let local = listener.local_addr().context("reading the bound address")?;
-    eprintln!("anedvd: listening on http://{local} (loading the model; /health answers 503 until ready)");
+    eprintln!(
+        "anedvd: listening on http://{local} (loading the model; /health answers 503 until ready)"
+    );
 
     let loader_state = state.clone();
     let model = ModelArgs {
@@ -97,7 +99,9 @@ async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
                 let name = engine.name.clone();
                 let secs = engine.load_time.as_secs_f64();
                 match loader_state.set_engine(engine) {
-                    Ok(()) => eprintln!("anedvd: model {name} ready ({secs:.2} s); open http://{local}/"),
+                    Ok(()) => {
+                        eprintln!("anedvd: model {name} ready ({secs:.2} s); open http://{local}/")
+                    }
                     Err(e) => {
                         eprintln!("anedvd: starting slots failed: {e}");
                         loader_state.set_failed(e.to_string());
@@ -115,7 +119,10 @@ async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
     let shutdown_state = state.clone();
     let shutdown = async move {
         wait_for_signal().await;
-        eprintln!("anedvd: shutting down; in-flight requests get {} s", grace.as_secs());
+        eprintln!(
+            "anedvd: shutting down; in-flight requests get {} s",
+            grace.as_secs()
+        );
         tokio::spawn(async move {
             tokio::time::sleep(grace).await;
             shutdown_state.cancel_all();
