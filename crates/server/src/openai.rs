@@ -129,9 +129,13 @@ fn reject_unsupported(v: &Value, chat: bool) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Flattens text parts to a string; any other part type is refused.
+/// Flattens text parts to a string (any other part type is refused) and maps
+/// the OpenAI `developer` role to `system`, which chat templates know.
 pub fn flatten_content(messages: &mut [Message], dialect: Dialect) -> Result<(), ApiError> {
     for (i, m) in messages.iter_mut().enumerate() {
+        if m.role == "developer" {
+            m.role = "system".into();
+        }
         if let Some(Content::Parts(parts)) = &m.content {
             let mut text = String::new();
             for (j, p) in parts.iter().enumerate() {

@@ -157,6 +157,12 @@ async fn chat_completion_shape_and_prompt_tokens() {
         choice["message"]["content"]
     );
 
+    // The `developer` role is the system prompt.
+    let mut dev = chat_body(&exp, json!({}));
+    dev["messages"][0]["role"] = json!("developer");
+    let v4 = post(&app, "/v1/chat/completions", &dev).await.json();
+    assert_eq!(v4["usage"]["prompt_tokens"], exp["chat_prompt_tokens"]);
+
     // max_completion_tokens wins over max_tokens.
     let v3 = post(
         &app,
