@@ -210,3 +210,40 @@ async fn shutdown_cancel_ends_streams_with_an_error_event() {
     .await;
     assert_eq!(r.status, 503);
 }
+
+#[tokio::test]
+async fn prefix_reuse_gives_the_same_text_as_a_fresh_slot_with_sliding_window() {
+    // gemma3's fixture has sliding-window layers (window 8): reusing a cached
+    // prefix longer than the window must not change the continuation.
+    let reused = anedvd_server::router(state_for("gemma3", config()));
+    let fresh = anedvd_server::router(state_for("gemma3", config()));
+    let base: Vec<u32> = (0..30).map(|i| 10 + (i * 7) % 200).collect();
+    let mut ext = base.clone();
+    ext.extend([50, 60, 70, 80]);
+    let warm = post(
+        &reused,
+        "/v1/completions",
+        &json!({"prompt": base, "max_tokens": 4}),
+    )
+    .await;
+    assert_eq!(warm.status, 200, "{}", warm.text);
+    let a = post(
+        &reused,
+        "/v1/completions",
+        &json!({"prompt": ext, "max_tokens": 12}),
+    )
+    .await
+    .json();
+    assert_eq!(a["usage"]["prompt_tokens_details"]["cached_tokens"], 30);
+    let b = post(
+        &fresh,
+        "/v1/completions",
+        &json!({"prompt": ext, "max_tokens": 12}),
+    )
+    .await
+    .json();
+    assert_eq!(b["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    assert_eq!(b["usage"]["completion_tokens"], 12);
+    assert!(!b["choices"][0]["text"].as_str().unwrap().is_empty());
+    assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
+}

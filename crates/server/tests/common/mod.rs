@@ -32,7 +32,12 @@ pub fn config() -> ServerConfig {
 
 /// A ready state with the tiny qwen2 fixture.
 pub fn state(config: ServerConfig) -> AppState {
-    let path = repo().join("tests/fixtures/models/qwen2/model-f32.gguf");
+    state_for("qwen2", config)
+}
+
+/// A ready state with the tiny fixture of `family`.
+pub fn state_for(family: &str, config: ServerConfig) -> AppState {
+    let path = repo().join(format!("tests/fixtures/models/{family}/model-f32.gguf"));
     let engine = Engine::load(
         &path,
         &LoadOptions {
