@@ -1,7 +1,7 @@
 //! Attention over an f16 KV cache: GQA, causal and sliding-window masks,
 //! optional score soft-cap, softmax in f32.
 
-use crate::kernels::{axpy, dot, softcap, softmax};
+use crate::kernels::{axpy, dot, exp_fast, softcap};
 use anedvd_graph::LayerSpec;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -58,11 +58,69 @@ pub fn first_visible(pos: usize, window: Option<usize>) -> usize {
     }
 }
 
+/// Positions per task below which a single query's attention is not split.
+const MIN_SPLIT: usize = 256;
+
+/// Unnormalized attention of the `group` query heads in `qg` (each
+/// `head_dim` wide, sharing kv head `kvh`) over the cached positions
+/// `range`: `o[g]` = `sum_j exp(s_gj - m_g) * v_j`, and `ms[2g..2g + 2] =
+/// [m_g, sum_j exp(s_gj - m_g)]` with `s_gj` the scaled (and soft-capped)
+/// scores.
+fn partial(
+    spec: &LayerSpec,
+    cache: &KvCache,
+    qg: &[f32],
+    kvh: usize,
+    range: std::ops::Range<usize>,
+    o: &mut [f32],
+    ms: &mut [f32],
+) {
+    let hd = spec.head_dim;
+    let group = ms.len() / 2;
+    let dim = cache.dim;
+    let len = range.len();
+    SCRATCH.with(|s| {
+        let (scores, row) = &mut *s.borrow_mut();
+        row.resize(hd, 0.0);
+        scores.resize(group * len, 0.0);
+        for (jj, j) in range.clone().enumerate() {
+            let off = j * dim + kvh * hd;
+            cache.k[off..off + hd].convert_to_f32_slice(row);
+            for g in 0..group {
+                scores[g * len + jj] = dot(&qg[g * hd..(g + 1) * hd], row) * spec.attn_scale;
+            }
+        }
+        for (sc, m) in scores.chunks_exact_mut(len).zip(ms.chunks_exact_mut(2)) {
+            if let Some(cap) = spec.attn_softcap {
+                softcap(sc, cap);
+            }
+            let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for v in sc.iter_mut() {
+                *v = exp_fast(*v - max);
+                sum += *v;
+            }
+            m[0] = max;
+            m[1] = sum;
+        }
+        o.fill(0.0);
+        for (jj, j) in range.enumerate() {
+            let off = j * dim + kvh * hd;
+            cache.v[off..off + hd].convert_to_f32_slice(row);
+            for g in 0..group {
+                axpy(&mut o[g * hd..(g + 1) * hd], scores[g * len + jj], row);
+            }
+        }
+    });
+}
+
 /// For each of `n_tok` queries (row-major `n_tok × n_head·head_dim`, query `t`
 /// at position `pos0 + t`) computes `softmax(scale·q·K^T)·V` over the visible
 /// cached positions into `out` (same layout as `q`). One task per (token, kv
 /// head) serves the whole group of query heads sharing that kv head, so each
-/// cached row is converted from f16 once per group.
+/// cached row is converted from f16 once per group. When there are fewer
+/// such tasks than threads (decode) and many positions, the positions are
+/// split across threads and the partial softmaxes merged (`part` is scratch).
 pub fn attend(
     spec: &LayerSpec,
     cache: &KvCache,
@@ -70,11 +128,22 @@ pub fn attend(
     pos0: usize,
     n_tok: usize,
     out: &mut [f32],
+    part: &mut Vec<f32>,
 ) {
     let hd = spec.head_dim;
     let group = spec.n_head / spec.n_head_kv;
     let n_kv = spec.n_head_kv;
-    let dim = cache.dim;
+    let threads = rayon::current_num_threads().max(1);
+    let last = pos0 + n_tok - 1;
+    let longest = last + 1 - first_visible(last, spec.sliding_window);
+    let n_split = if n_tok * n_kv < threads {
+        (longest / MIN_SPLIT).clamp(1, 2 * threads)
+    } else {
+        1
+    };
+    if n_split > 1 {
+        return attend_split(spec, cache, q, pos0, n_tok, out, part, n_split);
+    }
     out[..n_tok * spec.n_head * hd]
         .par_chunks_mut(group * hd)
         .enumerate()
@@ -82,37 +151,96 @@ pub fn attend(
             let (t, kvh) = (idx / n_kv, idx % n_kv);
             let pos = pos0 + t;
             let lo = first_visible(pos, spec.sliding_window);
-            let len = pos + 1 - lo;
             // Query rows of this group are contiguous, like the output rows.
             let qg = &q[idx * group * hd..(idx + 1) * group * hd];
-            SCRATCH.with(|s| {
-                let (scores, row) = &mut *s.borrow_mut();
-                row.resize(hd, 0.0);
-                scores.resize(group * len, 0.0);
-                for (jj, j) in (lo..=pos).enumerate() {
-                    let off = j * dim + kvh * hd;
-                    cache.k[off..off + hd].convert_to_f32_slice(row);
-                    for g in 0..group {
-                        scores[g * len + jj] =
-                            dot(&qg[g * hd..(g + 1) * hd], row) * spec.attn_scale;
-                    }
-                }
-                for sc in scores.chunks_exact_mut(len) {
-                    if let Some(cap) = spec.attn_softcap {
-                        softcap(sc, cap);
-                    }
-                    softmax(sc);
-                }
-                o.fill(0.0);
-                for (jj, j) in (lo..=pos).enumerate() {
-                    let off = j * dim + kvh * hd;
-                    cache.v[off..off + hd].convert_to_f32_slice(row);
-                    for g in 0..group {
-                        axpy(&mut o[g * hd..(g + 1) * hd], scores[g * len + jj], row);
-                    }
-                }
-            });
+            let mut ms = [0.0f32; 32];
+            let mut ms_vec;
+            let ms: &mut [f32] = if 2 * group <= ms.len() {
+                &mut ms[..2 * group]
+            } else {
+                ms_vec = vec![0.0; 2 * group];
+                &mut ms_vec
+            };
+            partial(spec, cache, qg, kvh, lo..pos + 1, o, ms);
+            for (og, m) in o.chunks_exact_mut(hd).zip(ms.chunks_exact(2)) {
+                let inv = 1.0 / m[1];
+                og.iter_mut().for_each(|v| *v *= inv);
+            }
         });
+}
+
+/// [`attend`] with each (token, kv head) task's positions cut into
+/// `n_split` ranges computed in parallel, then merged.
+#[allow(clippy::too_many_arguments)]
+fn attend_split(
+    spec: &LayerSpec,
+    cache: &KvCache,
+    q: &[f32],
+    pos0: usize,
+    n_tok: usize,
+    out: &mut [f32],
+    part: &mut Vec<f32>,
+    n_split: usize,
+) {
+    let hd = spec.head_dim;
+    let group = spec.n_head / spec.n_head_kv;
+    let n_kv = spec.n_head_kv;
+    let n_task = n_tok * n_kv;
+    // Per (task, split): `group` partial outputs of `hd`, then `group` (m, sum).
+    let stride = group * (hd + 2);
+    part.resize(n_task * n_split * stride, 0.0);
+    let range = |idx: usize, c: usize| {
+        let pos = pos0 + idx / n_kv;
+        let lo = first_visible(pos, spec.sliding_window);
+        let len = pos + 1 - lo;
+        let per = len.div_ceil(n_split);
+        (lo + c * per).min(pos + 1)..(lo + (c + 1) * per).min(pos + 1)
+    };
+    part.par_chunks_mut(stride)
+        .enumerate()
+        .for_each(|(i, p)| {
+            let (idx, c) = (i / n_split, i % n_split);
+            let kvh = idx % n_kv;
+            let qg = &q[idx * group * hd..(idx + 1) * group * hd];
+            let (o, m) = p.split_at_mut(group * hd);
+            let r = range(idx, c);
+            if r.is_empty() {
+                m.chunks_exact_mut(2).for_each(|x| {
+                    x[0] = f32::NEG_INFINITY;
+                    x[1] = 0.0;
+                });
+                o.fill(0.0);
+                return;
+            }
+            partial(spec, cache, qg, kvh, r, o, m);
+        });
+    let part = &part[..];
+    for (idx, o) in out[..n_tok * spec.n_head * hd]
+        .chunks_exact_mut(group * hd)
+        .enumerate()
+    {
+        let parts = &part[idx * n_split * stride..(idx + 1) * n_split * stride];
+        for (g, og) in o.chunks_exact_mut(hd).enumerate() {
+            let stat = |p: &[f32]| (p[group * hd + 2 * g], p[group * hd + 2 * g + 1]);
+            let max = parts
+                .chunks_exact(stride)
+                .map(|p| stat(p).0)
+                .fold(f32::NEG_INFINITY, f32::max);
+            og.fill(0.0);
+            let mut sum = 0.0;
+            for p in parts.chunks_exact(stride) {
+                let (m, s) = stat(p);
+                if s == 0.0 {
+                    continue;
+                }
+                let w = exp_fast(m - max);
+                sum += w * s;
+                axpy(og, w, &p[g * hd..(g + 1) * hd]);
+            }
+            let inv = 1.0 / sum;
+            og.iter_mut().for_each(|v| *v *= inv);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -147,6 +275,50 @@ mod tests {
         assert_eq!(first_visible(10, None), 0);
     }
 
+    /// Decode over many positions takes the split path (positions across
+    /// threads, partial softmaxes merged): compared with a direct f64
+    /// softmax over the same f16-rounded keys and values.
+    #[test]
+    fn split_decode_matches_direct_softmax() {
+        let (hd, n) = (8usize, 1000usize);
+        let mut sp = spec(None);
+        sp.head_dim = hd;
+        sp.attn_scale = 0.3;
+        let f = |i: usize, k: f32| ((i as f32) * k).sin() * 2.0;
+        // Keys grow with position so each split range has its own maximum.
+        let k: Vec<f32> = (0..n * hd)
+            .map(|i| f(i, 0.37) * (1.0 + (i / hd) as f32 / 300.0))
+            .collect();
+        let v: Vec<f32> = (0..n * hd).map(|i| f(i, 0.11)).collect();
+        let mut cache = KvCache::new(hd);
+        cache.store(0, &k, &v, n);
+        let q: Vec<f32> = (0..2 * hd).map(|i| f(i, 0.7)).collect();
+        let mut out = vec![0.0; 2 * hd];
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build();
+        let pool = pool.map_err(|e| e.to_string());
+        let Ok(pool) = pool else { return };
+        pool.install(|| attend(&sp, &cache, &q, n - 1, 1, &mut out, &mut Vec::new()));
+        let kf: Vec<f64> = cache.k.iter().map(|x| f64::from(x.to_f32())).collect();
+        let vf: Vec<f64> = cache.v.iter().map(|x| f64::from(x.to_f32())).collect();
+        for g in 0..2 {
+            let qg = &q[g * hd..(g + 1) * hd];
+            let s: Vec<f64> = (0..n)
+                .map(|j| {
+                    let d: f64 = (0..hd).map(|i| f64::from(qg[i]) * kf[j * hd + i]).sum();
+                    d * 0.3
+                })
+                .collect();
+            let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+            let z: f64 = w.iter().sum();
+            for i in 0..hd {
+                let want: f64 = (0..n).map(|j| w[j] * vf[j * hd + i]).sum::<f64>() / z;
+                let got = f64::from(out[g * hd + i]);
+                assert!((got - want).abs() < 1e-4, "g={g} i={i}: {got} vs {want}");
+            }
+        }
+    }
+
     #[allow(clippy::unwrap_used)]
     /// With zero queries every visible position gets equal weight, so the
     /// output is the mean of the visible values: this checks both masks.
@@ -158,7 +330,7 @@ mod tests {
         cache.store(0, &k, &v, 5);
         let q = vec![0.0; 5 * 4];
         let mut out = vec![0.0; 5 * 4];
-        attend(&spec(None), &cache, &q, 0, 5, &mut out);
+        attend(&spec(None), &cache, &q, 0, 5, &mut out, &mut Vec::new());
         for t in 0..5usize {
             let mean = (0..=t).map(|p| p as f32).sum::<f32>() / (t + 1) as f32;
             for h in 0..2 {
@@ -166,7 +338,7 @@ mod tests {
                 assert!((out[t * 4 + h * 2 + 1] - 10.0 * mean).abs() < 1e-3);
             }
         }
-        attend(&spec(Some(2)), &cache, &q, 0, 5, &mut out);
+        attend(&spec(Some(2)), &cache, &q, 0, 5, &mut out, &mut Vec::new());
         for t in 0..5usize {
             let lo = t.saturating_sub(1);
             let mean = (lo..=t).map(|p| p as f32).sum::<f32>() / (t - lo + 1) as f32;

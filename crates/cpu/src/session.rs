@@ -22,6 +22,7 @@ struct Buffers {
     k: Vec<f32>,
     v: Vec<f32>,
     att: Vec<f32>,
+    part: Vec<f32>,
     o: Vec<f32>,
     g: Vec<f32>,
     u: Vec<f32>,
@@ -110,6 +111,7 @@ impl CpuSession {
             k,
             v,
             att,
+            part,
             o,
             g,
             u,
@@ -166,7 +168,7 @@ impl CpuSession {
 
             self.kv[il].store(pos0, k, v, n);
             att.resize(n * qd, 0.0);
-            attend(&l.spec, &self.kv[il], q, pos0, n, att);
+            attend(&l.spec, &self.kv[il], q, pos0, n, att, part);
             put(dump, li, names::KQV_OUT, att, n)?;
 
             o.resize(n * d, 0.0);
