@@ -196,24 +196,22 @@ fn attend_split(
         let per = len.div_ceil(n_split);
         (lo + c * per).min(pos + 1)..(lo + (c + 1) * per).min(pos + 1)
     };
-    part.par_chunks_mut(stride)
-        .enumerate()
-        .for_each(|(i, p)| {
-            let (idx, c) = (i / n_split, i % n_split);
-            let kvh = idx % n_kv;
-            let qg = &q[idx * group * hd..(idx + 1) * group * hd];
-            let (o, m) = p.split_at_mut(group * hd);
-            let r = range(idx, c);
-            if r.is_empty() {
-                m.chunks_exact_mut(2).for_each(|x| {
-                    x[0] = f32::NEG_INFINITY;
-                    x[1] = 0.0;
-                });
-                o.fill(0.0);
-                return;
-            }
-            partial(spec, cache, qg, kvh, r, o, m);
-        });
+    part.par_chunks_mut(stride).enumerate().for_each(|(i, p)| {
+        let (idx, c) = (i / n_split, i % n_split);
+        let kvh = idx % n_kv;
+        let qg = &q[idx * group * hd..(idx + 1) * group * hd];
+        let (o, m) = p.split_at_mut(group * hd);
+        let r = range(idx, c);
+        if r.is_empty() {
+            m.chunks_exact_mut(2).for_each(|x| {
+                x[0] = f32::NEG_INFINITY;
+                x[1] = 0.0;
+            });
+            o.fill(0.0);
+            return;
+        }
+        partial(spec, cache, qg, kvh, r, o, m);
+    });
     let part = &part[..];
     for (idx, o) in out[..n_tok * spec.n_head * hd]
         .chunks_exact_mut(group * hd)
