@@ -32,6 +32,20 @@
 //! [`reference`](mod@reference) (weights dequantized to f32, so the CPU backend gives the
 //! exact function to measure the ANE path against).
 //!
+//! # Two ways to run the kernels
+//!
+//! [`AneSimBackend`] (`--backend ane-sim`) runs each printed → parsed →
+//! rule-checked program directly on the simulator. [`AneBackend`]
+//! (`--backend ane --driver sim|ane`) runs the same kernels through the ANE
+//! runtime (`anedvd_ane::runtime::Programs`): every program is compiled and
+//! loaded once at `compile()` time, within the runtime's compile budget
+//! (a model needing more distinct programs than the budget allows is
+//! refused up front, naming the budget), and each dispatch packs the
+//! activations into surfaces at the strides the driver reports. The driver
+//! lives on one dedicated thread ([`worker`]); with
+//! [`DriverKind::Private`] off macOS, `compile()` fails with
+//! `ANE unavailable: …`.
+//!
 //! This crate knows the graph vocabulary and the lowering; it never sees
 //! file formats or model families.
 //!
@@ -52,9 +66,17 @@ mod model;
 pub mod reference;
 pub mod selftest;
 mod session;
+pub mod worker;
 
 pub use anedvd_ane::lower::{LowerOptions, Variant};
+pub use anedvd_ane::runtime::DEFAULT_COMPILE_BUDGET;
 pub use model::AneSimExecutable;
+pub use worker::{CompileReport, DriverKind};
+
+/// The executable of both backends ([`AneSimBackend`], [`AneBackend`]).
+pub type AneExecutable = AneSimExecutable;
+
+use model::Exec;
 
 use anedvd_graph::{Backend, DecoderProgram, Executable, Result};
 
@@ -80,12 +102,48 @@ pub enum Error {
         /// What is wrong.
         msg: String,
     },
+    /// The runtime or driver failed outside any one kernel (e.g. `ANE
+    /// unavailable: …` when the driver cannot be opened).
+    #[error(transparent)]
+    Runtime(anedvd_ane::runtime::Error),
+    /// Compiling, loading or running one kernel through the runtime failed.
+    #[error("kernel {kernel}: {source}")]
+    Dispatch {
+        /// Kernel name.
+        kernel: String,
+        /// The runtime error.
+        source: anedvd_ane::runtime::Error,
+    },
+    /// The model needs more distinct programs than the compile budget allows.
+    #[error(
+        "the model needs {needed} ANE programs but the compile budget allows {left} more \
+         (budget {budget} compiles per process); use the fused variant or a larger \
+         vocabulary slice, or raise the budget"
+    )]
+    OverBudget {
+        /// Distinct programs of the lowering.
+        needed: usize,
+        /// Compiles left in the budget.
+        left: u32,
+        /// The budget.
+        budget: u32,
+    },
+    /// The runtime thread could not be started or has stopped.
+    #[error("ANE runtime thread: {0}")]
+    Worker(String),
 }
 
 impl From<Error> for anedvd_graph::Error {
     fn from(e: Error) -> Self {
+        let backend = match e {
+            Error::Runtime(_)
+            | Error::Dispatch { .. }
+            | Error::OverBudget { .. }
+            | Error::Worker(_) => "ane",
+            _ => "ane-sim",
+        };
         anedvd_graph::Error::Backend {
-            backend: "ane-sim".into(),
+            backend: backend.into(),
             message: e.to_string(),
         }
     }
@@ -108,7 +166,7 @@ impl AneSimBackend {
     /// its dispatch counters).
     pub fn compile_sim(&self, program: &DecoderProgram) -> Result<AneSimExecutable> {
         program.validate()?;
-        AneSimExecutable::new(program, &self.options)
+        AneSimExecutable::new(program, &self.options, Exec::Direct)
     }
 }
 
@@ -119,5 +177,59 @@ impl Backend for AneSimBackend {
 
     fn compile(&self, program: &DecoderProgram) -> Result<Box<dyn Executable>> {
         Ok(Box::new(self.compile_sim(program)?))
+    }
+}
+
+/// The ANE backend: the lowering's kernels run through the ANE runtime on
+/// a driver ([`DriverKind::Sim`] anywhere, [`DriverKind::Private`] on a
+/// Mac); attention, RoPE and the KV cache on the CPU.
+#[derive(Debug, Clone, Copy)]
+pub struct AneBackend {
+    /// Lowering options (width, variant, vocabulary slice).
+    pub options: LowerOptions,
+    /// The driver.
+    pub driver: DriverKind,
+    /// Compiles this backend's runtime allows (counted from the driver's
+    /// compiles so far; the private driver counts the whole process).
+    pub compile_budget: u32,
+}
+
+impl AneBackend {
+    /// A backend lowering with `options` and running on `driver`, with
+    /// [`DEFAULT_COMPILE_BUDGET`].
+    pub fn new(options: LowerOptions, driver: DriverKind) -> Self {
+        AneBackend {
+            options,
+            driver,
+            compile_budget: DEFAULT_COMPILE_BUDGET,
+        }
+    }
+
+    /// Sets the compile budget.
+    pub fn with_compile_budget(mut self, budget: u32) -> Self {
+        self.compile_budget = budget;
+        self
+    }
+
+    /// Like [`Backend::compile`] but returns the concrete executable (for
+    /// its dispatch counters and [`AneExecutable::compile_report`]). Every
+    /// program is compiled and loaded here, on the runtime thread.
+    pub fn compile_ane(&self, program: &DecoderProgram) -> Result<AneExecutable> {
+        program.validate()?;
+        AneSimExecutable::new(
+            program,
+            &self.options,
+            Exec::Runtime(self.driver, self.compile_budget),
+        )
+    }
+}
+
+impl Backend for AneBackend {
+    fn name(&self) -> &str {
+        "ane"
+    }
+
+    fn compile(&self, program: &DecoderProgram) -> Result<Box<dyn Executable>> {
+        Ok(Box::new(self.compile_ane(program)?))
     }
 }

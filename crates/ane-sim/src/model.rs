@@ -1,8 +1,10 @@
 //! The compiled model: kernels printed → parsed → rule-checked, plus the CPU-side vectors.
 
 use crate::session::SimSession;
+use crate::worker::{CompileReport, DriverKind, Worker};
 use crate::Error;
 use anedvd_ane::lower::{self, tensors, KernelKind, LowerOptions, Lowered, Variant};
+use anedvd_ane::runtime::ProgramSource;
 use anedvd_base::WeightSource;
 use anedvd_graph::{DecoderProgram, Executable, LayerSpec, Result, Role, Session};
 use anedvd_mil::ir::Program;
@@ -11,15 +13,32 @@ use anedvd_mil::sim::{Simulator, Tensor, Weights};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// One kernel as the simulator runs it.
+/// A kernel's program as the simulator runs it directly.
+pub(crate) struct Direct {
+    /// Parsed back from the printed text.
+    pub program: Program,
+    pub weights: Weights,
+}
+
+/// One kernel of the lowering.
 pub(crate) struct SimKernel {
     pub name: String,
     pub kind: KernelKind,
     pub in_channels: usize,
     pub out_channels: usize,
-    /// Parsed back from the printed text.
-    pub program: Program,
-    pub weights: Weights,
+    /// Position in [`Model::kernels`] (the worker's program index).
+    pub index: usize,
+    /// `Some` on the direct path; `None` when a runtime worker holds the program.
+    pub direct: Option<Direct>,
+}
+
+/// How kernels are executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exec {
+    /// Straight on the MIL simulator (`ane-sim`).
+    Direct,
+    /// Through `anedvd_ane::runtime::Programs` on a driver, with a compile budget.
+    Runtime(DriverKind, u32),
 }
 
 /// CPU-side per-layer data.
@@ -35,6 +54,7 @@ pub(crate) struct CpuLayer {
 
 pub(crate) struct Model {
     pub options: LowerOptions,
+    pub exec: Exec,
     pub n_embd: usize,
     pub n_vocab: usize,
     pub n_ctx_train: usize,
@@ -48,6 +68,9 @@ pub(crate) struct Model {
     pub kernels: Vec<SimKernel>,
     /// Dispatches executed by every session of this executable.
     pub dispatches: Arc<AtomicU64>,
+    /// The runtime thread (`Exec::Runtime`); declared last so it is
+    /// dropped (and joined) after everything else.
+    pub worker: Option<Worker>,
 }
 
 fn mil_err(kernel: &str) -> impl Fn(anedvd_mil::Error) -> Error + '_ {
@@ -58,24 +81,46 @@ fn mil_err(kernel: &str) -> impl Fn(anedvd_mil::Error) -> Error + '_ {
 }
 
 impl Model {
-    fn new(p: &DecoderProgram, options: &LowerOptions) -> Result<Self> {
+    fn new(p: &DecoderProgram, options: &LowerOptions, exec: Exec) -> Result<Self> {
         let lowered: Lowered = lower::lower(p, options).map_err(Error::from)?;
         let mut kernels = Vec::with_capacity(lowered.kernels.len());
-        for k in lowered.kernels {
-            // the text path: what runs is what the printed MIL says
-            let text = anedvd_mil::print(&k.program);
-            let program = anedvd_mil::parse(&text).map_err(mil_err(&k.name))?;
-            Simulator::new(&program, &k.weights, &RuleConfig::default())
-                .map_err(mil_err(&k.name))?;
+        let mut sources = Vec::new();
+        for (index, k) in lowered.kernels.into_iter().enumerate() {
+            let direct = match exec {
+                Exec::Direct => {
+                    // the text path: what runs is what the printed MIL says
+                    let text = anedvd_mil::print(&k.program);
+                    let program = anedvd_mil::parse(&text).map_err(mil_err(&k.name))?;
+                    Simulator::new(&program, &k.weights, &RuleConfig::default())
+                        .map_err(mil_err(&k.name))?;
+                    Some(Direct {
+                        program,
+                        weights: k.weights,
+                    })
+                }
+                Exec::Runtime(..) => {
+                    // the driver compiles the printed text (the simulated
+                    // driver parses it back and runs the rule table)
+                    sources.push((
+                        k.name.clone(),
+                        ProgramSource::from_program(&k.program, &k.weights),
+                    ));
+                    None
+                }
+            };
             kernels.push(SimKernel {
                 name: k.name,
                 kind: k.kind,
                 in_channels: k.in_channels,
                 out_channels: k.out_channels,
-                program,
-                weights: k.weights,
+                index,
+                direct,
             });
         }
+        let worker = match exec {
+            Exec::Direct => None,
+            Exec::Runtime(driver, budget) => Some(Worker::start(driver, budget, sources)?),
+        };
         let src = p.weights.as_ref();
         let off = p.norm.weight_offset;
         let vec = |name: &str, len: usize| -> Result<Vec<f32>> {
@@ -106,6 +151,7 @@ impl Model {
         }
         Ok(Model {
             options: *options,
+            exec,
             n_embd: p.n_embd,
             n_vocab: p.n_vocab,
             n_ctx_train: p.n_ctx_train,
@@ -118,6 +164,7 @@ impl Model {
             output_norm: norm(&p.output_norm, p.n_embd)?,
             kernels,
             dispatches: Arc::new(AtomicU64::new(0)),
+            worker,
         })
     }
 
@@ -154,14 +201,26 @@ impl Model {
                 cols[c * w + t] = v;
             }
         }
-        let x = Tensor::f16(&[1, cin, 1, w], &cols).map_err(mil_err(&k.name))?;
-        let sim = Simulator::new_unchecked(&k.program, &k.weights);
-        let out = sim.run("main", &[("x", x)]).map_err(mil_err(&k.name))?;
-        self.dispatches.fetch_add(1, Ordering::Relaxed);
-        let y = match out.as_slice() {
-            [(_, t)] if t.shape == [1, cout, 1, w] => t.to_f32(),
-            _ => return Err(bad("unexpected outputs".into()).into()),
+        let y = match (&k.direct, &self.worker) {
+            (Some(d), _) => {
+                let x = Tensor::f16(&[1, cin, 1, w], &cols).map_err(mil_err(&k.name))?;
+                let sim = Simulator::new_unchecked(&d.program, &d.weights);
+                let out = sim.run("main", &[("x", x)]).map_err(mil_err(&k.name))?;
+                match out.as_slice() {
+                    [(_, t)] if t.shape == [1, cout, 1, w] => t.to_f32(),
+                    _ => return Err(bad("unexpected outputs".into()).into()),
+                }
+            }
+            (None, Some(worker)) => {
+                let y = worker.run(k.index, &k.name, cols)?;
+                if y.len() != cout * w {
+                    return Err(bad(format!("{} outputs, expected {cout}×{w}", y.len())).into());
+                }
+                y
+            }
+            (None, None) => return Err(bad("no program to run".into()).into()),
         };
+        self.dispatches.fetch_add(1, Ordering::Relaxed);
         let mut res = vec![0f32; n * cout];
         for (t, row) in res.chunks_exact_mut(cout).enumerate() {
             for (c, v) in row.iter_mut().enumerate() {
@@ -189,10 +248,24 @@ pub struct AneSimExecutable {
 }
 
 impl AneSimExecutable {
-    pub(crate) fn new(p: &DecoderProgram, options: &LowerOptions) -> Result<Self> {
+    pub(crate) fn new(p: &DecoderProgram, options: &LowerOptions, exec: Exec) -> Result<Self> {
         Ok(AneSimExecutable {
-            model: Arc::new(Model::new(p, options)?),
+            model: Arc::new(Model::new(p, options, exec)?),
         })
+    }
+
+    /// The driver the kernels run on (`None`: directly on the simulator).
+    pub fn driver(&self) -> Option<DriverKind> {
+        match self.model.exec {
+            Exec::Direct => None,
+            Exec::Runtime(d, _) => Some(d),
+        }
+    }
+
+    /// Compiles used and left (`None` on the direct simulator path, which
+    /// compiles nothing).
+    pub fn compile_report(&self) -> Option<CompileReport> {
+        self.model.worker.as_ref().map(Worker::report)
     }
 
     /// The lowering variant.

@@ -1,0 +1,195 @@
+//! The `ane` backend (kernels through `anedvd_ane::runtime` on a driver):
+//! the tiny qwen2 and gemma3 checkpoints through the simulated driver
+//! against HF transformers (reference.json, produced outside anedvd) and the
+//! exact CPU reference; the private driver off macOS; the compile budget.
+#![allow(clippy::unwrap_used)]
+
+use anedvd_ane_sim::{AneBackend, AneSimBackend, DriverKind, LowerOptions, Variant};
+use anedvd_base::WeightSource;
+use anedvd_cpu::CpuBackend;
+use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Acceptance bound on max|Δ| / max|reference| of the last logits (as in families.rs).
+const MAX_REL: f64 = 0.02;
+
+fn dir(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/models")
+        .join(family)
+}
+
+fn reference(family: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir(family).join("reference.json")).unwrap())
+        .unwrap()
+}
+
+fn program(family: &str) -> DecoderProgram {
+    let opened = anedvd_weights::open(dir(family).join("model-f32.gguf")).unwrap();
+    let src: Arc<dyn WeightSource> = Arc::from(opened.source);
+    anedvd_model::load(src, &Default::default()).unwrap().1
+}
+
+fn values(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn max_rel(a: &[f32], reference: &[f32]) -> f64 {
+    let scale = reference.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+    let diff = a
+        .iter()
+        .zip(reference)
+        .fold(0f32, |m, (x, y)| m.max((x - y).abs())) as f64;
+    diff / scale
+}
+
+fn argmax(x: &[f32]) -> usize {
+    (0..x.len()).fold(0, |b, i| if x[i] > x[b] { i } else { b })
+}
+
+fn options(variant: Variant) -> LowerOptions {
+    LowerOptions {
+        variant,
+        ..Default::default()
+    }
+}
+
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn executable_is_send_and_sync() {
+    assert_send_sync::<anedvd_ane_sim::AneExecutable>();
+    assert_send_sync::<AneBackend>();
+}
+
+#[test]
+fn tiny_models_through_the_sim_driver_match_transformers_and_cpu() {
+    for family in ["qwen2", "gemma3"] {
+        let r = reference(family);
+        let prompt: Vec<u32> = values(&r["prompt_ids"]).iter().map(|&x| x as u32).collect();
+        let hf: Vec<f32> = values(&r["last_logits"])
+            .iter()
+            .map(|&x| x as f32)
+            .collect();
+        let hf_top = r["last_argmax"].as_u64().unwrap() as usize;
+        let p = program(family);
+        let cpu = CpuBackend::new(1).unwrap().compile(&p).unwrap();
+        let want = cpu
+            .new_session(64)
+            .unwrap()
+            .forward(&prompt, LogitsMode::Last)
+            .unwrap()
+            .to_vec();
+        for variant in [Variant::Split, Variant::Fused] {
+            let tag = format!("{family}/{}", variant.name());
+            let backend = AneBackend::new(options(variant), DriverKind::Sim);
+            let exe = backend.compile_ane(&p).unwrap();
+            let report = exe.compile_report().unwrap();
+            // one compile per distinct program, all within the budget
+            assert_eq!(
+                report.compiles as usize + report.cache_hits as usize,
+                exe.dispatches_per_token(),
+                "{tag}: {report:?}"
+            );
+            assert!(report.compiles >= 1 && report.compiles_left < report.budget);
+            let mut s = exe.new_session(64).unwrap();
+            let got = s.forward(&prompt, LogitsMode::Last).unwrap().to_vec();
+            assert_eq!(
+                exe.dispatches_executed() as usize,
+                exe.dispatches_per_token()
+            );
+            let (vs_cpu, vs_hf) = (max_rel(&got, &want), max_rel(&got, &hf));
+            println!("{tag}: {report:?}; max rel vs cpu {vs_cpu:.5}, vs transformers {vs_hf:.5}");
+            assert!(vs_cpu <= MAX_REL, "{tag}: rel error vs cpu {vs_cpu:.4}");
+            assert!(
+                vs_hf <= MAX_REL,
+                "{tag}: rel error vs transformers {vs_hf:.4}"
+            );
+            assert_eq!(argmax(&got), argmax(&want), "{tag}: top-1 vs cpu");
+            assert_eq!(argmax(&got), hf_top, "{tag}: top-1 vs transformers");
+            // the runtime's packing at reported strides loses nothing: the
+            // same kernels run directly on the simulator give the same logits
+            let direct = AneSimBackend::new(options(variant)).compile(&p).unwrap();
+            let d = direct
+                .new_session(64)
+                .unwrap()
+                .forward(&prompt, LogitsMode::Last)
+                .unwrap()
+                .to_vec();
+            assert_eq!(got, d, "{tag}: runtime vs direct simulator");
+            // decode continues through the same worker
+            let next = argmax(&got) as u32;
+            let a = argmax(s.forward(&[next], LogitsMode::Last).unwrap());
+            let mut cs = cpu.new_session(64).unwrap();
+            cs.forward(&prompt, LogitsMode::None).unwrap();
+            let b = argmax(cs.forward(&[next], LogitsMode::Last).unwrap());
+            assert_eq!(a, b, "{tag}: decode step");
+        }
+    }
+}
+
+#[test]
+fn sessions_on_other_threads_share_the_worker() {
+    let p = program("qwen2");
+    let exe = Arc::new(
+        AneBackend::new(options(Variant::Fused), DriverKind::Sim)
+            .compile_ane(&p)
+            .unwrap(),
+    );
+    let run = |exe: &anedvd_ane_sim::AneExecutable| {
+        exe.new_session(8)
+            .unwrap()
+            .forward(&[1, 2, 3], LogitsMode::Last)
+            .unwrap()
+            .to_vec()
+    };
+    let here = run(&exe);
+    let handles: Vec<_> = (0..2)
+        .map(|_| {
+            let exe = exe.clone();
+            std::thread::spawn(move || run(&exe))
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), here);
+    }
+}
+
+#[cfg(not(target_os = "macos"))]
+#[test]
+fn private_driver_off_macos_fails_compile_with_one_line() {
+    let p = program("qwen2");
+    let backend = AneBackend::new(LowerOptions::default(), DriverKind::Private);
+    let e = backend.compile(&p).err().unwrap().to_string();
+    assert!(e.contains("ANE unavailable: "), "{e}");
+    assert!(e.starts_with("ane: ANE unavailable: "), "{e}");
+    assert!(!e.contains('\n'), "{e}");
+}
+
+#[test]
+fn compile_budget_is_enforced_and_named() {
+    let p = program("gemma3");
+    let o = options(Variant::Split);
+    let needed = 3 * p.layers.len() + 1; // q/k/v, attn_out, ffn per layer + lm_head
+    let exact = AneBackend::new(o, DriverKind::Sim).with_compile_budget(needed as u32);
+    let exe = exact.compile_ane(&p).unwrap();
+    let r = exe.compile_report().unwrap();
+    assert_eq!(
+        (r.compiles, r.compiles_left, r.budget),
+        (needed as u32, 0, needed as u32)
+    );
+    let short = AneBackend::new(o, DriverKind::Sim).with_compile_budget(needed as u32 - 1);
+    let e = short.compile(&p).err().unwrap().to_string();
+    assert!(
+        e.contains(&format!("needs {needed} ANE programs"))
+            && e.contains(&format!("allows {} more", needed - 1))
+            && e.contains(&format!("budget {}", needed - 1)),
+        "{e}"
+    );
+}
