@@ -1,7 +1,7 @@
 //! The compiled model: kernels printed → parsed → rule-checked, plus the CPU-side vectors.
 
 use crate::session::SimSession;
-use crate::worker::{CompileReport, DriverKind, Worker};
+use crate::worker::{CompileReport, DriverKind, Opened, Worker};
 use crate::Error;
 use anedvd_ane::lower::{self, tensors, KernelKind, LowerOptions, Lowered, Variant};
 use anedvd_ane::runtime::ProgramSource;
@@ -82,6 +82,11 @@ fn mil_err(kernel: &str) -> impl Fn(anedvd_mil::Error) -> Error + '_ {
 
 impl Model {
     fn new(p: &DecoderProgram, options: &LowerOptions, exec: Exec) -> Result<Self> {
+        // open the driver first: `ANE unavailable` before any lowering work
+        let opened = match exec {
+            Exec::Direct => None,
+            Exec::Runtime(driver, budget) => Some(Opened::open(driver, budget)?),
+        };
         let lowered: Lowered = lower::lower(p, options).map_err(Error::from)?;
         let mut kernels = Vec::with_capacity(lowered.kernels.len());
         let mut sources = Vec::new();
@@ -117,10 +122,7 @@ impl Model {
                 direct,
             });
         }
-        let worker = match exec {
-            Exec::Direct => None,
-            Exec::Runtime(driver, budget) => Some(Worker::start(driver, budget, sources)?),
-        };
+        let worker = opened.map(|o| o.prepare(sources)).transpose()?;
         let src = p.weights.as_ref();
         let off = p.norm.weight_offset;
         let vec = |name: &str, len: usize| -> Result<Vec<f32>> {

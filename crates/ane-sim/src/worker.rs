@@ -86,21 +86,31 @@ fn stats_report<D: Driver>(p: &Programs<D>, budget: u32) -> CompileReport {
     }
 }
 
-/// Prepares every program on the worker thread, reports, then serves jobs.
-fn serve<D: Driver>(
-    driver: runtime::Result<D>,
-    budget: u32,
-    sources: Vec<(String, ProgramSource)>,
+/// The worker thread's channels.
+struct Channels {
+    opened: Sender<Result<(), Error>>,
+    sources: Receiver<Vec<(String, ProgramSource)>>,
     ready: Sender<Result<CompileReport, Error>>,
     jobs: Receiver<Job>,
-) {
+}
+
+/// On the worker thread: reports whether the driver opened, then prepares
+/// every program it is sent, reports, and serves jobs.
+fn serve<D: Driver>(driver: runtime::Result<D>, budget: u32, ch: Channels) {
     let driver = match driver {
         Ok(d) => d,
         Err(e) => {
-            let _ = ready.send(Err(Error::Runtime(e)));
+            let _ = ch.opened.send(Err(Error::Runtime(e)));
             return;
         }
     };
+    if ch.opened.send(Ok(())).is_err() {
+        return;
+    }
+    let Ok(sources) = ch.sources.recv() else {
+        return;
+    };
+    let ready = ch.ready;
     let mut programs = Programs::new(Runtime::new(driver).with_compile_budget(budget));
     // Refuse up front rather than compile part of the model and fail.
     let distinct: BTreeSet<u64> = sources.iter().map(|(_, s)| s.digest()).collect();
@@ -126,7 +136,7 @@ fn serve<D: Driver>(
     if ready.send(Ok(stats_report(&programs, budget))).is_err() {
         return;
     }
-    while let Ok(job) = jobs.recv() {
+    while let Ok(job) = ch.jobs.recv() {
         let out = match names.get(job.kernel) {
             Some(name) => programs.run(name, &job.x),
             None => Err(runtime::Error::Binding {
@@ -139,35 +149,74 @@ fn serve<D: Driver>(
     // `programs` drops here, on the thread that created the driver.
 }
 
-impl Worker {
-    /// Starts the worker for `driver`, prepares `sources` (kernel `i` is
-    /// `sources[i]`) and waits until they are compiled and loaded.
-    pub fn start(
-        driver: DriverKind,
-        budget: u32,
-        sources: Vec<(String, ProgramSource)>,
-    ) -> Result<Worker, Error> {
-        let (ready_tx, ready_rx) = channel();
-        let (tx, rx) = channel();
+/// A worker whose driver is open but whose programs are not prepared yet.
+pub(crate) struct Opened {
+    thread: JoinHandle<()>,
+    sources: Sender<Vec<(String, ProgramSource)>>,
+    ready: Receiver<Result<CompileReport, Error>>,
+    tx: Sender<Job>,
+}
+
+fn stopped(thread: JoinHandle<()>, when: &str) -> Error {
+    let _ = thread.join();
+    Error::Worker(format!("the runtime thread stopped while {when}"))
+}
+
+impl Opened {
+    /// Starts the worker thread and opens `driver` on it (so `ANE
+    /// unavailable` is known before any lowering work).
+    pub fn open(driver: DriverKind, budget: u32) -> Result<Opened, Error> {
+        let (opened, opened_rx) = channel();
+        let (sources, sources_rx) = channel();
+        let (ready, ready_rx) = channel();
+        let (tx, jobs) = channel();
+        let ch = Channels {
+            opened,
+            sources: sources_rx,
+            ready,
+            jobs,
+        };
         let thread = std::thread::Builder::new()
             .name(format!("anedvd-ane-{}", driver.name()))
             .spawn(move || match driver {
-                DriverKind::Sim => serve(Ok(SimDriver::new()), budget, sources, ready_tx, rx),
-                DriverKind::Private => serve(PrivateDriver::open(), budget, sources, ready_tx, rx),
+                DriverKind::Sim => serve(Ok(SimDriver::new()), budget, ch),
+                DriverKind::Private => serve(PrivateDriver::open(), budget, ch),
             })
             .map_err(|e| Error::Worker(format!("cannot start the runtime thread: {e}")))?;
-        let report = match ready_rx.recv() {
+        match opened_rx.recv() {
+            Ok(Ok(())) => Ok(Opened {
+                thread,
+                sources,
+                ready: ready_rx,
+                tx,
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => Err(stopped(thread, "opening the driver")),
+        }
+    }
+
+    /// Prepares `sources` (kernel `i` is `sources[i]`) and waits until they
+    /// are compiled and loaded.
+    pub fn prepare(self, sources: Vec<(String, ProgramSource)>) -> Result<Worker, Error> {
+        let Opened {
+            thread,
+            sources: send,
+            ready,
+            tx,
+        } = self;
+        if send.send(sources).is_err() {
+            return Err(stopped(thread, "waiting for programs"));
+        }
+        let report = match ready.recv() {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 let _ = thread.join();
                 return Err(e);
             }
-            Err(_) => {
-                let _ = thread.join();
-                return Err(Error::Worker(
-                    "the runtime thread stopped while compiling".into(),
-                ));
-            }
+            Err(_) => return Err(stopped(thread, "compiling")),
         };
         Ok(Worker {
             tx: Some(Mutex::new(tx)),
@@ -175,7 +224,9 @@ impl Worker {
             report,
         })
     }
+}
 
+impl Worker {
     /// What compiling cost.
     pub fn report(&self) -> CompileReport {
         self.report

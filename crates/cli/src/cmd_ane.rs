@@ -14,7 +14,8 @@ use anyhow::{bail, Context, Result};
 /// Which driver runs the programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DriverKind {
-    /// AppleNeuralEngine.framework (macOS on Apple silicon).
+    /// AppleNeuralEngine.framework (macOS on Apple silicon); also spelled `ane`.
+    #[value(alias = "ane")]
     Private,
     /// The MIL simulator on the CPU (any OS; timings are not ANE timings).
     Sim,
@@ -305,6 +306,19 @@ mod tests {
             driver: DriverKind::Sim,
         };
         assert!(run_width(&a).is_ok());
+    }
+
+    #[test]
+    fn driver_ane_is_an_alias_of_private() {
+        use clap::ValueEnum;
+        assert_eq!(
+            DriverKind::from_str("ane", false).ok(),
+            Some(DriverKind::Private)
+        );
+        assert_eq!(
+            DriverKind::from_str("sim", false).ok(),
+            Some(DriverKind::Sim)
+        );
     }
 
     #[cfg(not(target_os = "macos"))]

@@ -1,13 +1,14 @@
-//! `anedvd verify`, `check`, `kernels`, `selftest`: the ANE lowering (run by
-//! the ane-sim backend) against the CPU reference.
+//! `anedvd verify`, `check`, `kernels`, `selftest`: the ANE lowering (run
+//! directly on the simulator by `ane-sim`, or through the ANE runtime on a
+//! driver by `ane --driver sim|ane`) against the CPU reference.
 
 use crate::common::{default_threads, ModelArgs};
 use anedvd_ane::lower::{self, CostModel, KernelKind, LowerOptions, Variant};
 use anedvd_ane_sim::selftest::{argmax, cosine, max_rel};
-use anedvd_ane_sim::AneSimBackend;
+use anedvd_ane_sim::{AneBackend, AneSimBackend, DriverKind, DEFAULT_COMPILE_BUDGET};
 use anedvd_base::WeightSource;
 use anedvd_cpu::CpuBackend;
-use anedvd_graph::{Backend, DecoderProgram, LogitsMode, RopePairing};
+use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode, RopePairing};
 use anedvd_model::ConfigOverrides;
 use anedvd_tokenizer::Tokenizer;
 use anyhow::{bail, Context, Result};
@@ -59,9 +60,19 @@ pub struct VerifyArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub lowering: LoweringArgs,
-    /// Backend checked against the CPU reference (`ane-sim`, or `cpu` to check the harness).
-    #[arg(long, default_value = "ane-sim")]
+    /// Backend checked against the CPU reference: `ane-sim` (kernels run
+    /// directly on the MIL simulator), `ane` (kernels through the ANE
+    /// runtime on `--driver`), or `cpu` to check the harness.
+    #[arg(long, default_value = "ane-sim", value_name = "ane-sim|ane|cpu")]
     pub backend: String,
+    /// Driver of `--backend ane`: `ane` (AppleNeuralEngine.framework; fails
+    /// with `ANE unavailable` off macOS) or `sim` (the simulated driver).
+    #[arg(long, default_value = "ane", value_name = "ane|sim")]
+    pub driver: String,
+    /// Compiles `--backend ane` may use (the ANE compiler fails after ~119
+    /// per process).
+    #[arg(long, default_value_t = DEFAULT_COMPILE_BUDGET)]
+    pub compile_budget: u32,
     /// Prompt text (tokenized with the model's tokenizer, BOS added if the model wants it).
     #[arg(long, conflicts_with = "prompt_ids")]
     pub prompt: Option<String>,
@@ -224,12 +235,37 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
     }
 }
 
-fn backend_for(name: &str, options: LowerOptions, threads: usize) -> Result<Box<dyn Backend>> {
-    match name {
-        "ane-sim" => Ok(Box::new(AneSimBackend::new(options))),
-        "cpu" => Ok(Box::new(CpuBackend::new(threads)?)),
-        "ane" => bail!("the `ane` backend runs only through `anedvd ane`/the engine on macOS; verify it with --backend ane-sim here"),
-        other => bail!("unknown backend `{other}` (ane-sim, cpu)"),
+/// Compiles the device under test; for `--backend ane` also returns a line
+/// on the compiles used.
+fn compile_dut(
+    a: &VerifyArgs,
+    program: &DecoderProgram,
+    options: LowerOptions,
+    threads: usize,
+) -> Result<(Box<dyn Executable>, Option<String>)> {
+    match a.backend.as_str() {
+        "ane-sim" => Ok((AneSimBackend::new(options).compile(program)?, None)),
+        "cpu" => Ok((CpuBackend::new(threads)?.compile(program)?, None)),
+        "ane" => {
+            let Some(driver) = DriverKind::from_name(&a.driver) else {
+                bail!("--driver must be `ane` or `sim`, not `{}`", a.driver);
+            };
+            let exe = AneBackend::new(options, driver)
+                .with_compile_budget(a.compile_budget)
+                .compile_ane(program)?;
+            let line = exe.compile_report().map(|r| {
+                format!(
+                    "  ANE compiles: {} ({} shared), {} left of the budget of {} ({} driver)",
+                    r.compiles,
+                    r.cache_hits,
+                    r.compiles_left,
+                    r.budget,
+                    driver.name()
+                )
+            });
+            Ok((Box::new(exe), line))
+        }
+        other => bail!("unknown backend `{other}` (ane-sim, ane, cpu)"),
     }
 }
 
@@ -260,7 +296,7 @@ pub fn run_verify(a: &VerifyArgs) -> Result<()> {
     let threads = a.model.threads.unwrap_or_else(default_threads);
     let n_layers = program.layers.len();
     println!(
-        "model {} ({} layers{}, n_embd {}, vocab {}), prompt {} tokens, backend {} ({} variant, W {})",
+        "model {} ({} layers{}, n_embd {}, vocab {}), prompt {} tokens, backend {}{} ({} variant, W {})",
         program.family,
         n_layers,
         if a.layers.is_some() { ", truncated" } else { "" },
@@ -268,13 +304,22 @@ pub fn run_verify(a: &VerifyArgs) -> Result<()> {
         program.n_vocab,
         tokens.len(),
         a.backend,
+        if a.backend == "ane" {
+            format!(" --driver {}", a.driver)
+        } else {
+            String::new()
+        },
         options.variant.name(),
         options.width
     );
     match &a.dump_dir {
         Some(dir) => verify_in(a, &program, &tokens, options, threads, dir),
         None => {
-            let tmp = std::env::temp_dir().join(format!("anedvd-verify-{}", std::process::id()));
+            // unique per call: verifies may run concurrently in one process
+            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp =
+                std::env::temp_dir().join(format!("anedvd-verify-{}-{n}", std::process::id()));
             let result = verify_in(a, &program, &tokens, options, threads, &tmp);
             let _ = std::fs::remove_dir_all(&tmp);
             result
@@ -304,7 +349,7 @@ fn verify_in(
     };
     let mut cs = cpu.new_session(max_seq)?;
     let t1 = Instant::now();
-    let dut = backend_for(&a.backend, options, threads)?.compile(program)?;
+    let (dut, compiles) = compile_dut(a, program, options, threads)?;
     let mut ds = dut.new_session(max_seq)?;
     let compile_s = t1.elapsed().as_secs_f64();
     let (cpu_dir, dut_dir) = (tmp.join("cpu"), tmp.join("dut"));
@@ -347,7 +392,10 @@ fn verify_in(
         "  compile {compile_s:.2}s, prefill {prefill_s:.2}s ({} backend)",
         a.backend
     );
-    if a.backend == "ane-sim" {
+    if let Some(line) = compiles {
+        println!("{line}");
+    }
+    if a.backend.starts_with("ane") {
         println!(
             "  ANE dispatches per decode token: {} ({} variant)",
             lower::dispatch_count(
@@ -567,5 +615,77 @@ mod tests {
         std::fs::write(&path, b).ok();
         assert_eq!(npy_last_row(&path).ok(), Some(vec![4., 5., 6.]));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        verify: VerifyArgs,
+    }
+
+    fn verify(extra: &[&str]) -> Result<()> {
+        use clap::Parser;
+        let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/models/qwen2/model-f32.gguf");
+        let mut args = vec!["verify", "--model", model.to_str().unwrap_or_default()];
+        args.extend([
+            "--prompt-ids",
+            "1,2,3,4,5",
+            "--max-new-tokens",
+            "2",
+            "-t",
+            "1",
+        ]);
+        args.extend(extra);
+        run_verify(&Cmd::try_parse_from(args)?.verify)
+    }
+
+    #[test]
+    fn verify_both_ane_spellings_pass_on_the_tiny_model() {
+        for extra in [
+            &["--backend", "ane-sim"][..],
+            &["--backend", "ane", "--driver", "sim"],
+            &["--backend", "ane", "--driver", "sim", "--variant", "split"],
+        ] {
+            let r = verify(extra);
+            assert!(r.is_ok(), "{extra:?}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn verify_ane_reports_budget_and_bad_driver() {
+        let e = verify(&[
+            "--backend",
+            "ane",
+            "--driver",
+            "sim",
+            "--compile-budget",
+            "2",
+        ])
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+        assert!(e.contains("compile budget allows 2 more"), "{e}");
+        let e = verify(&["--backend", "ane", "--driver", "gpu"])
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        assert!(e.contains("--driver must be"), "{e}");
+    }
+
+    #[cfg(not(target_os = "macos"))]
+    #[test]
+    fn verify_ane_on_the_private_driver_fails_with_one_line_off_macos() {
+        for extra in [
+            &["--backend", "ane"][..],
+            &["--backend", "ane", "--driver", "ane"],
+        ] {
+            let e = verify(extra)
+                .err()
+                .map(|e| format!("{e:#}"))
+                .unwrap_or_default();
+            assert!(e.contains("ANE unavailable: "), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 }
