@@ -1,7 +1,8 @@
 //! Attention over an f16 KV cache: GQA, causal and sliding-window masks,
 //! optional score soft-cap, softmax in f32.
 
-use crate::kernels::{axpy, dot, exp_fast, softcap};
+use crate::kernels::{axpy, exp_fast, softcap};
+use crate::qkernels::Kernels;
 use anedvd_graph::LayerSpec;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -9,44 +10,61 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 
 thread_local! {
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static HALF: RefCell<Vec<f16>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Keys and values of one layer, `dim = n_head_kv * head_dim` per position.
+/// Keys and values of one layer as little-endian f16 bytes, one contiguous
+/// run of `head_dim`-wide rows per kv head (so a head's keys are a plain
+/// matrix for the f16 row kernels).
 #[derive(Default)]
 pub struct KvCache {
-    k: Vec<f16>,
-    v: Vec<f16>,
-    dim: usize,
+    k: Vec<Vec<u8>>,
+    v: Vec<Vec<u8>>,
+    head_dim: usize,
 }
 
 impl KvCache {
-    /// An empty cache of `dim` values per position.
-    pub fn new(dim: usize) -> Self {
+    /// An empty cache of `n_kv` heads of `head_dim` values per position.
+    pub fn new(n_kv: usize, head_dim: usize) -> Self {
         Self {
-            k: Vec::new(),
-            v: Vec::new(),
-            dim,
+            k: vec![Vec::new(); n_kv],
+            v: vec![Vec::new(); n_kv],
+            head_dim,
         }
     }
 
-    /// Writes `n_tok` rows of keys and values at positions `pos0..`, growing as needed.
+    /// Writes `n_tok` rows of keys and values (`n_kv * head_dim` each) at
+    /// positions `pos0..`, growing as needed.
     pub fn store(&mut self, pos0: usize, k: &[f32], v: &[f32], n_tok: usize) {
-        let end = (pos0 + n_tok) * self.dim;
-        if self.k.len() < end {
-            self.k.resize(end, f16::ZERO);
-            self.v.resize(end, f16::ZERO);
-        }
-        let range = pos0 * self.dim..end;
-        self.k[range.clone()].convert_from_f32_slice(&k[..n_tok * self.dim]);
-        self.v[range].convert_from_f32_slice(&v[..n_tok * self.dim]);
+        let hd = self.head_dim;
+        let dim = hd * self.k.len();
+        HALF.with(|h| {
+            let mut h = h.borrow_mut();
+            h.resize(hd, f16::ZERO);
+            for (src, heads) in [(k, &mut self.k), (v, &mut self.v)] {
+                for (kvh, dst) in heads.iter_mut().enumerate() {
+                    let end = (pos0 + n_tok) * hd * 2;
+                    dst.resize(end.max(dst.len()), 0);
+                    for t in 0..n_tok {
+                        let off = t * dim + kvh * hd;
+                        h.convert_from_f32_slice(&src[off..off + hd]);
+                        let row = &mut dst[(pos0 + t) * hd * 2..(pos0 + t + 1) * hd * 2];
+                        for (b, x) in row.chunks_exact_mut(2).zip(h.iter()) {
+                            b.copy_from_slice(&x.to_le_bytes());
+                        }
+                    }
+                }
+            }
+        });
     }
 
     /// Forgets positions at and beyond `n` (keeps the allocation).
     pub fn truncate(&mut self, n: usize) {
-        let len = n * self.dim;
-        self.k.truncate(len);
-        self.v.truncate(len);
+        let len = n * self.head_dim * 2;
+        for c in self.k.iter_mut().chain(self.v.iter_mut()) {
+            c.truncate(len);
+        }
     }
 }
 
@@ -66,7 +84,9 @@ const MIN_SPLIT: usize = 256;
 /// `range`: `o[g]` = `sum_j exp(s_gj - m_g) * v_j`, and `ms[2g..2g + 2] =
 /// [m_g, sum_j exp(s_gj - m_g)]` with `s_gj` the scaled (and soft-capped)
 /// scores.
+#[allow(clippy::too_many_arguments)]
 fn partial(
+    kern: &Kernels,
     spec: &LayerSpec,
     cache: &KvCache,
     qg: &[f32],
@@ -76,21 +96,21 @@ fn partial(
     ms: &mut [f32],
 ) {
     let hd = spec.head_dim;
+    let rb = 2 * hd;
     let group = ms.len() / 2;
-    let dim = cache.dim;
     let len = range.len();
-    SCRATCH.with(|s| {
-        let (scores, row) = &mut *s.borrow_mut();
-        row.resize(hd, 0.0);
+    let keys = &cache.k[kvh][range.start * rb..range.end * rb];
+    let values = &cache.v[kvh][range.start * rb..range.end * rb];
+    SCORES.with(|s| {
+        let scores = &mut *s.borrow_mut();
         scores.resize(group * len, 0.0);
-        for (jj, j) in range.clone().enumerate() {
-            let off = j * dim + kvh * hd;
-            cache.k[off..off + hd].convert_to_f32_slice(row);
-            for g in 0..group {
-                scores[g * len + jj] = dot(&qg[g * hd..(g + 1) * hd], row) * spec.attn_scale;
-            }
-        }
-        for (sc, m) in scores.chunks_exact_mut(len).zip(ms.chunks_exact_mut(2)) {
+        for ((sc, m), g) in scores
+            .chunks_exact_mut(len)
+            .zip(ms.chunks_exact_mut(2))
+            .zip(0..group)
+        {
+            kern.dot_f16_rows(keys, rb, &qg[g * hd..(g + 1) * hd], sc);
+            sc.iter_mut().for_each(|x| *x *= spec.attn_scale);
             if let Some(cap) = spec.attn_softcap {
                 softcap(sc, cap);
             }
@@ -104,11 +124,9 @@ fn partial(
             m[1] = sum;
         }
         o.fill(0.0);
-        for (jj, j) in range.enumerate() {
-            let off = j * dim + kvh * hd;
-            cache.v[off..off + hd].convert_to_f32_slice(row);
+        for (jj, row) in values.chunks_exact(rb).enumerate() {
             for g in 0..group {
-                axpy(&mut o[g * hd..(g + 1) * hd], scores[g * len + jj], row);
+                kern.axpy_f16(&mut o[g * hd..(g + 1) * hd], scores[g * len + jj], row);
             }
         }
     });
@@ -121,7 +139,9 @@ fn partial(
 /// cached row is converted from f16 once per group. When there are fewer
 /// such tasks than threads (decode) and many positions, the positions are
 /// split across threads and the partial softmaxes merged (`part` is scratch).
+#[allow(clippy::too_many_arguments)]
 pub fn attend(
+    kern: &Kernels,
     spec: &LayerSpec,
     cache: &KvCache,
     q: &[f32],
@@ -142,7 +162,7 @@ pub fn attend(
         1
     };
     if n_split > 1 {
-        return attend_split(spec, cache, q, pos0, n_tok, out, part, n_split);
+        return attend_split(kern, spec, cache, q, pos0, n_tok, out, part, n_split);
     }
     out[..n_tok * spec.n_head * hd]
         .par_chunks_mut(group * hd)
@@ -161,7 +181,7 @@ pub fn attend(
                 ms_vec = vec![0.0; 2 * group];
                 &mut ms_vec
             };
-            partial(spec, cache, qg, kvh, lo..pos + 1, o, ms);
+            partial(kern, spec, cache, qg, kvh, lo..pos + 1, o, ms);
             for (og, m) in o.chunks_exact_mut(hd).zip(ms.chunks_exact(2)) {
                 let inv = 1.0 / m[1];
                 og.iter_mut().for_each(|v| *v *= inv);
@@ -173,6 +193,7 @@ pub fn attend(
 /// `n_split` ranges computed in parallel, then merged.
 #[allow(clippy::too_many_arguments)]
 fn attend_split(
+    kern: &Kernels,
     spec: &LayerSpec,
     cache: &KvCache,
     q: &[f32],
@@ -210,7 +231,7 @@ fn attend_split(
             o.fill(0.0);
             return;
         }
-        partial(spec, cache, qg, kvh, r, o, m);
+        partial(kern, spec, cache, qg, kvh, r, o, m);
     });
     let part = &part[..];
     for (idx, o) in out[..n_tok * spec.n_head * hd]
@@ -288,16 +309,31 @@ mod tests {
             .map(|i| f(i, 0.37) * (1.0 + (i / hd) as f32 / 300.0))
             .collect();
         let v: Vec<f32> = (0..n * hd).map(|i| f(i, 0.11)).collect();
-        let mut cache = KvCache::new(hd);
+        let mut cache = KvCache::new(1, hd);
         cache.store(0, &k, &v, n);
         let q: Vec<f32> = (0..2 * hd).map(|i| f(i, 0.7)).collect();
         let mut out = vec![0.0; 2 * hd];
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build();
         let pool = pool.map_err(|e| e.to_string());
         let Ok(pool) = pool else { return };
-        pool.install(|| attend(&sp, &cache, &q, n - 1, 1, &mut out, &mut Vec::new()));
-        let kf: Vec<f64> = cache.k.iter().map(|x| f64::from(x.to_f32())).collect();
-        let vf: Vec<f64> = cache.v.iter().map(|x| f64::from(x.to_f32())).collect();
+        pool.install(|| {
+            attend(
+                &Kernels::detect(),
+                &sp,
+                &cache,
+                &q,
+                n - 1,
+                1,
+                &mut out,
+                &mut Vec::new(),
+            )
+        });
+        let f16s = |b: &[u8]| -> Vec<f64> {
+            b.chunks_exact(2)
+                .map(|b| f64::from(f16::from_le_bytes([b[0], b[1]]).to_f32()))
+                .collect()
+        };
+        let (kf, vf) = (f16s(&cache.k[0]), f16s(&cache.v[0]));
         for g in 0..2 {
             let qg = &q[g * hd..(g + 1) * hd];
             let s: Vec<f64> = (0..n)
@@ -322,13 +358,22 @@ mod tests {
     /// output is the mean of the visible values: this checks both masks.
     #[test]
     fn causal_and_sliding_masks_average_visible_values() {
-        let mut cache = KvCache::new(2);
+        let mut cache = KvCache::new(1, 2);
         let k = vec![0.0; 10];
         let v: Vec<f32> = (0..5).flat_map(|p| [p as f32, 10.0 * p as f32]).collect();
         cache.store(0, &k, &v, 5);
         let q = vec![0.0; 5 * 4];
         let mut out = vec![0.0; 5 * 4];
-        attend(&spec(None), &cache, &q, 0, 5, &mut out, &mut Vec::new());
+        attend(
+            &Kernels::detect(),
+            &spec(None),
+            &cache,
+            &q,
+            0,
+            5,
+            &mut out,
+            &mut Vec::new(),
+        );
         for t in 0..5usize {
             let mean = (0..=t).map(|p| p as f32).sum::<f32>() / (t + 1) as f32;
             for h in 0..2 {
@@ -336,7 +381,16 @@ mod tests {
                 assert!((out[t * 4 + h * 2 + 1] - 10.0 * mean).abs() < 1e-3);
             }
         }
-        attend(&spec(Some(2)), &cache, &q, 0, 5, &mut out, &mut Vec::new());
+        attend(
+            &Kernels::detect(),
+            &spec(Some(2)),
+            &cache,
+            &q,
+            0,
+            5,
+            &mut out,
+            &mut Vec::new(),
+        );
         for t in 0..5usize {
             let lo = t.saturating_sub(1);
             let mean = (lo..=t).map(|p| p as f32).sum::<f32>() / (t - lo + 1) as f32;

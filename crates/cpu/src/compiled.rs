@@ -52,6 +52,8 @@ pub struct Model {
     pub output: Matrix,
     pub output_norm: Vec<f32>,
     pub layers: Vec<Layer>,
+    /// The kernels chosen at compile time (attention uses them directly).
+    pub kernels: Kernels,
 }
 
 impl Model {
@@ -115,6 +117,7 @@ impl Model {
             output,
             output_norm: norm(&p.output_norm, p.n_embd)?,
             layers,
+            kernels: k,
         })
     }
 }

@@ -78,7 +78,7 @@ impl CpuSession {
         let kv = model
             .layers
             .iter()
-            .map(|l| KvCache::new(l.kv_dim()))
+            .map(|l| KvCache::new(l.spec.n_head_kv, l.spec.head_dim))
             .collect();
         Self {
             model,
@@ -168,7 +168,7 @@ impl CpuSession {
 
             self.kv[il].store(pos0, k, v, n);
             att.resize(n * qd, 0.0);
-            attend(&l.spec, &self.kv[il], q, pos0, n, att, part);
+            attend(&m.kernels, &l.spec, &self.kv[il], q, pos0, n, att, part);
             put(dump, li, names::KQV_OUT, att, n)?;
 
             o.resize(n * d, 0.0);

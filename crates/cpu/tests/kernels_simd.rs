@@ -389,3 +389,46 @@ fn shape_errors_are_reported_not_panicked() {
     assert!(act.quantize_for(ty, &[0.5; 40], 40).is_err());
     assert!(act.quantize_for(GgmlType::Q4K, &[0.5; 32], 32).is_err());
 }
+
+/// The attention kernels (`dot_f16_rows` over strided rows with a short last
+/// row, `axpy_f16`) on every ISA against f64 sums of the same f16 values,
+/// on ragged lengths (SIMD bodies plus scalar tails).
+#[test]
+fn f16_attention_kernels_match_f64_on_ragged_lengths() {
+    let mut rng = Rng(11);
+    for k in Kernels::available() {
+        for n in [1usize, 7, 8, 9, 31, 32, 33, 64, 100, 256] {
+            let (n_rows, stride) = (5usize, 2 * n + 6);
+            let vals: Vec<f32> = (0..n_rows * stride / 2).map(|_| rng.f()).collect();
+            let mut w: Vec<u8> = vals
+                .iter()
+                .flat_map(|&v| f32_to_f16(v).to_le_bytes())
+                .collect();
+            // The last row ends right after its `n` values.
+            w.truncate((n_rows - 1) * stride + 2 * n);
+            let f16at = |i: usize| f64::from(anedvd_quant::f16_to_f32(f32_to_f16(vals[i])));
+            let a: Vec<f32> = (0..n).map(|_| rng.f()).collect();
+            let mut out = vec![f32::NAN; n_rows];
+            k.dot_f16_rows(&w, stride, &a, &mut out);
+            for (r, got) in out.iter().enumerate() {
+                let want: f64 = (0..n)
+                    .map(|i| f16at(r * stride / 2 + i) * f64::from(a[i]))
+                    .sum();
+                let got = f64::from(*got);
+                assert!(
+                    (got - want).abs() < 1e-4,
+                    "{} n={n} row {r}: {got} vs {want}",
+                    k.name()
+                );
+            }
+            let mut y: Vec<f32> = (0..n).map(|_| rng.f()).collect();
+            let y0 = y.clone();
+            k.axpy_f16(&mut y, 0.75, &w[..2 * n]);
+            for i in 0..n {
+                let want = f64::from(y0[i]) + 0.75 * f16at(i);
+                let got = f64::from(y[i]);
+                assert!((got - want).abs() < 1e-5, "{} axpy n={n} i={i}", k.name());
+            }
+        }
+    }
+}

@@ -362,6 +362,13 @@ pub fn dot_f16(w: &[u8], a: &[f32]) -> f32 {
     s as f32
 }
 
+/// `y += a * x` with `x` little-endian f16 bytes.
+pub fn axpy_f16(y: &mut [f32], a: f32, x: &[u8]) {
+    for (y, b) in y.iter_mut().zip(x.chunks_exact(2)) {
+        *y += a * f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+    }
+}
+
 /// BF16 weights times f32 activations, products summed in f64.
 pub fn dot_bf16(w: &[u8], a: &[f32]) -> f32 {
     let mut s = 0.0f64;

@@ -116,6 +116,8 @@ pub(crate) type RowsF32 = fn(&[u8], usize, &[f32], &mut [f32]);
 pub(crate) type Rows4Q8 = fn(&[u8], usize, [&[Q8Block]; 4], &mut [f32]);
 /// [`Rows4Q8`] for Q8_K activations.
 pub(crate) type Rows4Q8K = fn(&[u8], usize, [&[BlockQ8K]; 4], &mut [f32]);
+/// `y += a * x` with `x` little-endian f16 bytes.
+pub(crate) type AxpyF16 = fn(&mut [f32], f32, &[u8]);
 
 /// The per-type row loops of one instruction set.
 #[derive(Clone, Copy)]
@@ -141,6 +143,7 @@ pub(crate) struct Table {
     pub x4_iq4_nl: Option<Rows4Q8>,
     pub x4_q4_k: Option<Rows4Q8K>,
     pub x4_q6_k: Option<Rows4Q8K>,
+    pub axpy_f16: AxpyF16,
 }
 
 impl Table {
@@ -166,6 +169,7 @@ impl Table {
         x4_iq4_nl: None,
         x4_q4_k: None,
         x4_q6_k: None,
+        axpy_f16: generic::axpy_f16,
     };
 }
 
@@ -396,6 +400,32 @@ impl Kernels {
             Entry::F32(f) => f(w, rb, act.f32_row(0), out),
         }
         Ok(())
+    }
+
+    /// Dot products of f16 rows with `a` for the attention kernels:
+    /// `out[i] = sum_k f16(w[i * stride + 2k..]) * a[k]` over the first
+    /// `min(stride / 2, a.len())` elements of each row. `w` holds
+    /// `out.len()` rows of `stride` bytes (the last may be short but must
+    /// hold `2 * a.len()` bytes); extra rows in `w` are ignored.
+    pub fn dot_f16_rows(&self, w: &[u8], stride: usize, a: &[f32], out: &mut [f32]) {
+        if stride == 0 || out.is_empty() {
+            return;
+        }
+        let n = out.len();
+        let full = (w.len() / stride).min(n);
+        (self.table.f16)(&w[..full * stride], stride, a, &mut out[..full]);
+        // A short last row (strided head layouts end before a full stride).
+        if full < n {
+            let tail = &w[full * stride..];
+            (self.table.f16)(tail, tail.len(), a, &mut out[full..full + 1]);
+            out[full + 1..].fill(0.0);
+        }
+    }
+
+    /// `y += a * x`, `x` little-endian f16 bytes (`2 * y.len()` of them,
+    /// or fewer: the shorter length wins).
+    pub fn axpy_f16(&self, y: &mut [f32], a: f32, x: &[u8]) {
+        (self.table.axpy_f16)(y, a, x);
     }
 
     /// Every activation row of `act` against the weight rows `rows`:

@@ -518,6 +518,28 @@ float_dot!(dot_f32, 4, load_f32, super::super::generic::dot_f32);
 float_dot!(dot_f16, 2, load_f16, super::super::generic::dot_f16);
 float_dot!(dot_bf16, 2, load_bf16, super::super::generic::dot_bf16);
 
+#[target_feature(enable = "avx2,fma,f16c")]
+fn axpy_f16_inner(y: &mut [f32], a: f32, x: &[u8]) {
+    let n = y.len().min(x.len() / 2);
+    let av = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i + 8 <= n {
+        let yv = _mm256_fmadd_ps(av, load_f16(&x[2 * i..]), ld_ps(&y[i..]));
+        let dst = &mut y[i..i + 8];
+        // SAFETY: `dst` is 8 writable f32; `storeu` has no alignment requirement.
+        unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), yv) };
+        i += 8;
+    }
+    super::super::generic::axpy_f16(&mut y[i..n], a, &x[2 * i..2 * n]);
+}
+
+/// `y += a * x`, `x` f16 bytes, 8 lanes with F16C and FMA.
+fn axpy_f16(y: &mut [f32], a: f32, x: &[u8]) {
+    // SAFETY: only reachable through `TABLE`, which `avx2_table` returns
+    // after detecting AVX2, FMA and F16C.
+    unsafe { axpy_f16_inner(y, a, x) }
+}
+
 // ------------------------------------------------------------------- table
 
 /// A safe row loop around a `#[target_feature]` dot.
@@ -582,4 +604,5 @@ pub(super) const TABLE: Table = Table {
     x4_iq4_nl: Some(super::avx2_x4::IQ4_NL),
     x4_q4_k: Some(super::avx2_x4::Q4_K),
     x4_q6_k: Some(super::avx2_x4::Q6_K),
+    axpy_f16,
 };
