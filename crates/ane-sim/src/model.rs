@@ -4,7 +4,7 @@ use crate::session::SimSession;
 use crate::worker::{CompileReport, DriverKind, Opened, Worker};
 use crate::Error;
 use anedvd_ane::lower::{self, tensors, KernelKind, LowerOptions, Lowered, Variant};
-use anedvd_ane::runtime::ProgramSource;
+use anedvd_ane::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
 use anedvd_graph::{DecoderProgram, Executable, LayerSpec, Result, Role, Session};
 use anedvd_mil::ir::Program;
@@ -268,6 +268,15 @@ impl AneSimExecutable {
     /// compiles nothing).
     pub fn compile_report(&self) -> Option<CompileReport> {
         self.model.worker.as_ref().map(Worker::report)
+    }
+
+    /// Per-kernel evaluate and surface I/O timing from the runtime, in
+    /// dispatch order (`Ok(None)` on the direct simulator path).
+    pub fn kernel_stats(&self) -> Result<Option<Vec<(String, KernelStats)>>> {
+        match &self.model.worker {
+            Some(w) => Ok(Some(w.stats()?)),
+            None => Ok(None),
+        }
     }
 
     /// The lowering variant.

@@ -12,7 +12,8 @@
 
 use crate::Error;
 use anedvd_ane::runtime::{
-    self, Driver, PrivateDriver, ProgramSource, Programs, Runtime, RuntimeStats, SimDriver,
+    self, Driver, KernelStats, PrivateDriver, ProgramSource, Programs, Runtime, RuntimeStats,
+    SimDriver,
 };
 use std::collections::BTreeSet;
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -63,10 +64,15 @@ pub struct CompileReport {
     pub budget: u32,
 }
 
-struct Job {
-    kernel: usize,
-    x: Vec<f32>,
-    reply: Sender<runtime::Result<Vec<f32>>>,
+enum Job {
+    Run {
+        kernel: usize,
+        x: Vec<f32>,
+        reply: Sender<runtime::Result<Vec<f32>>>,
+    },
+    Stats {
+        reply: Sender<Vec<(String, KernelStats)>>,
+    },
 }
 
 /// The handle an executable keeps: a channel to the thread that owns the runtime.
@@ -137,14 +143,25 @@ fn serve<D: Driver>(driver: runtime::Result<D>, budget: u32, ch: Channels) {
         return;
     }
     while let Ok(job) = ch.jobs.recv() {
-        let out = match names.get(job.kernel) {
-            Some(name) => programs.run(name, &job.x),
-            None => Err(runtime::Error::Binding {
-                name: format!("#{}", job.kernel),
-                msg: "no such program".into(),
-            }),
-        };
-        let _ = job.reply.send(out);
+        match job {
+            Job::Run { kernel, x, reply } => {
+                let out = match names.get(kernel) {
+                    Some(name) => programs.run(name, &x),
+                    None => Err(runtime::Error::Binding {
+                        name: format!("#{kernel}"),
+                        msg: "no such program".into(),
+                    }),
+                };
+                let _ = reply.send(out);
+            }
+            Job::Stats { reply } => {
+                let all = names
+                    .iter()
+                    .filter_map(|n| programs.stats(n).map(|s| (n.clone(), s)))
+                    .collect();
+                let _ = reply.send(all);
+            }
+        }
     }
     // `programs` drops here, on the thread that created the driver.
 }
@@ -155,6 +172,10 @@ pub(crate) struct Opened {
     sources: Sender<Vec<(String, ProgramSource)>>,
     ready: Receiver<Result<CompileReport, Error>>,
     tx: Sender<Job>,
+}
+
+fn dead() -> Error {
+    Error::Worker("the runtime thread has stopped".into())
 }
 
 fn stopped(thread: JoinHandle<()>, when: &str) -> Error {
@@ -232,15 +253,16 @@ impl Worker {
         self.report
     }
 
+    fn send(&self, job: Job) -> Result<(), Error> {
+        let tx = self.tx.as_ref().ok_or_else(dead)?;
+        let tx = tx.lock().map_err(|_| dead())?;
+        tx.send(job).map_err(|_| dead())
+    }
+
     /// Runs kernel `kernel` on `x` (row-major `[C, 1, W]`) on the worker thread.
     pub fn run(&self, kernel: usize, name: &str, x: Vec<f32>) -> Result<Vec<f32>, Error> {
-        let dead = || Error::Worker("the runtime thread has stopped".into());
         let (reply, answer) = channel();
-        {
-            let tx = self.tx.as_ref().ok_or_else(dead)?;
-            let tx = tx.lock().map_err(|_| dead())?;
-            tx.send(Job { kernel, x, reply }).map_err(|_| dead())?;
-        }
+        self.send(Job::Run { kernel, x, reply })?;
         answer
             .recv()
             .map_err(|_| dead())?
@@ -248,6 +270,13 @@ impl Worker {
                 kernel: name.to_string(),
                 source,
             })
+    }
+
+    /// Evaluate/I-O timing of every kernel so far, in dispatch order.
+    pub fn stats(&self) -> Result<Vec<(String, KernelStats)>, Error> {
+        let (reply, answer) = channel();
+        self.send(Job::Stats { reply })?;
+        answer.recv().map_err(|_| dead())
     }
 }
 

@@ -193,3 +193,28 @@ fn compile_budget_is_enforced_and_named() {
         "{e}"
     );
 }
+
+#[test]
+fn runtime_times_every_kernel() {
+    let p = program("gemma3");
+    let exe = AneBackend::new(options(Variant::Fused), DriverKind::Sim)
+        .compile_ane(&p)
+        .unwrap();
+    let names: Vec<String> = exe.kernel_names().iter().map(|s| s.to_string()).collect();
+    let mut s = exe.new_session(8).unwrap();
+    s.forward(&[2, 10, 20], LogitsMode::Last).unwrap();
+    s.forward(&[30], LogitsMode::Last).unwrap();
+    let stats = exe.kernel_stats().unwrap().unwrap();
+    assert_eq!(
+        stats.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        names
+    );
+    for (n, st) in &stats {
+        assert_eq!(st.evals, 2, "{n}");
+        assert!(st.eval_min.unwrap() <= st.eval_mean().unwrap(), "{n}");
+    }
+    let direct = AneSimBackend::new(options(Variant::Fused))
+        .compile_sim(&p)
+        .unwrap();
+    assert!(direct.kernel_stats().unwrap().is_none());
+}

@@ -5,7 +5,9 @@
 use crate::common::{default_threads, ModelArgs};
 use anedvd_ane::lower::{self, CostModel, KernelKind, LowerOptions, Variant};
 use anedvd_ane_sim::selftest::{argmax, cosine, max_rel};
-use anedvd_ane_sim::{AneBackend, AneSimBackend, DriverKind, DEFAULT_COMPILE_BUDGET};
+use anedvd_ane_sim::{
+    AneBackend, AneExecutable, AneSimBackend, DriverKind, DEFAULT_COMPILE_BUDGET,
+};
 use anedvd_base::WeightSource;
 use anedvd_cpu::CpuBackend;
 use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode, RopePairing};
@@ -235,6 +237,23 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
     }
 }
 
+/// The device under test.
+enum Dut {
+    /// `--backend ane` (the runtime's counters are printed).
+    Ane(AneExecutable),
+    /// Any other backend.
+    Other(Box<dyn Executable>),
+}
+
+impl Dut {
+    fn exe(&self) -> &dyn Executable {
+        match self {
+            Dut::Ane(e) => e,
+            Dut::Other(e) => e.as_ref(),
+        }
+    }
+}
+
 /// Compiles the device under test; for `--backend ane` also returns a line
 /// on the compiles used.
 fn compile_dut(
@@ -242,10 +261,16 @@ fn compile_dut(
     program: &DecoderProgram,
     options: LowerOptions,
     threads: usize,
-) -> Result<(Box<dyn Executable>, Option<String>)> {
+) -> Result<(Dut, Option<String>)> {
     match a.backend.as_str() {
-        "ane-sim" => Ok((AneSimBackend::new(options).compile(program)?, None)),
-        "cpu" => Ok((CpuBackend::new(threads)?.compile(program)?, None)),
+        "ane-sim" => Ok((
+            Dut::Other(AneSimBackend::new(options).compile(program)?),
+            None,
+        )),
+        "cpu" => Ok((
+            Dut::Other(CpuBackend::new(threads)?.compile(program)?),
+            None,
+        )),
         "ane" => {
             let Some(driver) = DriverKind::from_name(&a.driver) else {
                 bail!("--driver must be `ane` or `sim`, not `{}`", a.driver);
@@ -263,7 +288,7 @@ fn compile_dut(
                     driver.name()
                 )
             });
-            Ok((Box::new(exe), line))
+            Ok((Dut::Ane(exe), line))
         }
         other => bail!("unknown backend `{other}` (ane-sim, ane, cpu)"),
     }
@@ -350,7 +375,7 @@ fn verify_in(
     let mut cs = cpu.new_session(max_seq)?;
     let t1 = Instant::now();
     let (dut, compiles) = compile_dut(a, program, options, threads)?;
-    let mut ds = dut.new_session(max_seq)?;
+    let mut ds = dut.exe().new_session(max_seq)?;
     let compile_s = t1.elapsed().as_secs_f64();
     let (cpu_dir, dut_dir) = (tmp.join("cpu"), tmp.join("dut"));
     cs.set_dump(Some(cpu_dir.clone()));
@@ -433,6 +458,19 @@ fn verify_in(
             "  decode {:.2}s/token (both backends)",
             t3.elapsed().as_secs_f64() / steps as f64
         );
+    }
+    if let Dut::Ane(exe) = &dut {
+        if let Some(stats) = exe.kernel_stats()? {
+            let evals: u64 = stats.iter().map(|(_, s)| s.evals).sum();
+            let eval: f64 = stats.iter().map(|(_, s)| s.eval_total.as_secs_f64()).sum();
+            let io: f64 = stats.iter().map(|(_, s)| s.io_total.as_secs_f64()).sum();
+            let retries: u32 = stats.iter().map(|(_, s)| s.retries).sum();
+            println!(
+                "  runtime: {evals} evaluations, {:.1} ms evaluating, {:.1} ms surface I/O, {retries} retries",
+                eval * 1e3,
+                io * 1e3
+            );
+        }
     }
     if !(cos >= a.min_cos && rel <= a.max_rel) || ta != tb {
         bail!(
