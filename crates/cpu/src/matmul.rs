@@ -301,14 +301,29 @@ impl Matrix {
         tmp.par_chunks_mut(per * n_tok)
             .enumerate()
             .try_for_each(|(c, o)| self.rows_mat(data, c * per, x, n_tok, acts, o))?;
+        // Transposed in 16 × 16 tiles (blocks of 16 tokens per task).
+        const TB: usize = 16;
         let n_out = self.n_out;
         let tmp = &tmp[..];
         out[..n_tok * n_out]
-            .par_chunks_mut(n_out)
+            .par_chunks_mut(TB * n_out)
             .enumerate()
-            .for_each(|(t, row)| {
-                for (o, y) in row.iter_mut().enumerate() {
-                    *y = tmp[o * n_tok + t];
+            .for_each(|(c, blk)| {
+                let t0 = c * TB;
+                let nt = blk.len() / n_out;
+                // 16 × 16 tiles: 16 short contiguous reads, 16 contiguous writes.
+                for r0 in (0..n_out).step_by(TB) {
+                    let nr = TB.min(n_out - r0);
+                    let mut tile = [[0.0f32; TB]; TB];
+                    for (rr, row) in tile.iter_mut().enumerate().take(nr) {
+                        let src = r0 + rr;
+                        row[..nt].copy_from_slice(&tmp[src * n_tok + t0..src * n_tok + t0 + nt]);
+                    }
+                    for (i, dst) in blk.chunks_exact_mut(n_out).enumerate() {
+                        for (rr, d) in dst[r0..r0 + nr].iter_mut().enumerate() {
+                            *d = tile[rr][i];
+                        }
+                    }
                 }
             });
         Ok(())
