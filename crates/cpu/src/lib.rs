@@ -1,8 +1,12 @@
-//! The CPU backend: runs a [`DecoderProgram`](anedvd_graph::DecoderProgram)
-//! with generic scalar kernels (written to autovectorize; per-ISA kernels come
-//! later), weights used in place from the source bytes (decoded row by row
-//! into scratch, never copied whole), rayon parallelism over output rows,
-//! batched prefill, GQA, an f16 KV cache, causal and sliding-window masks.
+//! The CPU backend: runs a [`DecoderProgram`]
+//! with the quantized SIMD kernels of [`qkernels`] (AVX2 / AVX-512 / NEON,
+//! chosen at start-up; activations quantized once per matrix input and
+//! weight format, as ggml does), weights used in place from the source bytes
+//! (never copied whole; types without a kernel are decoded row by row into
+//! scratch), rayon parallelism over output rows (q/k/v and gate/up share one
+//! parallel region in decode), batched prefill through four-token kernels,
+//! GQA, an f16 KV cache read by F16C row kernels (long decode contexts split
+//! across threads), causal and sliding-window masks.
 //!
 //! This crate knows the graph vocabulary and ggml block formats; it never
 //! sees model families or file formats.

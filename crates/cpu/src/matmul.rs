@@ -1,5 +1,7 @@
-//! Weight matrices used in place from the source bytes: per-row decoding into
-//! thread-local scratch, and matrix products parallelized over output rows.
+//! Weight matrices used in place from the source bytes: products through the
+//! quantized kernels (activations quantized once per input, [`Acts`]) or, for
+//! types without a kernel, per-row decoding into thread-local scratch; all
+//! parallelized over output rows.
 
 use crate::kernels::{dot, dot_f32_bytes};
 use crate::qkernels::{ActFormat, Kernels, QuantizedActivation};
