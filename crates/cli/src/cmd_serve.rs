@@ -91,6 +91,8 @@ async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
         threads: args.model.threads,
         rope_pairing: args.model.rope_pairing.clone(),
         family: args.model.family.clone(),
+        backend: args.model.backend.clone(),
+        driver: args.model.driver.clone(),
     };
     std::thread::Builder::new()
         .name("anedvd-load".into())

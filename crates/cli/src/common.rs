@@ -1,6 +1,6 @@
 //! Options and helpers shared by the model-running subcommands.
 
-use anedvd_engine::{Engine, LoadOptions, LoadStage, SamplingParams};
+use anedvd_engine::{BackendChoice, Engine, LoadOptions, LoadStage, SamplingParams};
 use anedvd_graph::RopePairing;
 use anedvd_model::ConfigOverrides;
 use anyhow::{bail, Context, Result};
@@ -29,6 +29,14 @@ pub struct ModelArgs {
     /// Treat the model as this family (llama, qwen2, qwen3, mistral, gemma2, gemma3).
     #[arg(long, value_name = "NAME")]
     pub family: Option<String>,
+    /// Backend: cpu (default), ane (Apple Neural Engine, see --driver) or ane-sim
+    /// (the ANE programs run by our fp16 MIL simulator; slow, for verification).
+    #[arg(long, default_value = "cpu", value_name = "cpu|ane|ane-sim")]
+    pub backend: String,
+    /// With --backend ane: the driver, `ane` (Apple's private framework; macOS only)
+    /// or `sim` (the simulated driver).
+    #[arg(long, default_value = "ane", value_name = "ane|sim")]
+    pub driver: String,
 }
 
 impl ModelArgs {
@@ -68,8 +76,16 @@ impl ModelArgs {
             Some("neox") => Some(RopePairing::Neox),
             Some(other) => bail!("--rope-pairing must be `norm` or `neox`, not `{other}`"),
         };
+        let Some(backend) = BackendChoice::parse(&self.backend, &self.driver) else {
+            bail!(
+                "--backend must be cpu, ane or ane-sim and --driver ane or sim (got {} / {})",
+                self.backend,
+                self.driver
+            );
+        };
         let options = LoadOptions {
             threads: self.threads.unwrap_or_else(default_threads),
+            backend,
             overrides: ConfigOverrides {
                 family: self.family.clone(),
                 rope_pairing,

@@ -41,7 +41,7 @@ enum Command {
     Tokenize(cmd_tokenize::TokenizeArgs),
     /// Turn token ids back into text.
     Detokenize(cmd_tokenize::DetokenizeArgs),
-    /// Compare a backend (ane-sim) with the CPU reference on a prompt.
+    /// Compare a backend (ane-sim, or ane with --driver sim|ane) with the CPU reference.
     Verify(cmd_verify::VerifyArgs),
     /// Compare every ANE kernel of layer 0 with a CPU matmul.
     Check(cmd_verify::CheckArgs),

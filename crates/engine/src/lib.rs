@@ -23,8 +23,9 @@ pub mod sampler;
 mod session;
 pub mod stats;
 
+pub use anedvd_ane_sim::DriverKind;
 pub use error::{Error, Result};
 pub use generate::{generate, FinishReason, GenerateParams, Generation, Timings, TokenEvent};
-pub use load::{Engine, LoadOptions, LoadStage, TemplateOrigin};
+pub use load::{BackendChoice, Engine, LoadOptions, LoadStage, TemplateOrigin};
 pub use sampler::{Sampler, SamplingParams};
 pub use session::EngineSession;

@@ -2,6 +2,7 @@
 
 use crate::session::EngineSession;
 use crate::{Error, Result};
+use anedvd_ane_sim::{AneBackend, AneSimBackend, DriverKind, LowerOptions};
 use anedvd_base::WeightSource;
 use anedvd_chat::{builtin_for, template_from_hf_files, ChatTemplate, Message, RenderOptions};
 use anedvd_graph::{Backend, Executable};
@@ -12,11 +13,38 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Which backend runs the decoder.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// The CPU backend (the default, and the reference).
+    #[default]
+    Cpu,
+    /// The ANE lowering run directly by the MIL fp16 simulator.
+    AneSim,
+    /// The ANE lowering through the ANE runtime with the given driver
+    /// (`Private` needs macOS with an ANE; `Sim` is the simulated driver).
+    Ane(DriverKind),
+}
+
+impl BackendChoice {
+    /// Parses `cpu`, `ane-sim`, or `ane` with a driver name (`ane`/`private`, `sim`).
+    pub fn parse(backend: &str, driver: &str) -> Option<BackendChoice> {
+        match backend {
+            "cpu" => Some(BackendChoice::Cpu),
+            "ane-sim" => Some(BackendChoice::AneSim),
+            "ane" => DriverKind::from_name(driver).map(BackendChoice::Ane),
+            _ => None,
+        }
+    }
+}
+
 /// How to load a model.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     /// CPU threads (0 = one per logical CPU).
     pub threads: usize,
+    /// The backend.
+    pub backend: BackendChoice,
     /// Overrides of the model's metadata (family, RoPE pairing, ...).
     pub overrides: ConfigOverrides,
 }
@@ -50,7 +78,7 @@ impl LoadStage {
             LoadStage::Weights => "mapping weights",
             LoadStage::Tokenizer => "building tokenizer",
             LoadStage::Config => "checking config and tensors",
-            LoadStage::Backend => "preparing CPU backend",
+            LoadStage::Backend => "preparing the backend",
         }
     }
 }
@@ -116,8 +144,17 @@ impl Engine {
         let template = pick_template(file_template, &config, &tokenizer)?;
 
         progress(LoadStage::Backend);
-        let backend = anedvd_cpu::CpuBackend::new(options.threads)?;
-        let executable = backend.compile(&program)?;
+        let executable = match options.backend {
+            BackendChoice::Cpu => {
+                anedvd_cpu::CpuBackend::new(options.threads)?.compile(&program)?
+            }
+            BackendChoice::AneSim => {
+                AneSimBackend::new(LowerOptions::default()).compile(&program)?
+            }
+            BackendChoice::Ane(driver) => {
+                AneBackend::new(LowerOptions::default(), driver).compile(&program)?
+            }
+        };
 
         let name = md
             .opt_str("general.name")
