@@ -56,6 +56,7 @@ fn load(path: &PathBuf, overrides: ConfigOverrides) -> Engine {
     let options = LoadOptions {
         threads: 1,
         overrides,
+        ..Default::default()
     };
     Engine::load(path, &options, |_| {}).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
