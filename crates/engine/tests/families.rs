@@ -178,3 +178,32 @@ fn bad_requests_are_typed_errors() {
         .to_string()
         .contains("top_p"));
 }
+
+#[test]
+fn ane_backend_through_the_simulated_driver_generates_like_transformers() {
+    use anedvd_engine::{BackendChoice, DriverKind};
+    for family in ["qwen2", "gemma3"] {
+        let r = reference(family);
+        let prompt = ids(&r["prompt_ids"]);
+        let expected = ids(&r["greedy_new_ids"]);
+        let path = fixture_dir(family).join("model-f32.gguf");
+        let options = LoadOptions {
+            threads: 1,
+            backend: BackendChoice::Ane(DriverKind::Sim),
+            ..Default::default()
+        };
+        let engine = Engine::load(&path, &options, |_| {}).unwrap();
+        let mut session = engine.new_session(64).unwrap();
+        let params = GenerateParams {
+            max_tokens: expected.len(),
+            sampling: SamplingParams::greedy(),
+            ignore_eos: true,
+            top_logprobs: 0,
+        };
+        let g = generate(&mut session, &engine.tokenizer, &prompt, &params, |_| {
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(g.tokens, expected, "{family} through ane --driver sim");
+    }
+}
