@@ -291,45 +291,99 @@ impl Matrix {
         out: &mut [f32],
         tmp: &mut Vec<f32>,
     ) -> Result<()> {
-        if n_tok == 1 {
-            return matvec_group(source, &mut [(self, out)], x, acts);
-        }
-        let data = self.data(source)?;
-        let x = &x[..n_tok * self.n_in];
-        let per = prefill_rows_per_task(self);
-        // Weight-row-major into `tmp` (each weight tile read once for all
-        // tokens), then transposed into `out`.
-        tmp.resize(self.n_out * n_tok, 0.0);
-        tmp.par_chunks_mut(per * n_tok)
-            .enumerate()
-            .try_for_each(|(c, o)| self.rows_mat(data, c * per, x, n_tok, acts, o))?;
-        // Transposed in 16 × 16 tiles (blocks of 16 tokens per task).
-        const TB: usize = 16;
-        let n_out = self.n_out;
-        let tmp = &tmp[..];
-        out[..n_tok * n_out]
-            .par_chunks_mut(TB * n_out)
-            .enumerate()
-            .for_each(|(c, blk)| {
-                let t0 = c * TB;
-                let nt = blk.len() / n_out;
-                // 16 × 16 tiles: 16 short contiguous reads, 16 contiguous writes.
-                for r0 in (0..n_out).step_by(TB) {
-                    let nr = TB.min(n_out - r0);
-                    let mut tile = [[0.0f32; TB]; TB];
-                    for (rr, row) in tile.iter_mut().enumerate().take(nr) {
-                        let src = r0 + rr;
-                        row[..nt].copy_from_slice(&tmp[src * n_tok + t0..src * n_tok + t0 + nt]);
-                    }
-                    for (i, dst) in blk.chunks_exact_mut(n_out).enumerate() {
-                        for (rr, d) in dst[r0..r0 + nr].iter_mut().enumerate() {
-                            *d = tile[rr][i];
-                        }
-                    }
-                }
-            });
-        Ok(())
+        matmul_group(source, &mut [(self, out, tmp)], x, n_tok, acts)
     }
+}
+
+/// Transposes weight-row-major `tmp` (`n_out × n_tok`) into the block `blk`
+/// of token-major output rows starting at token `t0`, in 16 × 16 tiles.
+fn transpose_block(tmp: &[f32], n_tok: usize, n_out: usize, t0: usize, blk: &mut [f32]) {
+    const TB: usize = TRANSPOSE_TOKENS;
+    let nt = blk.len() / n_out;
+    for r0 in (0..n_out).step_by(TB) {
+        let nr = TB.min(n_out - r0);
+        let mut tile = [[0.0f32; TB]; TB];
+        for (rr, row) in tile.iter_mut().enumerate().take(nr) {
+            let src = (r0 + rr) * n_tok + t0;
+            for (d, v) in row[..nt].iter_mut().zip(&tmp[src..src + nt]) {
+                *d = *v;
+            }
+        }
+        for (i, dst) in blk.chunks_exact_mut(n_out).enumerate() {
+            for (rr, d) in dst[r0..r0 + nr].iter_mut().enumerate() {
+                *d = tile[rr][i];
+            }
+        }
+    }
+}
+
+/// Tokens per transposition task.
+const TRANSPOSE_TOKENS: usize = 16;
+
+/// `n_tok` tokens through several matrices that read the same input (`x`,
+/// prepared in `acts` for all of them): one parallel region for all the
+/// products (weight-row-major into each job's scratch, each weight tile read
+/// once for all tokens) and one for all the transpositions into `out`.
+pub fn matmul_group(
+    source: &dyn WeightSource,
+    jobs: &mut [(&Matrix, &mut [f32], &mut Vec<f32>)],
+    x: &[f32],
+    n_tok: usize,
+    acts: &Acts,
+) -> Result<()> {
+    if n_tok == 1 {
+        return match jobs {
+            [(a, oa, _)] => matvec_group(source, &mut [(*a, &mut **oa)], x, acts),
+            [(a, oa, _), (b, ob, _)] => {
+                matvec_group(source, &mut [(*a, &mut **oa), (*b, &mut **ob)], x, acts)
+            }
+            [(a, oa, _), (b, ob, _), (c, oc, _)] => matvec_group(
+                source,
+                &mut [(*a, &mut **oa), (*b, &mut **ob), (*c, &mut **oc)],
+                x,
+                acts,
+            ),
+            _ => Err(Error::InvalidArgument(format!(
+                "{} matrices in one group (at most 3)",
+                jobs.len()
+            ))),
+        };
+    }
+    let mut datas = [&[][..]; 4];
+    if jobs.len() > datas.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{} matrices in one group (at most {})",
+            jobs.len(),
+            datas.len()
+        )));
+    }
+    for ((m, _, tmp), d) in jobs.iter_mut().zip(datas.iter_mut()) {
+        *d = m.data(source)?;
+        tmp.resize(m.n_out * n_tok, 0.0);
+    }
+    jobs.par_iter_mut()
+        .enumerate()
+        .flat_map(|(j, (m, _, tmp))| {
+            let m: &Matrix = m;
+            let per = prefill_rows_per_task(m);
+            let x = &x[..n_tok * m.n_in];
+            tmp[..m.n_out * n_tok]
+                .par_chunks_mut(per * n_tok)
+                .enumerate()
+                .map(move |(c, o)| (j, m, c * per, x, o))
+        })
+        .try_for_each(|(j, m, r0, x, o)| m.rows_mat(datas[j], r0, x, n_tok, acts, o))?;
+    jobs.par_iter_mut()
+        .flat_map(|(m, out, tmp)| {
+            let n_out = m.n_out;
+            let tmp: &[f32] = tmp;
+            out[..n_tok * n_out]
+                .par_chunks_mut(TRANSPOSE_TOKENS * n_out)
+                .enumerate()
+                .map(move |(c, blk)| (tmp, n_out, c * TRANSPOSE_TOKENS, blk))
+        })
+        .for_each(|(tmp, n_out, t0, blk)| transpose_block(tmp, n_tok, n_out, t0, blk));
+    Ok(())
 }
 
 /// One token through several matrices that read the same input (`x`,

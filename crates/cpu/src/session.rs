@@ -5,7 +5,7 @@ use crate::attention::{attend, KvCache};
 use crate::compiled::Model;
 use crate::dump::Dump;
 use crate::kernels::{gated, rms_norm, rms_norm_inplace, rope_cos_sin, rope_row, softcap};
-use crate::matmul::{matvec_group, Acts};
+use crate::matmul::{matmul_group, Acts};
 use anedvd_graph::intermediate as names;
 use anedvd_graph::{Error, LogitsMode, Result, Session};
 use std::path::PathBuf;
@@ -27,6 +27,8 @@ struct Buffers {
     g: Vec<f32>,
     u: Vec<f32>,
     tmp: Vec<f32>,
+    tmp2: Vec<f32>,
+    tmp3: Vec<f32>,
     cs: Vec<(f32, f32)>,
     acts: Acts,
 }
@@ -116,6 +118,8 @@ impl CpuSession {
             g,
             u,
             tmp,
+            tmp2,
+            tmp3,
             cs,
             acts,
         } = &mut self.bufs;
@@ -139,13 +143,13 @@ impl CpuSession {
             k.resize(n * kvd, 0.0);
             v.resize(n * kvd, 0.0);
             acts.prepare(h, n, &[&l.wq, &l.wk, &l.wv])?;
-            if n == 1 {
-                matvec_group(src, &mut [(&l.wq, q), (&l.wk, k), (&l.wv, v)], h, acts)?;
-            } else {
-                l.wq.matmul(src, h, n, acts, q, tmp)?;
-                l.wk.matmul(src, h, n, acts, k, tmp)?;
-                l.wv.matmul(src, h, n, acts, v, tmp)?;
-            }
+            matmul_group(
+                src,
+                &mut [(&l.wq, q, tmp), (&l.wk, k, tmp2), (&l.wv, v, tmp3)],
+                h,
+                n,
+                acts,
+            )?;
             add_bias(q, l.bq.as_ref());
             add_bias(k, l.bk.as_ref());
             add_bias(v, l.bv.as_ref());
@@ -191,12 +195,7 @@ impl CpuSession {
             g.resize(n * ff, 0.0);
             u.resize(n * ff, 0.0);
             acts.prepare(h, n, &[&l.gate, &l.up])?;
-            if n == 1 {
-                matvec_group(src, &mut [(&l.gate, g), (&l.up, u)], h, acts)?;
-            } else {
-                l.gate.matmul(src, h, n, acts, g, tmp)?;
-                l.up.matmul(src, h, n, acts, u, tmp)?;
-            }
+            matmul_group(src, &mut [(&l.gate, g, tmp), (&l.up, u, tmp2)], h, n, acts)?;
             gated(m.activation, g, u);
             put(dump, li, names::FFN_ACT, g, n)?;
             acts.prepare(g, n, &[&l.down])?;
