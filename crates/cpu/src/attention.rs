@@ -123,11 +123,8 @@ fn partial(
             m[0] = max;
             m[1] = sum;
         }
-        o.fill(0.0);
-        for (jj, row) in values.chunks_exact(rb).enumerate() {
-            for g in 0..group {
-                kern.axpy_f16(&mut o[g * hd..(g + 1) * hd], scores[g * len + jj], row);
-            }
+        for (og, sc) in o.chunks_exact_mut(hd).zip(scores.chunks_exact(len)) {
+            kern.weighted_sum_f16(values, rb, sc, og);
         }
     });
 }

@@ -391,7 +391,7 @@ fn shape_errors_are_reported_not_panicked() {
 }
 
 /// The attention kernels (`dot_f16_rows` over strided rows with a short last
-/// row, `axpy_f16`) on every ISA against f64 sums of the same f16 values,
+/// row, `weighted_sum_f16`, `axpy_f16`) on every ISA against f64 sums of the same f16 values,
 /// on ragged lengths (SIMD bodies plus scalar tails).
 #[test]
 fn f16_attention_kernels_match_f64_on_ragged_lengths() {
@@ -421,6 +421,32 @@ fn f16_attention_kernels_match_f64_on_ragged_lengths() {
                     k.name()
                 );
             }
+            // Probabilities times values: the rows above, 2n..stride bytes apart.
+            let p: Vec<f32> = (0..n_rows).map(|_| rng.f()).collect();
+            let mut ws = vec![f32::NAN; n];
+            k.weighted_sum_f16(&w, stride, &p, &mut ws);
+            for (i, got) in ws.iter().enumerate() {
+                let want: f64 = (0..n_rows)
+                    .map(|r| f64::from(p[r]) * f16at(r * stride / 2 + i))
+                    .sum();
+                let got = f64::from(*got);
+                assert!(
+                    (got - want).abs() < 1e-4,
+                    "{} wsum n={n} i={i}: {got} vs {want}",
+                    k.name()
+                );
+            }
+            // Rows beyond the buffer are left out, not read.
+            let mut part = vec![0.0; n];
+            k.weighted_sum_f16(&w[..stride + 2 * n], stride, &p, &mut part);
+            let want0: f64 = (0..2)
+                .map(|r| f64::from(p[r]) * f16at(r * stride / 2))
+                .sum();
+            assert!(
+                (f64::from(part[0]) - want0).abs() < 1e-4,
+                "{} wsum short",
+                k.name()
+            );
             let mut y: Vec<f32> = (0..n).map(|_| rng.f()).collect();
             let y0 = y.clone();
             k.axpy_f16(&mut y, 0.75, &w[..2 * n]);

@@ -369,6 +369,16 @@ pub fn axpy_f16(y: &mut [f32], a: f32, x: &[u8]) {
     }
 }
 
+/// `out[i] = sum_j p[j] * v[j * stride + 2i]` (f16 rows), as repeated
+/// [`axpy_f16`] from zero. The caller guarantees `v` holds `p.len()` rows.
+pub fn wsum_f16(v: &[u8], stride: usize, p: &[f32], out: &mut [f32]) {
+    out.fill(0.0);
+    let n = 2 * out.len();
+    for (j, &pj) in p.iter().enumerate() {
+        axpy_f16(out, pj, &v[j * stride..j * stride + n]);
+    }
+}
+
 /// BF16 weights times f32 activations, products summed in f64.
 pub fn dot_bf16(w: &[u8], a: &[f32]) -> f32 {
     let mut s = 0.0f64;

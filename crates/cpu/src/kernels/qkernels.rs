@@ -118,6 +118,8 @@ pub(crate) type Rows4Q8 = fn(&[u8], usize, [&[Q8Block]; 4], &mut [f32]);
 pub(crate) type Rows4Q8K = fn(&[u8], usize, [&[BlockQ8K]; 4], &mut [f32]);
 /// `y += a * x` with `x` little-endian f16 bytes.
 pub(crate) type AxpyF16 = fn(&mut [f32], f32, &[u8]);
+/// `out[i] = sum_j p[j] * v[j * stride + 2i]` (f16 rows), lengths checked.
+pub(crate) type WsumF16 = fn(&[u8], usize, &[f32], &mut [f32]);
 
 /// The per-type row loops of one instruction set.
 #[derive(Clone, Copy)]
@@ -144,6 +146,7 @@ pub(crate) struct Table {
     pub x4_q4_k: Option<Rows4Q8K>,
     pub x4_q6_k: Option<Rows4Q8K>,
     pub axpy_f16: AxpyF16,
+    pub wsum_f16: WsumF16,
 }
 
 impl Table {
@@ -170,6 +173,7 @@ impl Table {
         x4_q4_k: None,
         x4_q6_k: None,
         axpy_f16: generic::axpy_f16,
+        wsum_f16: generic::wsum_f16,
     };
 }
 
@@ -420,6 +424,21 @@ impl Kernels {
             (self.table.f16)(tail, tail.len(), a, &mut out[full..full + 1]);
             out[full + 1..].fill(0.0);
         }
+    }
+
+    /// Weighted sum of f16 rows (attention's probabilities times values):
+    /// `out[i] = sum_j p[j] * f16(v[j * stride + 2i..])`, accumulated in
+    /// `j` order from zero (the same sums as repeated [`Self::axpy_f16`]).
+    /// Rows that `v` does not hold in full (`out.len()` values) are left
+    /// out, as are weights beyond them.
+    pub fn weighted_sum_f16(&self, v: &[u8], stride: usize, p: &[f32], out: &mut [f32]) {
+        let need = 2 * out.len();
+        let have = match v.len().checked_sub(need) {
+            Some(r) if stride > 0 => r / stride + 1,
+            Some(_) => 1,
+            None => 0,
+        };
+        (self.table.wsum_f16)(v, stride, &p[..p.len().min(have)], out);
     }
 
     /// `y += a * x`, `x` little-endian f16 bytes (`2 * y.len()` of them,

@@ -540,6 +540,50 @@ fn axpy_f16(y: &mut [f32], a: f32, x: &[u8]) {
     unsafe { axpy_f16_inner(y, a, x) }
 }
 
+#[target_feature(enable = "avx2,fma,f16c")]
+fn wsum_f16_inner(v: &[u8], stride: usize, p: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    let mut i = 0;
+    // 32 output values in four registers, accumulated over every row.
+    while i + 32 <= n {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (j, &pj) in p.iter().enumerate() {
+            let row = &v[j * stride + 2 * i..j * stride + 2 * i + 64];
+            let pv = _mm256_set1_ps(pj);
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(pv, load_f16(&row[16 * k..]), *a);
+            }
+        }
+        for (k, a) in acc.iter().enumerate() {
+            let dst = &mut out[i + 8 * k..i + 8 * k + 8];
+            // SAFETY: `dst` is 8 writable f32; `storeu` has no alignment requirement.
+            unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *a) };
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        let mut acc = _mm256_setzero_ps();
+        for (j, &pj) in p.iter().enumerate() {
+            let row = &v[j * stride + 2 * i..j * stride + 2 * i + 16];
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(pj), load_f16(row), acc);
+        }
+        let dst = &mut out[i..i + 8];
+        // SAFETY: `dst` is 8 writable f32; `storeu` has no alignment requirement.
+        unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), acc) };
+        i += 8;
+    }
+    if i < n {
+        super::super::generic::wsum_f16(&v[2 * i..], stride, p, &mut out[i..]);
+    }
+}
+
+/// Weighted sum of f16 rows, 32 outputs at a time in registers.
+fn wsum_f16(v: &[u8], stride: usize, p: &[f32], out: &mut [f32]) {
+    // SAFETY: only reachable through `TABLE`, which `avx2_table` returns
+    // after detecting AVX2, FMA and F16C.
+    unsafe { wsum_f16_inner(v, stride, p, out) }
+}
+
 // ------------------------------------------------------------------- table
 
 /// A safe row loop around a `#[target_feature]` dot.
@@ -605,4 +649,5 @@ pub(super) const TABLE: Table = Table {
     x4_q4_k: Some(super::avx2_x4::Q4_K),
     x4_q6_k: Some(super::avx2_x4::Q6_K),
     axpy_f16,
+    wsum_f16,
 };
