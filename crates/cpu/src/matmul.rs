@@ -304,9 +304,11 @@ fn transpose_block(tmp: &[f32], n_tok: usize, n_out: usize, t0: usize, blk: &mut
         let nr = TB.min(n_out - r0);
         let mut tile = [[0.0f32; TB]; TB];
         for (rr, row) in tile.iter_mut().enumerate().take(nr) {
-            let src = (r0 + rr) * n_tok + t0;
-            for (d, v) in row[..nt].iter_mut().zip(&tmp[src..src + nt]) {
-                *d = *v;
+            let src = &tmp[(r0 + rr) * n_tok + t0..(r0 + rr) * n_tok + t0 + nt];
+            // A fixed-size copy when the block is full (inlined, no memmove call).
+            match <&[f32; TB]>::try_from(src) {
+                Ok(a) => *row = *a,
+                Err(_) => row[..nt].copy_from_slice(src),
             }
         }
         for (i, dst) in blk.chunks_exact_mut(n_out).enumerate() {
