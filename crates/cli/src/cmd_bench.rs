@@ -6,7 +6,7 @@
 //! not the sampler. `-d` first fills the context with that many tokens
 //! (untimed) and measures the test on top of it.
 
-use crate::common::ModelArgs;
+use crate::common::{BackendArgs, ModelArgs};
 use anedvd_engine::{Engine, EngineSession};
 use anedvd_graph::LogitsMode;
 use anyhow::{bail, Result};
@@ -19,6 +19,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub struct BenchArgs {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Prompt lengths to test (prompt processing, "ppN"); 0 skips.
     #[arg(
         short = 'p',
@@ -162,7 +164,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.repetitions == 0 {
         bail!("--repetitions must be at least 1");
     }
-    let engine = args.model.load(true)?;
+    let engine = args.model.load(args.backend.choice()?, true)?;
     let mut tests = Vec::new();
     for &d in &args.n_depth {
         tests.extend(args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0, d)));

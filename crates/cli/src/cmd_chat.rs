@@ -1,7 +1,7 @@
 //! `anedvd chat`: an interactive conversation that keeps the KV cache across
 //! turns and prefills only what is new.
 
-use crate::common::{ModelArgs, SamplingArgs};
+use crate::common::{BackendArgs, ModelArgs, SamplingArgs};
 use anedvd_chat::Message;
 use anedvd_engine::stats::{current_rss_bytes, format_bytes};
 use anedvd_engine::{generate, Engine, EngineSession, GenerateParams, TemplateOrigin};
@@ -15,6 +15,8 @@ use std::ops::ControlFlow;
 pub struct ChatArgs {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// System message for the conversation.
     #[arg(long)]
     system: Option<String>,
@@ -44,7 +46,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         sampling: args.sampling.params()?,
         ..Default::default()
     };
-    let engine = args.model.load(false)?;
+    let engine = args.model.load(args.backend.choice()?, false)?;
     let Some((_, origin)) = &engine.template else {
         bail!(
             "{} has no chat template and no built-in one matches it; use `anedvd run`",

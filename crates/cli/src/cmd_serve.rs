@@ -1,6 +1,6 @@
 //! `anedvd serve`: the OpenAI/Anthropic-compatible HTTP server with its WebUI.
 
-use crate::common::{ModelArgs, SamplingArgs};
+use crate::common::{BackendArgs, ModelArgs, SamplingArgs};
 use anedvd_server::{router, AppState, ServerConfig};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -11,6 +11,8 @@ use std::time::Duration;
 pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Address to bind (loopback by default; use 0.0.0.0 to expose it).
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -91,12 +93,11 @@ async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
         threads: args.model.threads,
         rope_pairing: args.model.rope_pairing.clone(),
         family: args.model.family.clone(),
-        backend: args.model.backend.clone(),
-        driver: args.model.driver.clone(),
     };
+    let backend = args.backend.choice()?;
     std::thread::Builder::new()
         .name("anedvd-load".into())
-        .spawn(move || match model.load(true) {
+        .spawn(move || match model.load(backend, true) {
             Ok(engine) => {
                 let name = engine.name.clone();
                 let secs = engine.load_time.as_secs_f64();

@@ -29,6 +29,11 @@ pub struct ModelArgs {
     /// Treat the model as this family (llama, qwen2, qwen3, mistral, gemma2, gemma3).
     #[arg(long, value_name = "NAME")]
     pub family: Option<String>,
+}
+
+/// Which backend runs the model (for run, chat, serve, bench).
+#[derive(Debug, Args, Clone)]
+pub struct BackendArgs {
     /// Backend: cpu (default), ane (Apple Neural Engine, see --driver) or ane-sim
     /// (the ANE programs run by our fp16 MIL simulator; slow, for verification).
     #[arg(long, default_value = "cpu", value_name = "cpu|ane|ane-sim")]
@@ -37,6 +42,19 @@ pub struct ModelArgs {
     /// or `sim` (the simulated driver).
     #[arg(long, default_value = "ane", value_name = "ane|sim")]
     pub driver: String,
+}
+
+impl BackendArgs {
+    /// The parsed choice.
+    pub fn choice(&self) -> Result<BackendChoice> {
+        BackendChoice::parse(&self.backend, &self.driver).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--backend must be cpu, ane or ane-sim and --driver ane or sim (got {} / {})",
+                self.backend,
+                self.driver
+            )
+        })
+    }
 }
 
 impl ModelArgs {
@@ -67,21 +85,14 @@ impl ModelArgs {
         Ok(path)
     }
 
-    /// Loads the model with a spinner on stderr.
-    pub fn load(&self, quiet: bool) -> Result<Engine> {
+    /// Loads the model on `backend` with a spinner on stderr.
+    pub fn load(&self, backend: BackendChoice, quiet: bool) -> Result<Engine> {
         let path = self.path()?;
         let rope_pairing = match self.rope_pairing.as_deref() {
             None => None,
             Some("norm") => Some(RopePairing::Norm),
             Some("neox") => Some(RopePairing::Neox),
             Some(other) => bail!("--rope-pairing must be `norm` or `neox`, not `{other}`"),
-        };
-        let Some(backend) = BackendChoice::parse(&self.backend, &self.driver) else {
-            bail!(
-                "--backend must be cpu, ane or ane-sim and --driver ane or sim (got {} / {})",
-                self.backend,
-                self.driver
-            );
         };
         let options = LoadOptions {
             threads: self.threads.unwrap_or_else(default_threads),

@@ -103,6 +103,12 @@ fn error_chain(e: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn every_subcommand_definition_is_valid() {
+        // Catches duplicate flags between flattened argument groups.
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
     fn error_chain_drops_quoted_causes() {
         let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
         let e = anyhow::Error::new(inner)
