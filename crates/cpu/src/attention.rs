@@ -104,12 +104,9 @@ fn partial(
     SCORES.with(|s| {
         let scores = &mut *s.borrow_mut();
         scores.resize(group * len, 0.0);
-        for ((sc, m), g) in scores
-            .chunks_exact_mut(len)
-            .zip(ms.chunks_exact_mut(2))
-            .zip(0..group)
-        {
-            kern.dot_f16_rows(keys, rb, &qg[g * hd..(g + 1) * hd], sc);
+        // Each key row is decoded from f16 once for the whole group.
+        kern.dot_f16_rows_multi(keys, rb, &qg[..group * hd], group, scores);
+        for (sc, m) in scores.chunks_exact_mut(len).zip(ms.chunks_exact_mut(2)) {
             sc.iter_mut().for_each(|x| *x *= spec.attn_scale);
             if let Some(cap) = spec.attn_softcap {
                 softcap(sc, cap);

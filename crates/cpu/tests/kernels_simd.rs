@@ -390,6 +390,52 @@ fn shape_errors_are_reported_not_panicked() {
     assert!(act.quantize_for(GgmlType::Q4K, &[0.5; 32], 32).is_err());
 }
 
+/// `dot_f16_rows_multi` (each key row decoded once for 1..=6 queries) on
+/// every ISA against f64 sums of the same f16 values, on ragged head widths
+/// (SIMD bodies plus scalar tails), and falling back to per-query rows when
+/// the buffer ends early.
+#[test]
+fn f16_multi_query_dots_match_f64() {
+    let mut rng = Rng(23);
+    for k in Kernels::available() {
+        for hd in [1usize, 7, 16, 17, 33, 64, 256] {
+            for n_q in 1..=6usize {
+                let (n_rows, stride) = (9usize, 2 * hd + 4);
+                let vals: Vec<f32> = (0..n_rows * stride / 2).map(|_| rng.f()).collect();
+                let w: Vec<u8> = vals
+                    .iter()
+                    .flat_map(|&v| f32_to_f16(v).to_le_bytes())
+                    .collect();
+                let f16at = |i: usize| f64::from(anedvd_quant::f16_to_f32(f32_to_f16(vals[i])));
+                let q: Vec<f32> = (0..n_q * hd).map(|_| rng.f()).collect();
+                for (buf, n) in [(&w[..], n_rows), (&w[..3 * stride + hd], 4)] {
+                    let mut out = vec![f32::NAN; n_q * n];
+                    k.dot_f16_rows_multi(buf, stride, &q, n_q, &mut out);
+                    for g in 0..n_q {
+                        for r in 0..n {
+                            let want: f64 = if (r + 1) * stride - stride + 2 * hd <= buf.len() {
+                                (0..hd)
+                                    .map(|i| f16at(r * stride / 2 + i) * f64::from(q[g * hd + i]))
+                                    .sum()
+                            } else {
+                                (0..(buf.len() - r * stride) / 2)
+                                    .map(|i| f16at(r * stride / 2 + i) * f64::from(q[g * hd + i]))
+                                    .sum()
+                            };
+                            let got = f64::from(out[g * n + r]);
+                            assert!(
+                                (got - want).abs() < 1e-4,
+                                "{} hd={hd} n_q={n_q} q{g} row {r}: {got} vs {want}",
+                                k.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The attention kernels (`dot_f16_rows` over strided rows with a short last
 /// row, `weighted_sum_f16`, `axpy_f16`) on every ISA against f64 sums of the same f16 values,
 /// on ragged lengths (SIMD bodies plus scalar tails).

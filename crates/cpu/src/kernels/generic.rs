@@ -379,6 +379,24 @@ pub fn wsum_f16(v: &[u8], stride: usize, p: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `out[g * n + j] = dot_f16(w[j * stride..], q_g)` for the `n_q` queries
+/// `q_g` of `q` (row-major, `q.len() / n_q` wide), `n = out.len() / n_q`.
+pub fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out: &mut [f32]) {
+    if n_q == 0 || stride == 0 {
+        return;
+    }
+    let (hd, n) = (q.len() / n_q, out.len() / n_q);
+    if n == 0 {
+        return;
+    }
+    for (qg, o) in q.chunks_exact(hd.max(1)).zip(out.chunks_exact_mut(n)) {
+        for (j, o) in o.iter_mut().enumerate() {
+            let row = &w[j * stride..(j * stride + 2 * hd).min(w.len())];
+            *o = dot_f16(row, qg);
+        }
+    }
+}
+
 /// BF16 weights times f32 activations, products summed in f64.
 pub fn dot_bf16(w: &[u8], a: &[f32]) -> f32 {
     let mut s = 0.0f64;

@@ -120,6 +120,11 @@ pub(crate) type Rows4Q8K = fn(&[u8], usize, [&[BlockQ8K]; 4], &mut [f32]);
 pub(crate) type AxpyF16 = fn(&mut [f32], f32, &[u8]);
 /// `out[i] = sum_j p[j] * v[j * stride + 2i]` (f16 rows), lengths checked.
 pub(crate) type WsumF16 = fn(&[u8], usize, &[f32], &mut [f32]);
+/// Dot products of f16 rows with several queries, each row decoded once:
+/// `out[g * n + j] = dot_f16(w[j * stride..], q[g * hd..(g + 1) * hd])`
+/// with `n_q` queries (`hd = q.len() / n_q`, `n = out.len() / n_q`). The
+/// caller guarantees `w` holds `n` rows of at least `2 * hd` bytes.
+pub(crate) type DotF16Multi = fn(&[u8], usize, &[f32], usize, &mut [f32]);
 
 /// The per-type row loops of one instruction set.
 #[derive(Clone, Copy)]
@@ -147,6 +152,7 @@ pub(crate) struct Table {
     pub x4_q6_k: Option<Rows4Q8K>,
     pub axpy_f16: AxpyF16,
     pub wsum_f16: WsumF16,
+    pub dot_f16_multi: DotF16Multi,
 }
 
 impl Table {
@@ -174,6 +180,7 @@ impl Table {
         x4_q6_k: None,
         axpy_f16: generic::axpy_f16,
         wsum_f16: generic::wsum_f16,
+        dot_f16_multi: generic::dot_f16_multi,
     };
 }
 
@@ -423,6 +430,41 @@ impl Kernels {
             let tail = &w[full * stride..];
             (self.table.f16)(tail, tail.len(), a, &mut out[full..full + 1]);
             out[full + 1..].fill(0.0);
+        }
+    }
+
+    /// [`Self::dot_f16_rows`] for `n_q` queries at once (row-major in `q`,
+    /// `q.len() / n_q` wide) over the same rows, each row decoded from f16
+    /// once for all queries: `out[g * n + j]` (with `n = out.len() / n_q`)
+    /// is the dot of row `j` with query `g`. When `w` does not hold `n` full
+    /// rows this falls back to [`Self::dot_f16_rows`] per query.
+    pub fn dot_f16_rows_multi(
+        &self,
+        w: &[u8],
+        stride: usize,
+        q: &[f32],
+        n_q: usize,
+        out: &mut [f32],
+    ) {
+        if n_q == 0 || stride == 0 || out.is_empty() {
+            return;
+        }
+        let (hd, n) = (q.len() / n_q, out.len() / n_q);
+        let full = stride >= 2 * hd
+            && n > 0
+            && (n - 1)
+                .checked_mul(stride)
+                .and_then(|x| x.checked_add(2 * hd))
+                .is_some_and(|end| end <= w.len());
+        if full {
+            (self.table.dot_f16_multi)(w, stride, &q[..n_q * hd], n_q, &mut out[..n_q * n]);
+        } else {
+            for (qg, o) in q
+                .chunks_exact(hd.max(1))
+                .zip(out.chunks_exact_mut(n.max(1)))
+            {
+                self.dot_f16_rows(w, stride, qg, o);
+            }
         }
     }
 

@@ -584,6 +584,64 @@ fn wsum_f16(v: &[u8], stride: usize, p: &[f32], out: &mut [f32]) {
     unsafe { wsum_f16_inner(v, stride, p, out) }
 }
 
+/// Dots of each of `n` f16 rows with `G` queries of `hd`, every row
+/// decoded once: `out[g * n_out + j]`, two accumulators per query.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_f16_g<const G: usize>(
+    w: &[u8],
+    stride: usize,
+    q: &[f32],
+    hd: usize,
+    out: &mut [f32],
+    n_out: usize,
+) {
+    let body = hd / 16 * 16;
+    for j in 0..n_out {
+        let row = &w[j * stride..j * stride + 2 * hd];
+        let mut acc = [[_mm256_setzero_ps(); 2]; G];
+        let mut i = 0;
+        while i < body {
+            let k0 = load_f16(&row[2 * i..]);
+            let k1 = load_f16(&row[2 * i + 16..]);
+            for (g, a) in acc.iter_mut().enumerate() {
+                let qg = &q[g * hd + i..];
+                a[0] = _mm256_fmadd_ps(k0, ld_ps(qg), a[0]);
+                a[1] = _mm256_fmadd_ps(k1, ld_ps(&qg[8..]), a[1]);
+            }
+            i += 16;
+        }
+        for (g, a) in acc.iter().enumerate() {
+            let qg = &q[g * hd..(g + 1) * hd];
+            out[g * n_out + j] = hsum(_mm256_add_ps(a[0], a[1]))
+                + super::super::generic::dot_f16(&row[2 * body..], &qg[body..]);
+        }
+    }
+}
+
+/// Dots of f16 rows with several queries (up to four per pass over the rows).
+fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out: &mut [f32]) {
+    if n_q == 0 {
+        return;
+    }
+    let (hd, n) = (q.len() / n_q, out.len() / n_q);
+    let mut g0 = 0;
+    while g0 < n_q {
+        let gq = (n_q - g0).min(4);
+        let (qs, os) = (&q[g0 * hd..(g0 + gq) * hd], &mut out[g0 * n..(g0 + gq) * n]);
+        // SAFETY: only reachable through `TABLE`, which `avx2_table` returns
+        // after detecting AVX2, FMA and F16C.
+        unsafe {
+            match gq {
+                4 => dot_f16_g::<4>(w, stride, qs, hd, os, n),
+                3 => dot_f16_g::<3>(w, stride, qs, hd, os, n),
+                2 => dot_f16_g::<2>(w, stride, qs, hd, os, n),
+                _ => dot_f16_g::<1>(w, stride, qs, hd, os, n),
+            }
+        }
+        g0 += gq;
+    }
+}
+
 // ------------------------------------------------------------------- table
 
 /// A safe row loop around a `#[target_feature]` dot.
@@ -650,4 +708,5 @@ pub(super) const TABLE: Table = Table {
     x4_q6_k: Some(super::avx2_x4::Q6_K),
     axpy_f16,
     wsum_f16,
+    dot_f16_multi,
 };
