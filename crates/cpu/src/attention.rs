@@ -120,9 +120,13 @@ fn partial(
             m[0] = max;
             m[1] = sum;
         }
-        for (og, sc) in o.chunks_exact_mut(hd).zip(scores.chunks_exact(len)) {
-            kern.weighted_sum_f16(values, rb, sc, og);
-        }
+        kern.weighted_sum_f16_multi(
+            values,
+            rb,
+            &scores[..group * len],
+            group,
+            &mut o[..group * hd],
+        );
     });
 }
 

@@ -390,7 +390,8 @@ fn shape_errors_are_reported_not_panicked() {
     assert!(act.quantize_for(GgmlType::Q4K, &[0.5; 32], 32).is_err());
 }
 
-/// `dot_f16_rows_multi` (each key row decoded once for 1..=6 queries) on
+/// `dot_f16_rows_multi` and `weighted_sum_f16_multi` (each f16 row decoded
+/// once for 1..=6 queries) on
 /// every ISA against f64 sums of the same f16 values, on ragged head widths
 /// (SIMD bodies plus scalar tails), and falling back to per-query rows when
 /// the buffer ends early.
@@ -408,6 +409,37 @@ fn f16_multi_query_dots_match_f64() {
                     .collect();
                 let f16at = |i: usize| f64::from(anedvd_quant::f16_to_f32(f32_to_f16(vals[i])));
                 let q: Vec<f32> = (0..n_q * hd).map(|_| rng.f()).collect();
+                // Weighted sums of the rows, one weight vector per query.
+                let p: Vec<f32> = (0..n_q * n_rows).map(|_| rng.f()).collect();
+                let mut ws = vec![f32::NAN; n_q * hd];
+                k.weighted_sum_f16_multi(&w, stride, &p, n_q, &mut ws);
+                for g in 0..n_q {
+                    for i in 0..hd {
+                        let want: f64 = (0..n_rows)
+                            .map(|r| f64::from(p[g * n_rows + r]) * f16at(r * stride / 2 + i))
+                            .sum();
+                        let got = f64::from(ws[g * hd + i]);
+                        assert!(
+                            (got - want).abs() < 1e-4,
+                            "{} wsum hd={hd} n_q={n_q} q{g} i={i}: {got} vs {want}",
+                            k.name()
+                        );
+                    }
+                }
+                // Rows beyond a short buffer are left out, as in `weighted_sum_f16`.
+                let short = &w[..2 * stride + 2 * hd - 1];
+                let mut ws = vec![f32::NAN; n_q * hd];
+                k.weighted_sum_f16_multi(short, stride, &p, n_q, &mut ws);
+                for g in 0..n_q {
+                    let mut one = vec![f32::NAN; hd];
+                    k.weighted_sum_f16(short, stride, &p[g * n_rows..(g + 1) * n_rows], &mut one);
+                    assert_eq!(
+                        &ws[g * hd..(g + 1) * hd],
+                        &one[..],
+                        "{} short wsum",
+                        k.name()
+                    );
+                }
                 for (buf, n) in [(&w[..], n_rows), (&w[..3 * stride + hd], 4)] {
                     let mut out = vec![f32::NAN; n_q * n];
                     k.dot_f16_rows_multi(buf, stride, &q, n_q, &mut out);

@@ -397,6 +397,21 @@ pub fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out: &mut [
     }
 }
 
+/// [`wsum_f16`] for each of the `n_q` weight vectors of `p` (row-major,
+/// `p.len() / n_q` long) into `out` (`out.len() / n_q` per vector).
+pub fn wsum_f16_multi(v: &[u8], stride: usize, p: &[f32], n_q: usize, out: &mut [f32]) {
+    if n_q == 0 {
+        return;
+    }
+    let (len, hd) = (p.len() / n_q, out.len() / n_q);
+    for (pg, o) in p
+        .chunks_exact(len.max(1))
+        .zip(out.chunks_exact_mut(hd.max(1)))
+    {
+        wsum_f16(v, stride, &pg[..len], o);
+    }
+}
+
 /// BF16 weights times f32 activations, products summed in f64.
 pub fn dot_bf16(w: &[u8], a: &[f32]) -> f32 {
     let mut s = 0.0f64;

@@ -125,6 +125,12 @@ pub(crate) type WsumF16 = fn(&[u8], usize, &[f32], &mut [f32]);
 /// with `n_q` queries (`hd = q.len() / n_q`, `n = out.len() / n_q`). The
 /// caller guarantees `w` holds `n` rows of at least `2 * hd` bytes.
 pub(crate) type DotF16Multi = fn(&[u8], usize, &[f32], usize, &mut [f32]);
+/// Weighted sums of the same f16 rows with several weight vectors, each row
+/// decoded once: `out[g * hd + i] = sum_j p[g * len + j] * f16(row_j[i])`
+/// with `row_j` at byte `j * stride` of `w`, `n_q` weight vectors,
+/// `len = p.len() / n_q` and `hd = out.len() / n_q`. The caller guarantees
+/// `w` holds `len` rows of at least `2 * hd` bytes.
+pub(crate) type WsumF16Multi = fn(&[u8], usize, &[f32], usize, &mut [f32]);
 
 /// The per-type row loops of one instruction set.
 #[derive(Clone, Copy)]
@@ -153,6 +159,7 @@ pub(crate) struct Table {
     pub axpy_f16: AxpyF16,
     pub wsum_f16: WsumF16,
     pub dot_f16_multi: DotF16Multi,
+    pub wsum_f16_multi: WsumF16Multi,
 }
 
 impl Table {
@@ -181,6 +188,7 @@ impl Table {
         axpy_f16: generic::axpy_f16,
         wsum_f16: generic::wsum_f16,
         dot_f16_multi: generic::dot_f16_multi,
+        wsum_f16_multi: generic::wsum_f16_multi,
     };
 }
 
@@ -481,6 +489,42 @@ impl Kernels {
             None => 0,
         };
         (self.table.wsum_f16)(v, stride, &p[..p.len().min(have)], out);
+    }
+
+    /// [`Self::weighted_sum_f16`] for `n_q` weight vectors at once
+    /// (row-major in `p`, `p.len() / n_q` long) over the same rows, each row
+    /// decoded from f16 once for all of them: `out[g * hd..(g + 1) * hd]`
+    /// (with `hd = out.len() / n_q`) is the sum for weight vector `g`
+    /// (rounding may differ from [`Self::weighted_sum_f16`]). When `v` does not hold every
+    /// row in full this falls back to [`Self::weighted_sum_f16`] per vector.
+    pub fn weighted_sum_f16_multi(
+        &self,
+        v: &[u8],
+        stride: usize,
+        p: &[f32],
+        n_q: usize,
+        out: &mut [f32],
+    ) {
+        if n_q == 0 || out.is_empty() {
+            return;
+        }
+        let (len, hd) = (p.len() / n_q, out.len() / n_q);
+        let full = stride >= 2 * hd
+            && len
+                .checked_sub(1)
+                .and_then(|l| l.checked_mul(stride))
+                .and_then(|x| x.checked_add(2 * hd))
+                .is_some_and(|end| end <= v.len());
+        if full && len > 0 {
+            (self.table.wsum_f16_multi)(v, stride, &p[..n_q * len], n_q, &mut out[..n_q * hd]);
+        } else {
+            for (pg, o) in p
+                .chunks_exact(len.max(1))
+                .zip(out.chunks_exact_mut(hd.max(1)))
+            {
+                self.weighted_sum_f16(v, stride, &pg[..len], o);
+            }
+        }
     }
 
     /// `y += a * x`, `x` little-endian f16 bytes (`2 * y.len()` of them,

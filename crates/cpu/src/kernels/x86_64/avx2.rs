@@ -642,6 +642,74 @@ fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out: &mut [f32]
     }
 }
 
+/// Weighted sums of `len` f16 rows with `G` weight vectors, 16 outputs at
+/// a time, every row decoded once (the same per-lane sums as [`wsum_f16`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn wsum_f16_g<const G: usize>(
+    v: &[u8],
+    stride: usize,
+    p: &[f32],
+    len: usize,
+    out: &mut [f32],
+    hd: usize,
+) {
+    let mut i = 0;
+    while i + 16 <= hd {
+        let mut acc = [[_mm256_setzero_ps(); 2]; G];
+        for j in 0..len {
+            let row = &v[j * stride + 2 * i..j * stride + 2 * i + 32];
+            let (k0, k1) = (load_f16(row), load_f16(&row[16..]));
+            for (g, a) in acc.iter_mut().enumerate() {
+                let pv = _mm256_set1_ps(p[g * len + j]);
+                a[0] = _mm256_fmadd_ps(pv, k0, a[0]);
+                a[1] = _mm256_fmadd_ps(pv, k1, a[1]);
+            }
+        }
+        for (g, a) in acc.iter().enumerate() {
+            for (h, a) in a.iter().enumerate() {
+                let dst = &mut out[g * hd + i + 8 * h..g * hd + i + 8 * h + 8];
+                // SAFETY: `dst` is 8 writable f32; `storeu` has no alignment requirement.
+                unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *a) };
+            }
+        }
+        i += 16;
+    }
+    if i < hd {
+        for g in 0..G {
+            let o = &mut out[g * hd + i..(g + 1) * hd];
+            super::super::generic::wsum_f16(&v[2 * i..], stride, &p[g * len..(g + 1) * len], o);
+        }
+    }
+}
+
+/// Weighted sums of f16 rows with several weight vectors (up to four per
+/// pass over the rows).
+fn wsum_f16_multi(v: &[u8], stride: usize, p: &[f32], n_q: usize, out: &mut [f32]) {
+    if n_q == 0 {
+        return;
+    }
+    let (len, hd) = (p.len() / n_q, out.len() / n_q);
+    let mut g0 = 0;
+    while g0 < n_q {
+        let gq = (n_q - g0).min(4);
+        let (ps, os) = (
+            &p[g0 * len..(g0 + gq) * len],
+            &mut out[g0 * hd..(g0 + gq) * hd],
+        );
+        // SAFETY: only reachable through `TABLE`, which `avx2_table` returns
+        // after detecting AVX2, FMA and F16C.
+        unsafe {
+            match gq {
+                4 => wsum_f16_g::<4>(v, stride, ps, len, os, hd),
+                3 => wsum_f16_g::<3>(v, stride, ps, len, os, hd),
+                2 => wsum_f16_g::<2>(v, stride, ps, len, os, hd),
+                _ => wsum_f16_g::<1>(v, stride, ps, len, os, hd),
+            }
+        }
+        g0 += gq;
+    }
+}
+
 // ------------------------------------------------------------------- table
 
 /// A safe row loop around a `#[target_feature]` dot.
@@ -709,4 +777,5 @@ pub(super) const TABLE: Table = Table {
     axpy_f16,
     wsum_f16,
     dot_f16_multi,
+    wsum_f16_multi,
 };
