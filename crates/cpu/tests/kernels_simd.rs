@@ -536,3 +536,40 @@ fn f16_attention_kernels_match_f64_on_ragged_lengths() {
         }
     }
 }
+
+/// Prefill-sized activation batches (quantized in parallel chunks) equal
+/// `anedvd_quant`'s row quantizers bit for bit, block by block, for both
+/// the Q8 (Q8_0 scale and quants) and Q8_K formats.
+#[test]
+fn parallel_activation_quantization_matches_anedvd_quant_bit_for_bit() {
+    use anedvd_quant::{f16_to_f32, quantize_row_q8_0, quantize_row_q8_k, BlockQ8K, BlockQ8_0};
+    let mut rng = Rng(31);
+    let (n_rows, n_cols) = (67usize, 1024usize);
+    let x: Vec<f32> = (0..n_rows * n_cols)
+        .map(|i| rng.f() * if i % 97 == 0 { 40.0 } else { 1.0 })
+        .collect();
+    let mut act = QuantizedActivation::new();
+    act.quantize(ActFormat::Q8, &x, n_cols).unwrap();
+    for t in 0..n_rows {
+        let mut want = vec![BlockQ8_0 { d: 0, qs: [0; 32] }; n_cols / 32];
+        quantize_row_q8_0(&x[t * n_cols..(t + 1) * n_cols], &mut want).unwrap();
+        for (got, want) in act.q8_row(t).iter().zip(&want) {
+            assert_eq!(
+                got.d.to_bits(),
+                f16_to_f32(want.d).to_bits(),
+                "q8 d row {t}"
+            );
+            assert_eq!(got.qs, want.qs, "q8 qs row {t}");
+        }
+    }
+    act.quantize(ActFormat::Q8K, &x, n_cols).unwrap();
+    for t in 0..n_rows {
+        let mut want = vec![BlockQ8K::ZERO; n_cols / 256];
+        quantize_row_q8_k(&x[t * n_cols..(t + 1) * n_cols], &mut want).unwrap();
+        for (got, want) in act.q8k_row(t).iter().zip(&want) {
+            assert_eq!(got.d.to_bits(), want.d.to_bits(), "q8k d row {t}");
+            assert_eq!(got.qs, want.qs, "q8k qs row {t}");
+            assert_eq!(got.bsums, want.bsums, "q8k bsums row {t}");
+        }
+    }
+}

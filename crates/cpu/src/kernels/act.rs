@@ -3,6 +3,7 @@
 
 use anedvd_base::GgmlType;
 use anedvd_quant::{f16_to_f32, f32_to_f16, BlockQ8K, BlockQ8_0, QK_K};
+use rayon::prelude::*;
 
 /// Elements per Q8_0 / Q8_1 block.
 pub const QK8: usize = 32;
@@ -50,6 +51,34 @@ impl Q8Block {
             qs: b.qs,
         }
     }
+}
+
+/// Values above which [`quantize_blocks`] splits the work across threads
+/// (prefill batches; a decode row stays on the calling thread).
+const PAR_MIN_VALUES: usize = 16 * 1024;
+
+/// Quantizes each `N`-value chunk of `x` into the matching block of `dst`
+/// with `q`, in parallel chunks of blocks when `x` is large. Every block is
+/// computed by the same function either way, so the result does not depend
+/// on the split.
+fn quantize_blocks<B: Send, const N: usize>(
+    x: &[f32],
+    dst: &mut [B],
+    q: impl Fn(&[f32; N]) -> B + Sync,
+) {
+    let one = |(b, c): (&mut B, &[f32])| {
+        let mut a = [0.0f32; N];
+        a.copy_from_slice(c);
+        *b = q(&a);
+    };
+    if x.len() < PAR_MIN_VALUES {
+        dst.iter_mut().zip(x.chunks_exact(N)).for_each(one);
+        return;
+    }
+    let per = (PAR_MIN_VALUES / 4 / N).max(1);
+    dst.par_chunks_mut(per)
+        .zip(x.par_chunks(per * N))
+        .for_each(|(d, c)| d.iter_mut().zip(c.chunks_exact(N)).for_each(one));
 }
 
 /// Which activation encoding a weight type's kernel consumes.
@@ -145,19 +174,13 @@ impl QuantizedActivation {
             }
             ActFormat::Q8 => {
                 self.q8.clear();
-                self.q8.extend(x.chunks_exact(QK8).map(|c| {
-                    let mut a = [0.0f32; QK8];
-                    a.copy_from_slice(c);
-                    Q8Block::quantize(&a)
-                }));
+                self.q8.resize(x.len() / QK8, Q8Block::ZERO);
+                quantize_blocks(x, &mut self.q8, |c: &[f32; QK8]| Q8Block::quantize(c));
             }
             ActFormat::Q8K => {
                 self.q8k.clear();
-                self.q8k.extend(x.chunks_exact(QK_K).map(|c| {
-                    let mut a = [0.0f32; QK_K];
-                    a.copy_from_slice(c);
-                    BlockQ8K::quantize(&a)
-                }));
+                self.q8k.resize(x.len() / QK_K, BlockQ8K::ZERO);
+                quantize_blocks(x, &mut self.q8k, |c: &[f32; QK_K]| BlockQ8K::quantize(c));
             }
         }
         Ok(())
