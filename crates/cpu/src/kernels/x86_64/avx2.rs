@@ -585,7 +585,8 @@ fn wsum_f16(v: &[u8], stride: usize, p: &[f32], out: &mut [f32]) {
 }
 
 /// Dots of each of `n` f16 rows with `G` queries of `hd`, every row
-/// decoded once: `out[g * n_out + j]`, two accumulators per query.
+/// decoded once: `out[g * n_out + j]`. Rows go in pairs so each query load
+/// serves two rows (one accumulator per row and query).
 #[target_feature(enable = "avx2,fma,f16c")]
 fn dot_f16_g<const G: usize>(
     w: &[u8],
@@ -595,25 +596,44 @@ fn dot_f16_g<const G: usize>(
     out: &mut [f32],
     n_out: usize,
 ) {
-    let body = hd / 16 * 16;
-    for j in 0..n_out {
-        let row = &w[j * stride..j * stride + 2 * hd];
+    let body = hd / 8 * 8;
+    let tail = |row: &[u8], g: usize| {
+        super::super::generic::dot_f16(&row[2 * body..2 * hd], &q[g * hd + body..(g + 1) * hd])
+    };
+    let mut j = 0;
+    while j + 2 <= n_out {
+        let r0 = &w[j * stride..j * stride + 2 * hd];
+        let r1 = &w[(j + 1) * stride..(j + 1) * stride + 2 * hd];
         let mut acc = [[_mm256_setzero_ps(); 2]; G];
         let mut i = 0;
         while i < body {
-            let k0 = load_f16(&row[2 * i..]);
-            let k1 = load_f16(&row[2 * i + 16..]);
+            let (k0, k1) = (load_f16(&r0[2 * i..]), load_f16(&r1[2 * i..]));
             for (g, a) in acc.iter_mut().enumerate() {
-                let qg = &q[g * hd + i..];
-                a[0] = _mm256_fmadd_ps(k0, ld_ps(qg), a[0]);
-                a[1] = _mm256_fmadd_ps(k1, ld_ps(&qg[8..]), a[1]);
+                let qv = ld_ps(&q[g * hd + i..]);
+                a[0] = _mm256_fmadd_ps(k0, qv, a[0]);
+                a[1] = _mm256_fmadd_ps(k1, qv, a[1]);
             }
-            i += 16;
+            i += 8;
         }
         for (g, a) in acc.iter().enumerate() {
-            let qg = &q[g * hd..(g + 1) * hd];
-            out[g * n_out + j] = hsum(_mm256_add_ps(a[0], a[1]))
-                + super::super::generic::dot_f16(&row[2 * body..], &qg[body..]);
+            out[g * n_out + j] = hsum(a[0]) + tail(r0, g);
+            out[g * n_out + j + 1] = hsum(a[1]) + tail(r1, g);
+        }
+        j += 2;
+    }
+    if j < n_out {
+        let r0 = &w[j * stride..j * stride + 2 * hd];
+        let mut acc = [_mm256_setzero_ps(); G];
+        let mut i = 0;
+        while i < body {
+            let k0 = load_f16(&r0[2 * i..]);
+            for (g, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(k0, ld_ps(&q[g * hd + i..]), *a);
+            }
+            i += 8;
+        }
+        for (g, a) in acc.iter().enumerate() {
+            out[g * n_out + j] = hsum(*a) + tail(r0, g);
         }
     }
 }
