@@ -3,6 +3,7 @@
 //! for both lowering variants; chunking, decode, dispatch counts and dumps.
 #![allow(clippy::unwrap_used)]
 
+use anedvd_ane_sim::selftest::{argmax, max_rel};
 use anedvd_ane_sim::{AneSimBackend, LowerOptions, Variant};
 use anedvd_base::WeightSource;
 use anedvd_cpu::CpuBackend;
@@ -62,19 +63,6 @@ fn floats(v: &Value) -> Vec<f32> {
         .iter()
         .map(|x| x.as_f64().unwrap() as f32)
         .collect()
-}
-
-fn max_rel(a: &[f32], reference: &[f32]) -> f64 {
-    let scale = reference.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
-    let diff = a
-        .iter()
-        .zip(reference)
-        .fold(0f32, |m, (x, y)| m.max((x - y).abs())) as f64;
-    diff / scale
-}
-
-fn argmax(x: &[f32]) -> usize {
-    (0..x.len()).fold(0, |b, i| if x[i] > x[b] { i } else { b })
 }
 
 fn sim(variant: Variant, width: usize) -> AneSimBackend {

@@ -4,6 +4,7 @@
 //! exact CPU reference; the private driver off macOS; the compile budget.
 #![allow(clippy::unwrap_used)]
 
+use anedvd_ane_sim::selftest::{argmax, max_rel};
 use anedvd_ane_sim::{AneBackend, AneSimBackend, DriverKind, LowerOptions, Variant};
 use anedvd_base::WeightSource;
 use anedvd_cpu::CpuBackend;
@@ -38,19 +39,6 @@ fn values(v: &Value) -> Vec<f64> {
         .iter()
         .map(|x| x.as_f64().unwrap())
         .collect()
-}
-
-fn max_rel(a: &[f32], reference: &[f32]) -> f64 {
-    let scale = reference.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
-    let diff = a
-        .iter()
-        .zip(reference)
-        .fold(0f32, |m, (x, y)| m.max((x - y).abs())) as f64;
-    diff / scale
-}
-
-fn argmax(x: &[f32]) -> usize {
-    (0..x.len()).fold(0, |b, i| if x[i] > x[b] { i } else { b })
 }
 
 fn options(variant: Variant) -> LowerOptions {
