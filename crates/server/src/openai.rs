@@ -378,11 +378,7 @@ impl Transcoder for ChatStream {
     }
 
     fn error(&mut self, message: &str) -> Vec<SseEvent> {
-        let e = ApiError::new(D, ErrorKind::Internal, message);
-        vec![
-            json_event(None, &e.body()),
-            SseEvent::default().data("[DONE]"),
-        ]
+        stream_error(message)
     }
 }
 
@@ -543,10 +539,16 @@ impl Transcoder for CompletionStream {
     }
 
     fn error(&mut self, message: &str) -> Vec<SseEvent> {
-        let e = ApiError::new(D, ErrorKind::Internal, message);
-        vec![
-            json_event(None, &e.body()),
-            SseEvent::default().data("[DONE]"),
-        ]
+        stream_error(message)
     }
+}
+
+/// A mid-stream failure in the OpenAI dialect: an error object, then `[DONE]`
+/// (shared by chat and legacy completion streams).
+fn stream_error(message: &str) -> Vec<SseEvent> {
+    let e = ApiError::new(D, ErrorKind::Internal, message);
+    vec![
+        json_event(None, &e.body()),
+        SseEvent::default().data("[DONE]"),
+    ]
 }
