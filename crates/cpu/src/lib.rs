@@ -24,13 +24,14 @@
 mod attention;
 mod compiled;
 mod dump;
+mod forward;
 pub mod kernels;
 mod matmul;
 #[path = "kernels/qkernels.rs"]
 pub mod qkernels;
 mod session;
 
-use anedvd_graph::{Backend, DecoderProgram, Error, Executable, Result, Session};
+use anedvd_graph::{Backend, BatchSession, DecoderProgram, Error, Executable, Result, Session};
 use std::sync::Arc;
 
 pub use matmul::decode_row;
@@ -94,6 +95,20 @@ impl Executable for CpuExecutable {
         Ok(Box::new(session::CpuSession::new(
             self.model.clone(),
             self.pool.clone(),
+            max_seq,
+        )))
+    }
+
+    fn new_batch(&self, n_seqs: usize, max_seq: usize) -> Result<Box<dyn BatchSession>> {
+        if max_seq == 0 || n_seqs == 0 {
+            return Err(Error::InvalidArgument(
+                "a batch needs at least one sequence of positive capacity".into(),
+            ));
+        }
+        Ok(Box::new(session::CpuBatch::new(
+            self.model.clone(),
+            self.pool.clone(),
+            n_seqs,
             max_seq,
         )))
     }

@@ -1,232 +1,41 @@
-//! A CPU session: KV cache, position, reusable scratch buffers, and the
-//! layer-by-layer forward pass with named intermediates.
+//! CPU sessions: one sequence ([`CpuSession`]) or several advancing together
+//! in one forward pass ([`CpuBatch`], for continuous batching). Both cut long
+//! inputs into passes of at most [`MAX_CHUNK`] rows and run them through
+//! [`forward::run`].
 
-use crate::attention::{attend, KvCache};
 use crate::compiled::Model;
 use crate::dump::Dump;
-use crate::kernels::{gated, rms_norm, rms_norm_inplace, rope_cos_sin, rope_row, softcap};
-use crate::matmul::{matmul_group, Acts};
-use anedvd_graph::intermediate as names;
-use anedvd_graph::{Error, LogitsMode, Result, Session};
+use crate::forward::{self, Buffers, Segment, SeqState};
+use anedvd_graph::{validate_batch, BatchItem, BatchSession, Error, LogitsMode, Result, Session};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Tokens processed together; longer batches are split (bounds scratch memory).
+/// Rows processed together; longer inputs are split (bounds scratch memory).
 const MAX_CHUNK: usize = 256;
-
-#[derive(Default)]
-struct Buffers {
-    x: Vec<f32>,
-    h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    part: Vec<f32>,
-    o: Vec<f32>,
-    g: Vec<f32>,
-    u: Vec<f32>,
-    tmp: Vec<f32>,
-    tmp2: Vec<f32>,
-    tmp3: Vec<f32>,
-    cs: Vec<(f32, f32)>,
-    acts: Acts,
-}
 
 /// One sequence on the CPU backend.
 pub struct CpuSession {
     model: Arc<Model>,
     pool: Arc<rayon::ThreadPool>,
     max_seq: usize,
-    pos: usize,
-    kv: Vec<KvCache>,
+    seq: [SeqState; 1],
     dump_dir: Option<PathBuf>,
     bufs: Buffers,
     logits: Vec<f32>,
 }
 
-fn add(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
-}
-
-fn add_bias(x: &mut [f32], bias: Option<&Vec<f32>>) {
-    if let Some(b) = bias {
-        for row in x.chunks_exact_mut(b.len()) {
-            add(row, b);
-        }
-    }
-}
-
-fn put(
-    dump: &mut Option<Dump>,
-    layer: Option<usize>,
-    name: &str,
-    data: &[f32],
-    rows: usize,
-) -> Result<()> {
-    if let Some(d) = dump.as_mut() {
-        let full = match layer {
-            Some(i) => names::layer_name(i, name),
-            None => name.to_string(),
-        };
-        let cols = data.len().checked_div(rows).unwrap_or(0);
-        d.write(&full, data, rows, cols)?;
-    }
-    Ok(())
-}
-
 impl CpuSession {
     pub fn new(model: Arc<Model>, pool: Arc<rayon::ThreadPool>, max_seq: usize) -> Self {
-        let kv = model
-            .layers
-            .iter()
-            .map(|l| KvCache::new(l.spec.n_head_kv, l.spec.head_dim))
-            .collect();
+        let seq = [SeqState::new(&model)];
         Self {
             model,
             pool,
             max_seq,
-            pos: 0,
-            kv,
+            seq,
             dump_dir: None,
             bufs: Buffers::default(),
             logits: Vec::new(),
         }
-    }
-
-    /// Runs `tokens` at positions `pos0..`; writes logits rows (all, or the last
-    /// only) into `logits` when given.
-    fn chunk(
-        &mut self,
-        tokens: &[u32],
-        pos0: usize,
-        logits: Option<(&mut [f32], bool)>,
-        dump: &mut Option<Dump>,
-    ) -> Result<()> {
-        let m = self.model.clone();
-        let src = m.weights.as_ref();
-        let (n, d) = (tokens.len(), m.n_embd);
-        let Buffers {
-            x,
-            h,
-            q,
-            k,
-            v,
-            att,
-            part,
-            o,
-            g,
-            u,
-            tmp,
-            tmp2,
-            tmp3,
-            cs,
-            acts,
-        } = &mut self.bufs;
-        x.resize(n * d, 0.0);
-        for (t, &tok) in tokens.iter().enumerate() {
-            let row = &mut x[t * d..(t + 1) * d];
-            m.token_embd.row(src, tok as usize, row)?;
-            if m.embd_scale != 1.0 {
-                row.iter_mut().for_each(|v| *v *= m.embd_scale);
-            }
-        }
-        put(dump, None, "inp_embd", x, n)?;
-        for (il, l) in m.layers.iter().enumerate() {
-            let (qd, kvd, hd, ff) = (l.q_dim(), l.kv_dim(), l.spec.head_dim, l.spec.n_ff);
-            let li = Some(il);
-            h.resize(n * d, 0.0);
-            rms_norm(x, &l.attn_norm, m.eps, h);
-            put(dump, li, names::ATTN_NORM, h, n)?;
-
-            q.resize(n * qd, 0.0);
-            k.resize(n * kvd, 0.0);
-            v.resize(n * kvd, 0.0);
-            acts.prepare(h, n, &[&l.wq, &l.wk, &l.wv])?;
-            matmul_group(
-                src,
-                &mut [(&l.wq, q, tmp), (&l.wk, k, tmp2), (&l.wv, v, tmp3)],
-                h,
-                n,
-                acts,
-            )?;
-            add_bias(q, l.bq.as_ref());
-            add_bias(k, l.bk.as_ref());
-            add_bias(v, l.bv.as_ref());
-            put(dump, li, names::Q, q, n)?;
-            put(dump, li, names::K, k, n)?;
-            put(dump, li, names::V, v, n)?;
-            if let Some(w) = &l.q_norm {
-                rms_norm_inplace(q, w, m.eps);
-            }
-            if let Some(w) = &l.k_norm {
-                rms_norm_inplace(k, w, m.eps);
-            }
-            for t in 0..n {
-                rope_cos_sin(&l.spec.rope, pos0 + t, cs);
-                rope_row(&mut q[t * qd..(t + 1) * qd], hd, &l.spec.rope, cs);
-                rope_row(&mut k[t * kvd..(t + 1) * kvd], hd, &l.spec.rope, cs);
-            }
-            put(dump, li, names::Q_ROPE, q, n)?;
-            put(dump, li, names::K_ROPE, k, n)?;
-
-            self.kv[il].store(pos0, k, v, n);
-            att.resize(n * qd, 0.0);
-            attend(&m.kernels, &l.spec, &self.kv[il], q, pos0, n, att, part);
-            put(dump, li, names::KQV_OUT, att, n)?;
-
-            o.resize(n * d, 0.0);
-            acts.prepare(att, n, &[&l.wo])?;
-            l.wo.matmul(src, att, n, acts, o, tmp)?;
-            add_bias(o, l.bo.as_ref());
-            let attn_out: &[f32] = match &l.post_attn_norm {
-                Some(w) => {
-                    rms_norm(o, w, m.eps, h);
-                    h
-                }
-                None => o,
-            };
-            put(dump, li, names::ATTN_OUT, attn_out, n)?;
-            add(x, attn_out);
-            put(dump, li, names::FFN_INP, x, n)?;
-
-            rms_norm(x, &l.ffn_norm, m.eps, h);
-            put(dump, li, names::FFN_NORM, h, n)?;
-            g.resize(n * ff, 0.0);
-            u.resize(n * ff, 0.0);
-            acts.prepare(h, n, &[&l.gate, &l.up])?;
-            matmul_group(src, &mut [(&l.gate, g, tmp), (&l.up, u, tmp2)], h, n, acts)?;
-            gated(m.activation, g, u);
-            put(dump, li, names::FFN_ACT, g, n)?;
-            acts.prepare(g, n, &[&l.down])?;
-            l.down.matmul(src, g, n, acts, o, tmp)?;
-            let ffn_out: &[f32] = match &l.post_ffn_norm {
-                Some(w) => {
-                    rms_norm(o, w, m.eps, h);
-                    h
-                }
-                None => o,
-            };
-            put(dump, li, names::FFN_OUT, ffn_out, n)?;
-            add(x, ffn_out);
-            put(dump, li, names::OUT, x, n)?;
-        }
-        let Some((out, all)) = logits else {
-            return Ok(());
-        };
-        let first = if all { 0 } else { n - 1 };
-        let rows = n - first;
-        h.resize(rows * d, 0.0);
-        rms_norm(&x[first * d..], &m.output_norm, m.eps, h);
-        put(dump, None, names::RESULT_NORM, h, rows)?;
-        let out = &mut out[..rows * m.n_vocab];
-        acts.prepare(h, rows, &[&m.output])?;
-        m.output.matmul(src, h, rows, acts, out, tmp)?;
-        if let Some(cap) = m.final_softcap {
-            softcap(out, cap);
-        }
-        put(dump, None, names::RESULT_OUTPUT, out, rows)?;
-        Ok(())
     }
 }
 
@@ -241,17 +50,15 @@ impl Session for CpuSession {
                 )),
             };
         }
-        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::TokenOutOfRange { token, n_vocab });
-        }
-        let needed = self.pos + tokens.len();
-        if needed > self.max_seq {
-            return Err(Error::ContextOverflow {
-                needed,
-                max_seq: self.max_seq,
-            });
-        }
+        let item = BatchItem {
+            seq: 0,
+            tokens,
+            logits: mode != LogitsMode::None,
+        };
+        let pos = self.seq[0].pos;
+        validate_batch(&[item], 1, self.max_seq, n_vocab, |_| pos)?;
         let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
+        // A dump names whole-input intermediates, so it runs in one pass.
         let chunk = if dump.is_some() {
             tokens.len()
         } else {
@@ -264,44 +71,55 @@ impl Session for CpuSession {
         };
         let mut logits = std::mem::take(&mut self.logits);
         logits.resize(rows * n_vocab, 0.0);
-        let pool = self.pool.clone();
+        let (model, pool) = (self.model.clone(), self.pool.clone());
+        let (seqs, bufs) = (&mut self.seq, &mut self.bufs);
+        let all_rows: Vec<usize> = match mode {
+            LogitsMode::All => (0..chunk.min(tokens.len())).collect(),
+            _ => Vec::new(),
+        };
         let result = pool.install(|| -> Result<()> {
             let n_chunks = tokens.len().div_ceil(chunk);
             for (ci, part) in tokens.chunks(chunk).enumerate() {
-                let pos0 = self.pos + ci * chunk;
-                let out = match mode {
-                    LogitsMode::None => None,
-                    LogitsMode::Last if ci + 1 == n_chunks => Some((&mut logits[..], false)),
-                    LogitsMode::Last => None,
+                let seg = Segment {
+                    seq: 0,
+                    tokens: part,
+                    pos0: pos + ci * chunk,
+                };
+                let last_row = [part.len() - 1];
+                let (rows, out): (&[usize], &mut [f32]) = match mode {
+                    LogitsMode::None => (&[], &mut []),
+                    LogitsMode::Last if ci + 1 == n_chunks => (&last_row, &mut logits[..]),
+                    LogitsMode::Last => (&[], &mut []),
                     LogitsMode::All => {
                         let start = ci * chunk * n_vocab;
-                        Some((&mut logits[start..start + part.len() * n_vocab], true))
+                        (
+                            &all_rows[..part.len()],
+                            &mut logits[start..start + part.len() * n_vocab],
+                        )
                     }
                 };
-                self.chunk(part, pos0, out, &mut dump)?;
+                forward::run(&model, bufs, seqs, &[seg], rows, out, &mut dump)?;
             }
             Ok(())
         });
         self.logits = logits;
-        result?;
+        if let Err(e) = result {
+            self.seq[0].truncate(pos);
+            return Err(e);
+        }
         if let Some(d) = dump {
             d.finish()?;
         }
-        self.pos = needed;
+        self.seq[0].pos = pos + tokens.len();
         Ok(&self.logits)
     }
 
     fn position(&self) -> usize {
-        self.pos
+        self.seq[0].pos
     }
 
     fn truncate(&mut self, n: usize) {
-        if n < self.pos {
-            self.pos = n;
-            for c in &mut self.kv {
-                c.truncate(n);
-            }
-        }
+        self.seq[0].truncate(n);
     }
 
     fn max_seq(&self) -> usize {
@@ -310,5 +128,179 @@ impl Session for CpuSession {
 
     fn set_dump(&mut self, dir: Option<PathBuf>) {
         self.dump_dir = dir;
+    }
+}
+
+/// Several sequences sharing one pass: the weights are read once for all of
+/// their rows, which is what makes concurrent decoding cheaper than running
+/// the sequences one after another.
+pub struct CpuBatch {
+    model: Arc<Model>,
+    pool: Arc<rayon::ThreadPool>,
+    max_seq: usize,
+    seqs: Vec<SeqState>,
+    bufs: Buffers,
+    logits: Vec<f32>,
+}
+
+impl CpuBatch {
+    pub fn new(
+        model: Arc<Model>,
+        pool: Arc<rayon::ThreadPool>,
+        n_seqs: usize,
+        max_seq: usize,
+    ) -> Self {
+        let seqs = (0..n_seqs).map(|_| SeqState::new(&model)).collect();
+        Self {
+            model,
+            pool,
+            max_seq,
+            seqs,
+            bufs: Buffers::default(),
+            logits: Vec::new(),
+        }
+    }
+}
+
+/// A pass: its segments and, per segment, whether its last row's logits are
+/// wanted.
+type Pass<'a> = Vec<(Segment<'a>, bool)>;
+
+/// Cuts `items` into passes of at most `max_rows` rows, in item order; an
+/// item longer than the room left is split across passes (only its final
+/// piece can ask for logits), so logits rows come out in item order.
+fn plan<'a>(items: &[BatchItem<'a>], positions: &[usize], max_rows: usize) -> Vec<Pass<'a>> {
+    let mut passes: Vec<Pass<'a>> = vec![Vec::new()];
+    let mut room = max_rows;
+    for (item, &pos) in items.iter().zip(positions) {
+        let mut rest = item.tokens;
+        let mut pos0 = pos;
+        while !rest.is_empty() {
+            if room == 0 {
+                passes.push(Vec::new());
+                room = max_rows;
+            }
+            let (now, later) = rest.split_at(rest.len().min(room));
+            let last = later.is_empty();
+            if let Some(pass) = passes.last_mut() {
+                pass.push((
+                    Segment {
+                        seq: item.seq,
+                        tokens: now,
+                        pos0,
+                    },
+                    last && item.logits,
+                ));
+            }
+            room -= now.len();
+            pos0 += now.len();
+            rest = later;
+        }
+    }
+    passes
+}
+
+impl BatchSession for CpuBatch {
+    fn n_seqs(&self) -> usize {
+        self.seqs.len()
+    }
+
+    fn max_seq(&self) -> usize {
+        self.max_seq
+    }
+
+    fn position(&self, seq: usize) -> usize {
+        self.seqs.get(seq).map_or(0, |s| s.pos)
+    }
+
+    fn truncate(&mut self, seq: usize, n: usize) {
+        if let Some(s) = self.seqs.get_mut(seq) {
+            s.truncate(n);
+        }
+    }
+
+    fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&[f32]> {
+        let n_vocab = self.model.n_vocab;
+        validate_batch(items, self.seqs.len(), self.max_seq, n_vocab, |s| {
+            self.position(s)
+        })?;
+        let starts: Vec<usize> = items.iter().map(|i| self.seqs[i.seq].pos).collect();
+        let passes = plan(items, &starts, MAX_CHUNK);
+        let n_rows = items.iter().filter(|i| i.logits).count();
+        let mut logits = std::mem::take(&mut self.logits);
+        logits.resize(n_rows * n_vocab, 0.0);
+        let (model, pool) = (self.model.clone(), self.pool.clone());
+        let (seqs, bufs) = (&mut self.seqs, &mut self.bufs);
+        let result = pool.install(|| -> Result<()> {
+            let mut done_rows = 0;
+            let mut logit_rows = Vec::new();
+            let mut segs = Vec::new();
+            for pass in &passes {
+                segs.clear();
+                logit_rows.clear();
+                let mut row = 0;
+                for (seg, wants) in pass {
+                    row += seg.tokens.len();
+                    if *wants {
+                        logit_rows.push(row - 1);
+                    }
+                    segs.push(*seg);
+                }
+                let out = &mut logits[done_rows * n_vocab..];
+                forward::run(&model, bufs, seqs, &segs, &logit_rows, out, &mut None)?;
+                done_rows += logit_rows.len();
+            }
+            Ok(())
+        });
+        self.logits = logits;
+        if let Err(e) = result {
+            for (item, &start) in items.iter().zip(&starts) {
+                self.seqs[item.seq].truncate(start);
+            }
+            return Err(e);
+        }
+        for item in items {
+            self.seqs[item.seq].pos += item.tokens.len();
+        }
+        Ok(&self.logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_splits_long_items_and_keeps_logits_on_final_pieces() {
+        let a: Vec<u32> = (0..5).collect();
+        let b: Vec<u32> = vec![9];
+        let items = [
+            BatchItem {
+                seq: 1,
+                tokens: &a,
+                logits: true,
+            },
+            BatchItem {
+                seq: 0,
+                tokens: &b,
+                logits: true,
+            },
+        ];
+        let passes = plan(&items, &[10, 3], 4);
+        let shape: Vec<Vec<(usize, usize, usize, bool)>> = passes
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|(s, w)| (s.seq, s.tokens.len(), s.pos0, *w))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                vec![(1, 4, 10, false)],
+                vec![(1, 1, 14, true), (0, 1, 3, true)]
+            ]
+        );
     }
 }

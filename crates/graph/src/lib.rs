@@ -21,12 +21,14 @@
 //! assert_eq!(RopePairing::Neox.name(), "neox");
 //! ```
 
+mod batch;
 mod error;
 pub mod intermediate;
 mod memory;
 mod program;
 mod traits;
 
+pub use batch::{validate_batch, BatchItem, BatchSession, SequentialBatch};
 pub use error::{Error, Result};
 pub use memory::MemorySource;
 pub use program::{Activation, DecoderProgram, LayerSpec, NormSpec, Role, Rope, RopePairing};

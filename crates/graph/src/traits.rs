@@ -1,6 +1,6 @@
 //! The compile-then-run interface every backend implements.
 
-use crate::{DecoderProgram, Result};
+use crate::{BatchSession, DecoderProgram, Result, SequentialBatch};
 use std::path::PathBuf;
 
 /// Which logits a forward call returns.
@@ -30,6 +30,15 @@ pub trait Executable: Send + Sync {
     fn vocab_size(&self) -> usize;
     /// Context length the model was trained with.
     fn n_ctx_train(&self) -> usize;
+    /// Opens `n_seqs` sequences of `max_seq` positions each that advance
+    /// together in one forward pass. The default runs independent sessions
+    /// one after another; backends that can batch override it.
+    fn new_batch(&self, n_seqs: usize, max_seq: usize) -> Result<Box<dyn BatchSession>> {
+        let sessions = (0..n_seqs)
+            .map(|_| self.new_session(max_seq))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Box::new(SequentialBatch::new(sessions, self.vocab_size())))
+    }
 }
 
 /// One sequence: its KV cache, position and scratch buffers.

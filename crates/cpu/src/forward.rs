@@ -1,0 +1,326 @@
+//! One forward pass over a batch of rows that may belong to several
+//! sequences: the matrix products run once over every row, while RoPE, the
+//! KV store and attention run per sequence segment against its own cache.
+
+use crate::attention::{attend, KvCache};
+use crate::compiled::Model;
+use crate::dump::Dump;
+use crate::kernels::{gated, rms_norm, rms_norm_inplace, rope_cos_sin, rope_row, softcap};
+use crate::matmul::{matmul_group, Acts};
+use anedvd_graph::intermediate as names;
+use anedvd_graph::Result;
+use rayon::prelude::*;
+
+/// The cache and position of one sequence.
+pub struct SeqState {
+    /// Positions held.
+    pub pos: usize,
+    /// One cache per layer.
+    pub kv: Vec<KvCache>,
+}
+
+impl SeqState {
+    /// An empty sequence for `model`.
+    pub fn new(model: &Model) -> Self {
+        Self {
+            pos: 0,
+            kv: model
+                .layers
+                .iter()
+                .map(|l| KvCache::new(l.spec.n_head_kv, l.spec.head_dim))
+                .collect(),
+        }
+    }
+
+    /// Forgets positions at and beyond `n`.
+    pub fn truncate(&mut self, n: usize) {
+        if n < self.pos {
+            self.pos = n;
+            for c in &mut self.kv {
+                c.truncate(n);
+            }
+        }
+    }
+}
+
+/// Consecutive rows of a pass that continue one sequence.
+#[derive(Debug, Clone, Copy)]
+pub struct Segment<'a> {
+    /// Index into the pass's sequence states.
+    pub seq: usize,
+    /// Its tokens, at positions `pos0..`.
+    pub tokens: &'a [u32],
+    /// Position of the first token.
+    pub pos0: usize,
+}
+
+/// Scratch reused across passes (sized by the largest pass seen).
+#[derive(Default)]
+pub struct Buffers {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    parts: Vec<Vec<f32>>,
+    o: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    tmp: Vec<f32>,
+    tmp2: Vec<f32>,
+    tmp3: Vec<f32>,
+    sel: Vec<f32>,
+    cs: Vec<(f32, f32)>,
+    row_pos: Vec<usize>,
+    acts: Acts,
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}
+
+fn add_bias(x: &mut [f32], bias: Option<&Vec<f32>>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            add(row, b);
+        }
+    }
+}
+
+fn put(
+    dump: &mut Option<Dump>,
+    layer: Option<usize>,
+    name: &str,
+    data: &[f32],
+    rows: usize,
+) -> Result<()> {
+    if let Some(d) = dump.as_mut() {
+        let full = match layer {
+            Some(i) => names::layer_name(i, name),
+            None => name.to_string(),
+        };
+        let cols = data.len().checked_div(rows).unwrap_or(0);
+        d.write(&full, data, rows, cols)?;
+    }
+    Ok(())
+}
+
+/// Runs the rows of `segs` (concatenated in order) through the model, storing
+/// each segment's keys and values in `seqs[seg.seq]` at `seg.pos0..` (the
+/// caller advances positions). Writes the logits of the batch rows listed in
+/// `logit_rows` (ascending) into `out`, one `n_vocab` row each. Must run
+/// inside the backend's thread pool.
+pub fn run(
+    m: &Model,
+    bufs: &mut Buffers,
+    seqs: &mut [SeqState],
+    segs: &[Segment<'_>],
+    logit_rows: &[usize],
+    out: &mut [f32],
+    dump: &mut Option<Dump>,
+) -> Result<()> {
+    let src = m.weights.as_ref();
+    let n: usize = segs.iter().map(|s| s.tokens.len()).sum();
+    let d = m.n_embd;
+    let Buffers {
+        x,
+        h,
+        q,
+        k,
+        v,
+        att,
+        parts,
+        o,
+        g,
+        u,
+        tmp,
+        tmp2,
+        tmp3,
+        sel,
+        cs,
+        row_pos,
+        acts,
+    } = bufs;
+    x.resize(n * d, 0.0);
+    row_pos.clear();
+    for seg in segs {
+        row_pos.extend((0..seg.tokens.len()).map(|t| seg.pos0 + t));
+    }
+    let tokens = segs.iter().flat_map(|s| s.tokens.iter());
+    for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
+        m.token_embd.row(src, tok as usize, row)?;
+        if m.embd_scale != 1.0 {
+            row.iter_mut().for_each(|v| *v *= m.embd_scale);
+        }
+    }
+    put(dump, None, "inp_embd", x, n)?;
+    parts.resize_with(segs.len(), Vec::new);
+    for (il, l) in m.layers.iter().enumerate() {
+        let (qd, kvd, hd, ff) = (l.q_dim(), l.kv_dim(), l.spec.head_dim, l.spec.n_ff);
+        let li = Some(il);
+        h.resize(n * d, 0.0);
+        rms_norm(x, &l.attn_norm, m.eps, h);
+        put(dump, li, names::ATTN_NORM, h, n)?;
+
+        q.resize(n * qd, 0.0);
+        k.resize(n * kvd, 0.0);
+        v.resize(n * kvd, 0.0);
+        acts.prepare(h, n, &[&l.wq, &l.wk, &l.wv])?;
+        matmul_group(
+            src,
+            &mut [(&l.wq, q, tmp), (&l.wk, k, tmp2), (&l.wv, v, tmp3)],
+            h,
+            n,
+            acts,
+        )?;
+        add_bias(q, l.bq.as_ref());
+        add_bias(k, l.bk.as_ref());
+        add_bias(v, l.bv.as_ref());
+        put(dump, li, names::Q, q, n)?;
+        put(dump, li, names::K, k, n)?;
+        put(dump, li, names::V, v, n)?;
+        if let Some(w) = &l.q_norm {
+            rms_norm_inplace(q, w, m.eps);
+        }
+        if let Some(w) = &l.k_norm {
+            rms_norm_inplace(k, w, m.eps);
+        }
+        for (t, &pos) in row_pos.iter().enumerate() {
+            rope_cos_sin(&l.spec.rope, pos, cs);
+            rope_row(&mut q[t * qd..(t + 1) * qd], hd, &l.spec.rope, cs);
+            rope_row(&mut k[t * kvd..(t + 1) * kvd], hd, &l.spec.rope, cs);
+        }
+        put(dump, li, names::Q_ROPE, q, n)?;
+        put(dump, li, names::K_ROPE, k, n)?;
+
+        let mut r0 = 0;
+        for seg in segs {
+            let len = seg.tokens.len();
+            let (ks, vs) = (
+                &k[r0 * kvd..(r0 + len) * kvd],
+                &v[r0 * kvd..(r0 + len) * kvd],
+            );
+            seqs[seg.seq].kv[il].store(seg.pos0, ks, vs, len);
+            r0 += len;
+        }
+        att.resize(n * qd, 0.0);
+        attend_segments(m, l, seqs, segs, q, att, parts, il);
+        put(dump, li, names::KQV_OUT, att, n)?;
+
+        o.resize(n * d, 0.0);
+        acts.prepare(att, n, &[&l.wo])?;
+        l.wo.matmul(src, att, n, acts, o, tmp)?;
+        add_bias(o, l.bo.as_ref());
+        let attn_out: &[f32] = match &l.post_attn_norm {
+            Some(w) => {
+                rms_norm(o, w, m.eps, h);
+                h
+            }
+            None => o,
+        };
+        put(dump, li, names::ATTN_OUT, attn_out, n)?;
+        add(x, attn_out);
+        put(dump, li, names::FFN_INP, x, n)?;
+
+        rms_norm(x, &l.ffn_norm, m.eps, h);
+        put(dump, li, names::FFN_NORM, h, n)?;
+        g.resize(n * ff, 0.0);
+        u.resize(n * ff, 0.0);
+        acts.prepare(h, n, &[&l.gate, &l.up])?;
+        matmul_group(src, &mut [(&l.gate, g, tmp), (&l.up, u, tmp2)], h, n, acts)?;
+        gated(m.activation, g, u);
+        put(dump, li, names::FFN_ACT, g, n)?;
+        acts.prepare(g, n, &[&l.down])?;
+        l.down.matmul(src, g, n, acts, o, tmp)?;
+        let ffn_out: &[f32] = match &l.post_ffn_norm {
+            Some(w) => {
+                rms_norm(o, w, m.eps, h);
+                h
+            }
+            None => o,
+        };
+        put(dump, li, names::FFN_OUT, ffn_out, n)?;
+        add(x, ffn_out);
+        put(dump, li, names::OUT, x, n)?;
+    }
+    let rows = logit_rows.len();
+    if rows == 0 {
+        return Ok(());
+    }
+    // Only the rows whose logits are wanted go through the output projection.
+    let picked: &[f32] = if rows == n {
+        x
+    } else {
+        sel.clear();
+        for &r in logit_rows {
+            sel.extend_from_slice(&x[r * d..(r + 1) * d]);
+        }
+        sel
+    };
+    h.resize(rows * d, 0.0);
+    rms_norm(picked, &m.output_norm, m.eps, h);
+    put(dump, None, names::RESULT_NORM, h, rows)?;
+    let out = &mut out[..rows * m.n_vocab];
+    acts.prepare(h, rows, &[&m.output])?;
+    m.output.matmul(src, h, rows, acts, out, tmp)?;
+    if let Some(cap) = m.final_softcap {
+        softcap(out, cap);
+    }
+    put(dump, None, names::RESULT_OUTPUT, out, rows)?;
+    Ok(())
+}
+
+/// Attention of every segment against its own cache. One segment
+/// parallelises inside [`attend`]; several (batched decode) run side by side.
+#[allow(clippy::too_many_arguments)]
+fn attend_segments(
+    m: &Model,
+    l: &crate::compiled::Layer,
+    seqs: &[SeqState],
+    segs: &[Segment<'_>],
+    q: &[f32],
+    att: &mut [f32],
+    parts: &mut [Vec<f32>],
+    il: usize,
+) {
+    let qd = l.q_dim();
+    if let [seg] = segs {
+        let cache = &seqs[seg.seq].kv[il];
+        let n = seg.tokens.len();
+        attend(
+            &m.kernels,
+            &l.spec,
+            cache,
+            q,
+            seg.pos0,
+            n,
+            att,
+            &mut parts[0],
+        );
+        return;
+    }
+    let mut jobs = Vec::with_capacity(segs.len());
+    let (mut q_rest, mut att_rest) = (q, att);
+    for (seg, part) in segs.iter().zip(parts.iter_mut()) {
+        let len = seg.tokens.len() * qd;
+        let (qs, qr) = q_rest.split_at(len);
+        let (os, or) = std::mem::take(&mut att_rest).split_at_mut(len);
+        q_rest = qr;
+        att_rest = or;
+        jobs.push((seg, qs, os, part));
+    }
+    jobs.into_par_iter().for_each(|(seg, qs, os, part)| {
+        let cache = &seqs[seg.seq].kv[il];
+        attend(
+            &m.kernels,
+            &l.spec,
+            cache,
+            qs,
+            seg.pos0,
+            seg.tokens.len(),
+            os,
+            part,
+        );
+    });
+}

@@ -1,0 +1,236 @@
+//! The batched multi-sequence forward against HF transformers: several
+//! sequences walk the fixture prompt on different schedules (different
+//! positions and chunk lengths in the same pass, some sequences idle), and
+//! every logits row returned must match transformers' logits at that
+//! position (tests/fixtures/models/<family>/reference.json, F32 GGUF).
+#![allow(clippy::unwrap_used)]
+
+use anedvd_base::WeightSource;
+use anedvd_cpu::CpuBackend;
+use anedvd_graph::{Backend, BatchItem, Error, Executable};
+use anedvd_model::{load, ConfigOverrides};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn family_dir(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/models")
+        .join(family)
+}
+
+/// Prompt ids and transformers' logits at every prompt position.
+fn reference(family: &str) -> Option<(Vec<u32>, Vec<Vec<f32>>)> {
+    let text = std::fs::read_to_string(family_dir(family).join("reference.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let prompt = v["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    let all = v["all_logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    Some((prompt, all))
+}
+
+fn compile(family: &str) -> Option<Box<dyn Executable>> {
+    let path = family_dir(family).join("model-f32.gguf");
+    let opened = anedvd_weights::open(&path).ok()?;
+    let source: Arc<dyn WeightSource> = Arc::from(opened.source);
+    let mut overrides = ConfigOverrides::default();
+    if family == "mistral" {
+        // llama.cpp's converter drops the window; see tests/fixtures.rs.
+        let cfg: Value = serde_json::from_str(
+            &std::fs::read_to_string(family_dir(family).join("config.json")).unwrap(),
+        )
+        .unwrap();
+        overrides.family = Some("mistral".into());
+        overrides.sliding_window = cfg["sliding_window"].as_u64().map(|w| w as usize);
+    }
+    let (_, program) = load(source, &overrides).unwrap();
+    Some(CpuBackend::new(2).unwrap().compile(&program).unwrap())
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum();
+    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum();
+    dot / (na.sqrt() * nb.sqrt())
+}
+
+/// Chunk length sequence `s` takes at step `step` (0 = sits this step out).
+fn schedule(s: usize, step: usize) -> usize {
+    match s {
+        0 => 1,                         // decode-like: one token per step
+        1 => [3, 0, 5, 1, 2][step % 5], // prefill-like, sometimes idle
+        2 => usize::from(step >= 4),    // joins late
+        _ => [7, 1][step % 2],
+    }
+}
+
+fn walk(family: &str) {
+    let (Some((prompt, all)), Some(exe)) = (reference(family), compile(family)) else {
+        eprintln!("skipping {family}: fixture absent");
+        return;
+    };
+    let n_vocab = exe.vocab_size();
+    let n_seqs = 4;
+    let mut batch = exe.new_batch(n_seqs, prompt.len()).unwrap();
+    let mut done = vec![0usize; n_seqs];
+    let mut checked = 0;
+    for step in 0.. {
+        let mut items = Vec::new();
+        for (s, &d) in done.iter().enumerate() {
+            let take = schedule(s, step).min(prompt.len() - d);
+            if take > 0 {
+                items.push(BatchItem {
+                    seq: s,
+                    tokens: &prompt[d..d + take],
+                    // Leave one sequence's logits out now and then.
+                    logits: !(s == 3 && step % 3 == 0),
+                });
+            }
+        }
+        if items.is_empty() {
+            break;
+        }
+        let rows = batch.forward(&items).unwrap().to_vec();
+        let mut row = 0;
+        for item in &items {
+            let end = done[item.seq] + item.tokens.len();
+            if item.logits {
+                let got = &rows[row * n_vocab..(row + 1) * n_vocab];
+                let c = cosine(got, &all[end - 1]);
+                assert!(
+                    c >= 0.99999,
+                    "{family}: seq {} at position {}: cosine {c} vs transformers",
+                    item.seq,
+                    end - 1
+                );
+                row += 1;
+                checked += 1;
+            }
+            done[item.seq] = end;
+        }
+        assert_eq!(rows.len(), row * n_vocab, "{family}: one row per request");
+        for (s, &d) in done.iter().enumerate() {
+            assert_eq!(batch.position(s), d, "{family}: seq {s} position");
+        }
+    }
+    assert!(checked > 20, "{family}: only {checked} rows checked");
+}
+
+#[test]
+fn llama() {
+    walk("llama");
+}
+
+#[test]
+fn mistral() {
+    walk("mistral");
+}
+
+#[test]
+fn qwen3() {
+    walk("qwen3");
+}
+
+#[test]
+fn gemma2() {
+    walk("gemma2");
+}
+
+#[test]
+fn gemma3() {
+    walk("gemma3");
+}
+
+#[test]
+fn bad_batches_are_refused_and_append_nothing() {
+    let Some(exe) = compile("qwen2") else { return };
+    let mut batch = exe.new_batch(2, 8).unwrap();
+    let ok = [1u32, 2, 3];
+    batch
+        .forward(&[BatchItem {
+            seq: 0,
+            tokens: &ok,
+            logits: false,
+        }])
+        .unwrap();
+    let too_long = [1u32; 6];
+    let bad_id = [u32::MAX];
+    let cases: [(&[BatchItem<'_>], &str); 4] = [
+        (
+            &[
+                BatchItem {
+                    seq: 1,
+                    tokens: &ok,
+                    logits: true,
+                },
+                BatchItem {
+                    seq: 0,
+                    tokens: &too_long,
+                    logits: true,
+                },
+            ],
+            "overflow",
+        ),
+        (
+            &[BatchItem {
+                seq: 2,
+                tokens: &ok,
+                logits: true,
+            }],
+            "seq",
+        ),
+        (
+            &[
+                BatchItem {
+                    seq: 1,
+                    tokens: &ok,
+                    logits: true,
+                },
+                BatchItem {
+                    seq: 1,
+                    tokens: &ok,
+                    logits: true,
+                },
+            ],
+            "twice",
+        ),
+        (
+            &[BatchItem {
+                seq: 1,
+                tokens: &bad_id,
+                logits: true,
+            }],
+            "id",
+        ),
+    ];
+    for (items, what) in cases {
+        let err = batch.forward(items).unwrap_err();
+        match what {
+            "overflow" => assert!(matches!(
+                err,
+                Error::ContextOverflow {
+                    needed: 9,
+                    max_seq: 8
+                }
+            )),
+            "id" => assert!(matches!(err, Error::TokenOutOfRange { .. })),
+            _ => assert!(matches!(err, Error::InvalidArgument(_)), "{what}: {err}"),
+        }
+        assert_eq!((batch.position(0), batch.position(1)), (3, 0), "{what}");
+    }
+}

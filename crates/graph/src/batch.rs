@@ -1,0 +1,144 @@
+//! Several sequences run through one forward pass: the interface continuous
+//! batching is built on, and the fallback for backends that run sequences one
+//! at a time.
+
+use crate::{Error, LogitsMode, Result, Session};
+
+/// One sequence's share of a batched forward call.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchItem<'a> {
+    /// Which sequence (`0..n_seqs`); at most once per call.
+    pub seq: usize,
+    /// Tokens appended to it at its current position (non-empty).
+    pub tokens: &'a [u32],
+    /// Whether the logits of its last token are wanted.
+    pub logits: bool,
+}
+
+/// `n_seqs` sequences, each with its own KV cache and position, sharing one
+/// set of weights; a forward call advances any subset of them together.
+pub trait BatchSession: Send {
+    /// Number of sequences.
+    fn n_seqs(&self) -> usize;
+    /// Capacity of each sequence in positions.
+    fn max_seq(&self) -> usize;
+    /// Positions held by sequence `seq` (0 for an unknown one).
+    fn position(&self, seq: usize) -> usize;
+    /// Drops positions at or beyond `n` of sequence `seq`.
+    fn truncate(&mut self, seq: usize, n: usize);
+    /// Appends every item's tokens to its sequence. Returns one `n_vocab` row
+    /// per item with `logits` set, in item order. Everything is checked
+    /// before anything is appended: an error leaves every sequence as it was.
+    fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&[f32]>;
+}
+
+/// Checks a batch against `n_seqs` sequences of capacity `max_seq`:
+/// sequence indices in range and unique, tokens present and below `n_vocab`,
+/// every sequence staying within its capacity.
+pub fn validate_batch(
+    items: &[BatchItem<'_>],
+    n_seqs: usize,
+    max_seq: usize,
+    n_vocab: usize,
+    position: impl Fn(usize) -> usize,
+) -> Result<()> {
+    let mut seen = vec![false; n_seqs];
+    for item in items {
+        let Some(flag) = seen.get_mut(item.seq) else {
+            return Err(Error::InvalidArgument(format!(
+                "batch names sequence {} but there are {n_seqs}",
+                item.seq
+            )));
+        };
+        if std::mem::replace(flag, true) {
+            return Err(Error::InvalidArgument(format!(
+                "sequence {} appears twice in one batch",
+                item.seq
+            )));
+        }
+        if item.tokens.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "sequence {} has no tokens in the batch",
+                item.seq
+            )));
+        }
+        if let Some(&token) = item.tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::TokenOutOfRange { token, n_vocab });
+        }
+        let needed = position(item.seq) + item.tokens.len();
+        if needed > max_seq {
+            return Err(Error::ContextOverflow { needed, max_seq });
+        }
+    }
+    Ok(())
+}
+
+/// A [`BatchSession`] over independent [`Session`]s run one after another:
+/// correct for any backend, with none of the speed of a batched pass.
+pub struct SequentialBatch {
+    sessions: Vec<Box<dyn Session>>,
+    n_vocab: usize,
+    logits: Vec<f32>,
+}
+
+impl SequentialBatch {
+    /// Wraps `sessions` (all of the same capacity) whose logits rows are
+    /// `n_vocab` wide.
+    pub fn new(sessions: Vec<Box<dyn Session>>, n_vocab: usize) -> Self {
+        Self {
+            sessions,
+            n_vocab,
+            logits: Vec::new(),
+        }
+    }
+}
+
+impl BatchSession for SequentialBatch {
+    fn n_seqs(&self) -> usize {
+        self.sessions.len()
+    }
+
+    fn max_seq(&self) -> usize {
+        self.sessions.first().map_or(0, |s| s.max_seq())
+    }
+
+    fn position(&self, seq: usize) -> usize {
+        self.sessions.get(seq).map_or(0, |s| s.position())
+    }
+
+    fn truncate(&mut self, seq: usize, n: usize) {
+        if let Some(s) = self.sessions.get_mut(seq) {
+            s.truncate(n);
+        }
+    }
+
+    fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&[f32]> {
+        validate_batch(
+            items,
+            self.sessions.len(),
+            self.max_seq(),
+            self.n_vocab,
+            |s| self.position(s),
+        )?;
+        self.logits.clear();
+        let starts: Vec<usize> = items.iter().map(|i| self.position(i.seq)).collect();
+        for (k, item) in items.iter().enumerate() {
+            let mode = if item.logits {
+                LogitsMode::Last
+            } else {
+                LogitsMode::None
+            };
+            match self.sessions[item.seq].forward(item.tokens, mode) {
+                Ok(row) => self.logits.extend_from_slice(row),
+                Err(e) => {
+                    // Keep the promise that a failed call appends nothing.
+                    for (done, &start) in items[..k].iter().zip(&starts) {
+                        self.sessions[done.seq].truncate(start);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(&self.logits)
+    }
+}
