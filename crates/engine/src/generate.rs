@@ -5,7 +5,7 @@ use crate::sampler::{token_logprob, top_logprobs, Sampler, SamplingParams};
 use crate::session::EngineSession;
 use crate::{Error, Result};
 use anedvd_graph::LogitsMode;
-use anedvd_tokenizer::Tokenizer;
+use anedvd_tokenizer::{StreamDecoder, Tokenizer};
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
@@ -170,40 +170,103 @@ pub fn generate(
     }
     timings.prefill = start.elapsed();
 
-    let mut sampler = Sampler::new(params.sampling.clone());
-    // Generated text continues the prompt: its first token keeps its leading space.
-    let mut decoder = tokenizer.stream_decoder(true).continuing();
-    let mut history: Vec<u32> = prompt.to_vec();
-    let mut out = Generation {
-        prompt_tokens: prompt.to_vec(),
-        tokens: Vec::new(),
-        text: String::new(),
-        finish_reason: FinishReason::Length,
-        timings,
-        top_logprobs: Vec::new(),
-    };
+    let mut decoding = Decoding::new(tokenizer, prompt, params, timings);
     let decode_start = Instant::now();
     let finish = loop {
-        if out.tokens.len() >= params.max_tokens {
-            break FinishReason::Length;
+        let room = session.position() < max_seq;
+        match decoding.step(&mut logits, room, &mut on_token)? {
+            Step::Finished(reason) => break reason,
+            Step::Next(id) => {
+                let next = session.forward(&[id], LogitsMode::Last)?;
+                logits.clear();
+                logits.extend_from_slice(next);
+                decoding.out.timings.decode_tokens += 1;
+            }
+        }
+    };
+    decoding.out.timings.decode = decode_start.elapsed();
+    Ok(decoding.finish(finish, on_token))
+}
+
+/// What [`Decoding::step`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Feed this token (already reported) and call `step` again with its logits.
+    Next(u32),
+    /// Generation ended.
+    Finished(FinishReason),
+}
+
+/// The sampling side of one generation, after its prompt has been run:
+/// turns each logits row into a token, its text and, eventually, a finish
+/// reason. [`generate`] drives it over one session; the server drives many
+/// of them over one batched forward pass.
+pub struct Decoding<'t> {
+    tokenizer: &'t Tokenizer,
+    params: GenerateParams,
+    sampler: Sampler,
+    decoder: StreamDecoder<'t>,
+    history: Vec<u32>,
+    /// The generation so far (timings are the caller's to fill).
+    pub out: Generation,
+}
+
+impl<'t> Decoding<'t> {
+    /// Starts generating after `prompt` with `params`.
+    pub fn new(
+        tokenizer: &'t Tokenizer,
+        prompt: &[u32],
+        params: &GenerateParams,
+        timings: Timings,
+    ) -> Self {
+        Self {
+            tokenizer,
+            params: params.clone(),
+            sampler: Sampler::new(params.sampling.clone()),
+            // Generated text continues the prompt: its first token keeps its leading space.
+            decoder: tokenizer.stream_decoder(true).continuing(),
+            history: prompt.to_vec(),
+            out: Generation {
+                prompt_tokens: prompt.to_vec(),
+                tokens: Vec::new(),
+                text: String::new(),
+                finish_reason: FinishReason::Length,
+                timings,
+                top_logprobs: Vec::new(),
+            },
+        }
+    }
+
+    /// Samples the next token from `logits` (modified in place by the
+    /// sampler) and reports it to `on_token`. `room` says whether the
+    /// sequence can take one more position.
+    pub fn step(
+        &mut self,
+        logits: &mut [f32],
+        room: bool,
+        mut on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
+    ) -> Result<Step> {
+        let params = &self.params;
+        if self.out.tokens.len() >= params.max_tokens {
+            return Ok(Step::Finished(FinishReason::Length));
         }
         let top = if params.top_logprobs > 0 {
-            top_logprobs(&logits, params.top_logprobs)
+            top_logprobs(logits, params.top_logprobs)
         } else {
             Vec::new()
         };
-        let raw = (params.top_logprobs > 0).then(|| logits.clone());
-        let id = sampler.sample(&mut logits, &history);
+        let raw = (params.top_logprobs > 0).then(|| logits.to_vec());
+        let id = self.sampler.sample(logits, &self.history);
         let logprob = raw.as_deref().map(|l| token_logprob(l, id));
-        out.tokens.push(id);
-        history.push(id);
-        let eog = tokenizer.is_eog(id) && !params.ignore_eos;
+        self.out.tokens.push(id);
+        self.history.push(id);
+        let eog = self.tokenizer.is_eog(id) && !params.ignore_eos;
         let piece = if eog {
             String::new()
         } else {
-            decoder.push(id)?
+            self.decoder.push(id)?
         };
-        out.text.push_str(&piece);
+        self.out.text.push_str(&piece);
         let flow = on_token(&TokenEvent {
             id,
             text: &piece,
@@ -211,36 +274,39 @@ pub fn generate(
             logprob,
         });
         if params.top_logprobs > 0 {
-            out.top_logprobs.push(top);
+            self.out.top_logprobs.push(top);
         }
-        if eog {
-            break FinishReason::Stop;
-        }
-        if flow.is_break() {
-            break FinishReason::Cancelled;
-        }
-        if out.tokens.len() >= params.max_tokens {
-            break FinishReason::Length;
-        }
-        if session.position() >= max_seq {
-            break FinishReason::ContextFull;
-        }
-        let next = session.forward(&[id], LogitsMode::Last)?;
-        logits.clear();
-        logits.extend_from_slice(next);
-        out.timings.decode_tokens += 1;
-    };
-    let tail = decoder.finish();
-    if !tail.is_empty() {
-        out.text.push_str(&tail);
-        let _ = on_token(&TokenEvent {
-            id: u32::MAX,
-            text: &tail,
-            top_logprobs: &[],
-            logprob: None,
-        });
+        Ok(Step::Finished(if eog {
+            FinishReason::Stop
+        } else if flow.is_break() {
+            FinishReason::Cancelled
+        } else if self.out.tokens.len() >= params.max_tokens {
+            FinishReason::Length
+        } else if !room {
+            FinishReason::ContextFull
+        } else {
+            return Ok(Step::Next(id));
+        }))
     }
-    out.timings.decode = decode_start.elapsed();
-    out.finish_reason = finish;
-    Ok(out)
+
+    /// Ends the generation: flushes text held back by the stream decoder
+    /// (reported with id `u32::MAX`) and returns the result.
+    pub fn finish(
+        mut self,
+        reason: FinishReason,
+        mut on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
+    ) -> Generation {
+        let tail = self.decoder.finish();
+        if !tail.is_empty() {
+            self.out.text.push_str(&tail);
+            let _ = on_token(&TokenEvent {
+                id: u32::MAX,
+                text: &tail,
+                top_logprobs: &[],
+                logprob: None,
+            });
+        }
+        self.out.finish_reason = reason;
+        self.out
+    }
 }

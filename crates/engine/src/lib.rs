@@ -16,6 +16,7 @@
 //! # Ok::<(), anedvd_engine::Error>(())
 //! ```
 
+mod batch;
 mod error;
 mod generate;
 mod load;
@@ -24,8 +25,12 @@ mod session;
 pub mod stats;
 
 pub use anedvd_ane_sim::DriverKind;
+pub use anedvd_graph::BatchItem;
+pub use batch::{common_prefix, EngineBatch};
 pub use error::{Error, Result};
-pub use generate::{generate, FinishReason, GenerateParams, Generation, Timings, TokenEvent};
+pub use generate::{
+    generate, Decoding, FinishReason, GenerateParams, Generation, Step, Timings, TokenEvent,
+};
 pub use load::{BackendChoice, Engine, LoadOptions, LoadStage, TemplateOrigin};
 pub use sampler::{Sampler, SamplingParams};
 pub use session::EngineSession;

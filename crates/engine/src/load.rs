@@ -1,5 +1,6 @@
 //! Loading a model: weights, tokenizer, chat template, program, backend.
 
+use crate::batch::EngineBatch;
 use crate::session::EngineSession;
 use crate::{Error, Result};
 use anedvd_ane_sim::{AneBackend, AneSimBackend, DriverKind, LowerOptions};
@@ -188,6 +189,13 @@ impl Engine {
     /// Opens a session holding up to `max_seq` positions.
     pub fn new_session(&self, max_seq: usize) -> Result<EngineSession> {
         Ok(EngineSession::new(self.executable.new_session(max_seq)?))
+    }
+
+    /// Opens `n_seqs` sequences of `max_seq` positions each that advance
+    /// together in one batched forward pass (backends that cannot batch run
+    /// them one after another).
+    pub fn new_batch(&self, n_seqs: usize, max_seq: usize) -> Result<EngineBatch> {
+        Ok(EngineBatch::new(self.executable.new_batch(n_seqs, max_seq)?))
     }
 
     /// The context length the model was trained with.

@@ -1,6 +1,7 @@
 //! A backend session plus the token ids its KV cache holds, so a new prompt
 //! that shares a prefix with the cached one only prefills the new suffix.
 
+use crate::batch::common_prefix;
 use crate::Result;
 use anedvd_graph::{LogitsMode, Session};
 
@@ -38,12 +39,7 @@ impl EngineSession {
     /// at least one prompt token to run (its logits start generation).
     /// Returns how many prompt tokens were reused.
     pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
-        let common = self
-            .cached
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let common = common_prefix(&self.cached, prompt);
         let keep = common.min(prompt.len().saturating_sub(1));
         self.truncate(keep);
         keep

@@ -39,8 +39,9 @@ mod tests {
     #[test]
     fn rss_is_reported_on_linux() {
         if cfg!(target_os = "linux") {
-            let peak = peak_rss_bytes().unwrap_or(0);
+            // Current first: other test threads may allocate between reads.
             let cur = current_rss_bytes().unwrap_or(0);
+            let peak = peak_rss_bytes().unwrap_or(0);
             assert!(peak > 0 && cur > 0 && peak >= cur);
         }
         assert_eq!(format_bytes(3 * 1024 * 1024), "3.0 MiB");

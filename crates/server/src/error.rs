@@ -10,14 +10,9 @@ pub enum Error {
     /// The engine failed (opening a slot's session, ...).
     #[error(transparent)]
     Engine(#[from] anedvd_engine::Error),
-    /// A worker thread could not be spawned.
-    #[error("spawning worker thread {slot}: {source}")]
-    Spawn {
-        /// The slot index.
-        slot: usize,
-        /// The cause.
-        source: std::io::Error,
-    },
+    /// The batch thread could not be spawned.
+    #[error("spawning the batch thread: {0}")]
+    Spawn(std::io::Error),
     /// A bad configuration value.
     #[error("invalid server configuration: {0}")]
     Config(String),

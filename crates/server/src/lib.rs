@@ -20,6 +20,7 @@
 //! ```
 
 mod anthropic;
+mod batcher;
 mod error;
 mod metrics;
 mod openai;

@@ -23,8 +23,12 @@ pub struct Metrics {
     pub prefill_us: AtomicU64,
     /// Decode time in microseconds.
     pub decode_us: AtomicU64,
-    /// Decode steps (tokens produced by decode calls).
+    /// Tokens run by decode steps (summed over sequences).
     pub decode_tokens: AtomicU64,
+    /// Batched forward passes.
+    pub batch_passes: AtomicU64,
+    /// Sequences summed over batched forward passes.
+    pub batch_sequences: AtomicU64,
 }
 
 /// Endpoints counted by [`Metrics::count_request`].
@@ -78,7 +82,7 @@ impl Metrics {
                 get(&self.requests[i])
             );
         }
-        let counters: [(&str, &str, u64); 6] = [
+        let counters: [(&str, &str, u64); 8] = [
             (
                 "anedvd_requests_rejected_total",
                 "Requests refused with 503 because the queue was full.",
@@ -105,9 +109,19 @@ impl Metrics {
                 get(&self.generated_tokens),
             ),
             (
-                "anedvd_decode_steps_total",
-                "Decode forward passes.",
+                "anedvd_decode_tokens_total",
+                "Tokens run by decode steps, summed over sequences.",
                 get(&self.decode_tokens),
+            ),
+            (
+                "anedvd_batch_passes_total",
+                "Batched forward passes (one per step, all sequences together).",
+                get(&self.batch_passes),
+            ),
+            (
+                "anedvd_batch_sequences_total",
+                "Sequences summed over batched forward passes (divide by passes for the mean batch).",
+                get(&self.batch_sequences),
             ),
         ];
         for (name, help, v) in counters {
@@ -123,7 +137,7 @@ impl Metrics {
             ),
             (
                 "anedvd_decode_seconds_total",
-                "Time spent in decode steps (summed over slots).",
+                "Share of step time spent on decode tokens.",
                 decode,
             ),
         ];
@@ -137,12 +151,12 @@ impl Metrics {
         let gauges = [
             (
                 "anedvd_prefill_tokens_per_second",
-                "Mean prefill throughput per slot since start.",
+                "Mean prefill throughput since start.",
                 rate(get(&self.prompt_tokens), prefill),
             ),
             (
                 "anedvd_decode_tokens_per_second",
-                "Mean decode throughput per slot since start.",
+                "Mean decode throughput (all sequences) since start.",
                 rate(get(&self.decode_tokens), decode),
             ),
             (

@@ -1,19 +1,17 @@
-//! Slots and the request queue: `--parallel` worker threads, each owning an
-//! engine session (its own KV cache), fed from a bounded FIFO queue. A new
-//! request goes to the free slot whose cached tokens share the longest prefix
-//! with its prompt. Generation runs on these threads, never on the async
-//! runtime. Sequences run concurrently on threads; there is no batched
-//! multi-sequence forward pass yet.
+//! Slots and the request queue: `--parallel` sequences (each with its own KV
+//! cache) advanced together by one batch thread in a single forward pass per
+//! step (continuous batching: requests join between steps and leave when
+//! done), fed from a bounded FIFO queue. A new request goes to the free slot
+//! whose cached tokens share the longest prefix with its prompt. Generation
+//! runs on the batch thread, never on the async runtime; the loop itself is
+//! in [`crate::batcher`].
 
 use crate::error::Error;
 use crate::metrics::{Gauges, Metrics};
-use crate::stop::{StopMatcher, StopOutcome};
-use anedvd_engine::{generate, Engine, EngineSession, FinishReason, GenerateParams, TokenEvent};
+use anedvd_engine::{Engine, GenerateParams};
 use std::collections::VecDeque;
-use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tokio::sync::mpsc::Sender;
 
 /// One generated token with its log-probabilities (when requested).
@@ -87,7 +85,7 @@ pub struct Job {
     /// Stop strings.
     pub stop: Vec<String>,
     /// Where events go (bounded: a client that stops reading pauses its
-    /// slot); closing the receiver cancels the job.
+    /// sequence, not the batch); closing the receiver cancels the job.
     pub events: Sender<Event>,
 }
 
@@ -100,28 +98,31 @@ pub enum SubmitError {
     ShuttingDown,
 }
 
-struct FreeSlot {
-    cached: Vec<u32>,
-    tx: mpsc::Sender<Job>,
+pub(crate) struct State {
+    /// Jobs not yet given a slot, oldest first.
+    pub queue: VecDeque<Job>,
+    /// Slots holding a running generation.
+    pub busy: usize,
 }
 
-struct State {
-    free: Vec<FreeSlot>,
-    queue: VecDeque<Job>,
-}
-
-struct Shared {
+pub(crate) struct Shared {
     state: Mutex<State>,
-    engine: Arc<Engine>,
-    metrics: Arc<Metrics>,
+    /// Signalled when a job arrives or shutdown starts.
+    pub wake: Condvar,
+    pub engine: Arc<Engine>,
+    pub metrics: Arc<Metrics>,
     queue_capacity: usize,
-    slots: usize,
-    cancel_all: AtomicBool,
+    pub slots: usize,
+    pub cancel_all: AtomicBool,
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancel_all.load(Ordering::Relaxed)
     }
 }
 
@@ -131,8 +132,8 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Opens `slots` sessions of `max_seq` positions and starts one worker
-    /// thread per slot; at most `queue_capacity` jobs wait beyond them.
+    /// Opens a batch of `slots` sequences of `max_seq` positions and starts
+    /// the batch thread; at most `queue_capacity` jobs wait beyond the slots.
     pub fn start(
         engine: Arc<Engine>,
         metrics: Arc<Metrics>,
@@ -143,66 +144,47 @@ impl Scheduler {
         if slots == 0 {
             return Err(Error::Config("--parallel must be at least 1".into()));
         }
+        let batch = engine.new_batch(slots, max_seq)?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                free: Vec::new(),
                 queue: VecDeque::new(),
+                busy: 0,
             }),
-            engine: engine.clone(),
+            wake: Condvar::new(),
+            engine,
             metrics,
             queue_capacity,
             slots,
             cancel_all: AtomicBool::new(false),
         });
-        for slot in 0..slots {
-            let session = engine.new_session(max_seq)?;
-            let (tx, rx) = mpsc::channel::<Job>();
-            shared.lock().free.push(FreeSlot {
-                cached: Vec::new(),
-                tx: tx.clone(),
-            });
-            let sh = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("anedvd-slot-{slot}"))
-                .spawn(move || worker(sh, session, rx, tx))
-                .map_err(|source| Error::Spawn { slot, source })?;
-        }
+        let sh = shared.clone();
+        std::thread::Builder::new()
+            .name("anedvd-batch".into())
+            .spawn(move || crate::batcher::run(sh, batch))
+            .map_err(Error::Spawn)?;
         Ok(Scheduler { shared })
     }
 
-    /// Hands `job` to the free slot sharing the longest cached prefix with its
-    /// prompt, or queues it.
+    /// Queues `job` for the next free slot, or refuses it when every slot is
+    /// busy and `queue_capacity` jobs already wait.
     pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
-        if self.shared.cancel_all.load(Ordering::Relaxed) {
+        if self.shared.cancelled() {
             return Err(SubmitError::ShuttingDown);
         }
         let mut st = self.shared.lock();
-        let best = st
-            .free
-            .iter()
-            .enumerate()
-            .max_by_key(|(i, s)| (common_prefix(&s.cached, &job.prompt), usize::MAX - i))
-            .map(|(i, _)| i);
-        match best {
-            Some(i) => {
-                let slot = st.free.swap_remove(i);
-                drop(st);
-                // The worker holds its receiver for the life of the process.
-                let _ = slot.tx.send(job);
-                Ok(())
-            }
-            None if st.queue.len() < self.shared.queue_capacity => {
-                st.queue.push_back(job);
-                Ok(())
-            }
-            None => {
-                self.shared
-                    .metrics
-                    .rejected_queue_full
-                    .fetch_add(1, Ordering::Relaxed);
-                Err(SubmitError::QueueFull)
-            }
+        let free = self.shared.slots - st.busy.min(self.shared.slots);
+        if st.queue.len() >= self.shared.queue_capacity + free {
+            drop(st);
+            self.shared
+                .metrics
+                .rejected_queue_full
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(SubmitError::QueueFull);
         }
+        st.queue.push_back(job);
+        drop(st);
+        self.shared.wake.notify_one();
+        Ok(())
     }
 
     /// The engine the slots run.
@@ -213,9 +195,12 @@ impl Scheduler {
     /// Queue depth, busy and total slots.
     pub fn gauges(&self) -> Gauges {
         let st = self.shared.lock();
+        let busy = st.busy.min(self.shared.slots);
+        // Jobs about to take a free slot are not waiting.
+        let free = self.shared.slots - busy;
         Gauges {
-            queue_depth: st.queue.len(),
-            slots_busy: self.shared.slots - st.free.len(),
+            queue_depth: st.queue.len().saturating_sub(free),
+            slots_busy: busy,
             slots_total: self.shared.slots,
             ready: true,
         }
@@ -230,135 +215,6 @@ impl Scheduler {
                 .events
                 .try_send(Event::Error("the server is shutting down".into()));
         }
-    }
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
-fn worker(
-    sh: Arc<Shared>,
-    mut session: EngineSession,
-    rx: mpsc::Receiver<Job>,
-    tx: mpsc::Sender<Job>,
-) {
-    while let Ok(first) = rx.recv() {
-        let mut job = first;
-        loop {
-            run_job(&sh, &mut session, job);
-            let mut st = sh.lock();
-            match st.queue.pop_front() {
-                Some(next) => job = next,
-                None => {
-                    st.free.push(FreeSlot {
-                        cached: session.cached_tokens().to_vec(),
-                        tx: tx.clone(),
-                    });
-                    break;
-                }
-            }
-        }
-    }
-}
-
-fn run_job(sh: &Shared, session: &mut EngineSession, job: Job) {
-    let metrics = &sh.metrics;
-    if job.events.is_closed() || sh.cancel_all.load(Ordering::Relaxed) {
-        metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    let tokenizer = &sh.engine.tokenizer;
-    let want_logprobs = job.params.top_logprobs > 0;
-    let mut matcher = StopMatcher::new(job.stop);
-    let mut pending: Vec<TokenInfo> = Vec::new();
-    let mut stopped: Option<String> = None;
-    let events = &job.events;
-    let send = |text: String, tokens: &mut Vec<TokenInfo>| {
-        if !text.is_empty() {
-            // Fails only when the client is gone; the next check cancels.
-            let _ = events.blocking_send(Event::Delta {
-                text,
-                tokens: std::mem::take(tokens),
-            });
-        }
-    };
-    let started = Instant::now();
-    let result = generate(
-        session,
-        tokenizer,
-        &job.prompt,
-        &job.params,
-        |ev: &TokenEvent<'_>| {
-            if stopped.is_some() {
-                return ControlFlow::Break(());
-            }
-            if want_logprobs && ev.id != u32::MAX && !tokenizer.is_eog(ev.id) {
-                pending.push(TokenInfo {
-                    id: ev.id,
-                    logprob: ev.logprob.unwrap_or(f32::NEG_INFINITY),
-                    top: ev.top_logprobs.to_vec(),
-                });
-            }
-            match matcher.push(ev.text) {
-                StopOutcome::Continue(text) => send(text, &mut pending),
-                StopOutcome::Stopped { text, stop } => {
-                    send(text, &mut pending);
-                    stopped = Some(stop);
-                    return ControlFlow::Break(());
-                }
-            }
-            if events.is_closed() || sh.cancel_all.load(Ordering::Relaxed) {
-                return ControlFlow::Break(());
-            }
-            ControlFlow::Continue(())
-        },
-    );
-    match result {
-        Ok(gen) => {
-            if stopped.is_none() {
-                let rest = matcher.finish();
-                send(rest, &mut pending);
-            }
-            let t = gen.timings;
-            metrics
-                .prompt_tokens
-                .fetch_add(t.prefill_tokens as u64, Ordering::Relaxed);
-            metrics
-                .cached_prompt_tokens
-                .fetch_add(t.reused_tokens as u64, Ordering::Relaxed);
-            metrics
-                .generated_tokens
-                .fetch_add(gen.tokens.len() as u64, Ordering::Relaxed);
-            metrics
-                .decode_tokens
-                .fetch_add(t.decode_tokens as u64, Ordering::Relaxed);
-            Metrics::add_time(&metrics.prefill_us, t.prefill);
-            Metrics::add_time(&metrics.decode_us, t.decode);
-            let finish = match (&stopped, gen.finish_reason) {
-                (Some(_), _) => Finish::StopSequence,
-                (None, FinishReason::Stop) => Finish::Eos,
-                (None, FinishReason::Length) => Finish::Length,
-                (None, FinishReason::ContextFull) => Finish::ContextFull,
-                (None, FinishReason::Cancelled) => Finish::Cancelled,
-            };
-            if finish == Finish::Cancelled {
-                metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-            }
-            let _ = events.blocking_send(Event::Done(Summary {
-                finish,
-                stop_sequence: stopped,
-                prompt_tokens: gen.prompt_tokens.len(),
-                cached_tokens: t.reused_tokens,
-                completion_tokens: gen.tokens.len(),
-                seconds: started.elapsed().as_secs_f64(),
-                decode_tps: t.decode_tps(),
-            }));
-        }
-        Err(e) => {
-            // The session may hold a partial prefill; start clean next time.
-            session.reset();
-            let _ = events.blocking_send(Event::Error(e.to_string()));
-        }
+        self.shared.wake.notify_all();
     }
 }

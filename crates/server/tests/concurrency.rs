@@ -247,3 +247,44 @@ async fn prefix_reuse_gives_the_same_text_as_a_fresh_slot_with_sliding_window() 
     assert!(!b["choices"][0]["text"].as_str().unwrap().is_empty());
     assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
 }
+
+#[tokio::test]
+async fn concurrent_requests_share_forward_passes_and_match_a_lone_run() {
+    let exp = expected();
+    let mut cfg = config();
+    cfg.parallel = 4;
+    let app = app(cfg);
+    // Long enough that requests started together overlap for most steps.
+    let body = json!({"prompt": exp["prompt_ids"], "max_tokens": 128});
+    let lone = post(&app, "/v1/completions", &body).await.json();
+    let text = lone["choices"][0]["text"].as_str().unwrap().to_string();
+    let greedy = exp["greedy_text"].as_str().unwrap();
+    assert!(text.starts_with(greedy), "{text:?} vs {greedy:?}");
+    let before = send(&app, "GET", "/metrics", &[], "").await.text;
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            let (app, body) = (app.clone(), body.clone());
+            tokio::spawn(async move { post(&app, "/v1/completions", &body).await })
+        })
+        .collect();
+    let mut steps = 0.0;
+    for r in runs {
+        let v = r.await.unwrap().json();
+        // Greedy text is the same whether a sequence ran alone or batched.
+        assert_eq!(v["choices"][0]["text"], text.as_str(), "{v}");
+        steps += v["usage"]["completion_tokens"].as_f64().unwrap();
+    }
+    let after = send(&app, "GET", "/metrics", &[], "").await.text;
+    let delta = |name: &str| metric(&after, name) - metric(&before, name);
+    let (passes, seqs) = (
+        delta("anedvd_batch_passes_total"),
+        delta("anedvd_batch_sequences_total"),
+    );
+    // One sequence-step per generated token; run one after another they
+    // would need as many passes.
+    assert_eq!(seqs, steps, "{after}");
+    assert!(
+        passes <= 0.6 * seqs,
+        "{passes} passes for {seqs} sequence-steps: requests were not batched"
+    );
+}

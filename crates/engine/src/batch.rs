@@ -1,0 +1,72 @@
+//! Several sequences advancing in one forward pass, each remembering the
+//! token ids its KV cache holds (so a new prompt that shares a prefix with a
+//! sequence's cached tokens only prefills the rest).
+
+use crate::Result;
+use anedvd_graph::{BatchItem, BatchSession};
+
+/// A backend batch session plus the tokens each sequence holds.
+pub struct EngineBatch {
+    inner: Box<dyn BatchSession>,
+    cached: Vec<Vec<u32>>,
+}
+
+impl EngineBatch {
+    /// Wraps a fresh backend batch session.
+    pub fn new(inner: Box<dyn BatchSession>) -> Self {
+        let cached = vec![Vec::new(); inner.n_seqs()];
+        Self { inner, cached }
+    }
+
+    /// Number of sequences.
+    pub fn n_seqs(&self) -> usize {
+        self.cached.len()
+    }
+
+    /// Capacity of each sequence in positions.
+    pub fn max_seq(&self) -> usize {
+        self.inner.max_seq()
+    }
+
+    /// Positions held by sequence `seq`.
+    pub fn position(&self, seq: usize) -> usize {
+        self.inner.position(seq)
+    }
+
+    /// The token ids sequence `seq` holds, oldest first.
+    pub fn cached_tokens(&self, seq: usize) -> &[u32] {
+        self.cached.get(seq).map_or(&[], |c| c.as_slice())
+    }
+
+    /// Keeps the longest prefix of sequence `seq` shared with `prompt`, but
+    /// always leaves at least one prompt token to run (its logits start
+    /// generation). Returns how many prompt tokens were reused.
+    pub fn reuse_prefix(&mut self, seq: usize, prompt: &[u32]) -> usize {
+        let common = common_prefix(self.cached_tokens(seq), prompt);
+        let keep = common.min(prompt.len().saturating_sub(1));
+        self.truncate(seq, keep);
+        keep
+    }
+
+    /// Drops positions at or beyond `n` of sequence `seq`.
+    pub fn truncate(&mut self, seq: usize, n: usize) {
+        self.inner.truncate(seq, n);
+        if let Some(c) = self.cached.get_mut(seq) {
+            c.truncate(n);
+        }
+    }
+
+    /// Runs one batched forward pass; see [`BatchSession::forward`].
+    pub fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&[f32]> {
+        let out = self.inner.forward(items)?;
+        for item in items {
+            self.cached[item.seq].extend_from_slice(item.tokens);
+        }
+        Ok(out)
+    }
+}
+
+/// Length of the common prefix of `a` and `b`.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}

@@ -1,0 +1,458 @@
+//! The batch thread: continuous batching over the slots of one
+//! [`EngineBatch`]. Each step admits queued jobs into free slots, feeds every
+//! decoding sequence its last token and prefilling sequences a share of
+//! their prompts, runs ONE forward pass for all of them, samples each row
+//! and streams the text. A client that disconnects is dropped at the next
+//! step; one that reads slowly pauses only its own sequence.
+
+use crate::metrics::Metrics;
+use crate::scheduler::{Event, Finish, Job, Shared, Summary, TokenInfo};
+use crate::stop::{StopMatcher, StopOutcome};
+use anedvd_engine::{
+    common_prefix, BatchItem, Decoding, EngineBatch, FinishReason, Step, Timings, TokenEvent,
+};
+use std::collections::VecDeque;
+use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::Sender;
+
+/// Prompt tokens run per step across all prefilling sequences: one pass of
+/// the CPU backend, so a long prompt delays decoding sequences by at most
+/// one pass per step.
+const PREFILL_BUDGET: usize = 256;
+
+/// How long an idle batch thread sleeps before rechecking for shutdown.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+/// Pause between steps when every sequence waits on a slow client.
+const BACKPRESSURE_WAIT: Duration = Duration::from_millis(2);
+
+/// Events a finished generation still has to deliver, and where.
+struct Outbox {
+    events: Sender<Event>,
+    queue: VecDeque<Event>,
+}
+
+impl Outbox {
+    /// Sends what the channel takes now. `false` once the client is gone.
+    fn flush(&mut self) -> bool {
+        while let Some(ev) = self.queue.pop_front() {
+            match self.events.try_send(ev) {
+                Ok(()) => {}
+                Err(TrySendError::Full(ev)) => {
+                    self.queue.push_front(ev);
+                    return true;
+                }
+                Err(TrySendError::Closed(_)) => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Stop-string matching and event assembly of one generation.
+struct Stream {
+    out: Outbox,
+    matcher: StopMatcher,
+    pending: Vec<TokenInfo>,
+    stopped: Option<String>,
+    want_logprobs: bool,
+}
+
+impl Stream {
+    fn emit(&mut self, text: String) {
+        if !text.is_empty() {
+            let tokens = std::mem::take(&mut self.pending);
+            self.out.queue.push_back(Event::Delta { text, tokens });
+        }
+    }
+
+    /// Takes one token event; `Break` once a stop string matched.
+    fn on_token(&mut self, ev: &TokenEvent<'_>, is_eog: bool) -> ControlFlow<()> {
+        if self.stopped.is_some() {
+            return ControlFlow::Break(());
+        }
+        if self.want_logprobs && ev.id != u32::MAX && !is_eog {
+            self.pending.push(TokenInfo {
+                id: ev.id,
+                logprob: ev.logprob.unwrap_or(f32::NEG_INFINITY),
+                top: ev.top_logprobs.to_vec(),
+            });
+        }
+        match self.matcher.push(ev.text) {
+            StopOutcome::Continue(text) => {
+                self.emit(text);
+                ControlFlow::Continue(())
+            }
+            StopOutcome::Stopped { text, stop } => {
+                self.emit(text);
+                self.stopped = Some(stop);
+                ControlFlow::Break(())
+            }
+        }
+    }
+}
+
+/// A generation holding a slot.
+struct Active<'e> {
+    slot: usize,
+    prompt: Vec<u32>,
+    /// Prompt tokens already in the slot's cache.
+    fed: usize,
+    /// The token to feed next once decoding.
+    next: Option<u32>,
+    decoding: Decoding<'e>,
+    stream: Stream,
+    started: Instant,
+    decode_started: Option<Instant>,
+    timings: Timings,
+}
+
+impl Active<'_> {
+    fn prefilling(&self) -> bool {
+        self.fed < self.prompt.len()
+    }
+}
+
+/// Runs until the process exits.
+pub(crate) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
+    let engine = sh.engine.clone();
+    let tokenizer = &engine.tokenizer;
+    let mut slots: Vec<Option<Active<'_>>> = (0..batch.n_seqs()).map(|_| None).collect();
+    let mut draining: Vec<Outbox> = Vec::new();
+    let mut logits: Vec<f32> = Vec::new();
+    let mut tokens: Vec<u32> = Vec::new();
+    let mut last_used = vec![0u64; slots.len()];
+    loop {
+        admit(&sh, &mut batch, &mut slots, &mut last_used, tokenizer);
+        draining.retain_mut(|o| o.flush() && !o.queue.is_empty());
+        let cancel_all = sh.cancelled();
+        // Deliver what earlier steps produced; drop sequences whose client left.
+        for slot in slots.iter_mut() {
+            let Some(a) = slot else { continue };
+            let alive = a.stream.out.flush() && !a.stream.out.events.is_closed();
+            if !alive || cancel_all {
+                finish(&sh, slot, FinishReason::Cancelled, &mut draining);
+            }
+        }
+        let planned = plan(&slots, &mut tokens);
+        if planned.is_empty() {
+            if slots.iter().any(Option::is_some) || !draining.is_empty() {
+                std::thread::sleep(BACKPRESSURE_WAIT);
+            } else {
+                wait_for_work(&sh);
+            }
+            continue;
+        }
+        let items: Vec<BatchItem<'_>> = planned
+            .iter()
+            .map(|&(seq, start, len, logits)| BatchItem {
+                seq,
+                tokens: &tokens[start..start + len],
+                logits,
+            })
+            .collect();
+        step(
+            &sh,
+            &mut batch,
+            &mut slots,
+            &items,
+            &mut logits,
+            &mut draining,
+        );
+    }
+}
+
+/// Sleeps until a job is queued (or shutdown begins, or a timeout).
+fn wait_for_work(sh: &Shared) {
+    let st = sh.lock();
+    if st.queue.is_empty() && !sh.cancelled() {
+        let _ = sh.wake.wait_timeout(st, IDLE_WAIT);
+    }
+}
+
+/// Moves queued jobs into free slots, each to the free slot whose cached
+/// tokens share the longest prefix with its prompt (ties: the slot used
+/// longest ago, so other slots' caches survive for their own follow-ups).
+fn admit<'e>(
+    sh: &Shared,
+    batch: &mut EngineBatch,
+    slots: &mut [Option<Active<'e>>],
+    last_used: &mut [u64],
+    tokenizer: &'e anedvd_tokenizer::Tokenizer,
+) {
+    let mut st = sh.lock();
+    loop {
+        let free: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].is_none()).collect();
+        if free.is_empty() {
+            break;
+        }
+        let Some(job) = st.queue.pop_front() else {
+            break;
+        };
+        if job.events.is_closed() {
+            sh.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let Job {
+            prompt,
+            params,
+            stop,
+            events,
+        } = job;
+        if let Err(message) = check_job(&prompt, &params, batch.max_seq()) {
+            let _ = events.try_send(Event::Error(message));
+            continue;
+        }
+        let slot = free
+            .iter()
+            .copied()
+            .max_by_key(|&i| {
+                let shared = common_prefix(batch.cached_tokens(i), &prompt);
+                (shared, u64::MAX - last_used[i])
+            })
+            .unwrap_or(free[0]);
+        let reused = batch.reuse_prefix(slot, &prompt);
+        last_used[slot] = last_used.iter().max().map_or(1, |m| m + 1);
+        let timings = Timings {
+            reused_tokens: reused,
+            prefill_tokens: prompt.len() - reused,
+            ..Timings::default()
+        };
+        let want_logprobs = params.top_logprobs > 0;
+        slots[slot] = Some(Active {
+            slot,
+            decoding: Decoding::new(tokenizer, &prompt, &params, timings),
+            prompt,
+            fed: reused,
+            next: None,
+            stream: Stream {
+                out: Outbox {
+                    events,
+                    queue: VecDeque::new(),
+                },
+                matcher: StopMatcher::new(stop),
+                pending: Vec::new(),
+                stopped: None,
+                want_logprobs,
+            },
+            started: Instant::now(),
+            decode_started: None,
+            timings,
+        });
+        st.busy += 1;
+    }
+}
+
+/// The checks `generate` makes before running a prompt.
+fn check_job(
+    prompt: &[u32],
+    params: &anedvd_engine::GenerateParams,
+    max_seq: usize,
+) -> Result<(), String> {
+    if prompt.is_empty() {
+        return Err(anedvd_engine::Error::EmptyPrompt.to_string());
+    }
+    params.sampling.validate()?;
+    if prompt.len() > max_seq {
+        return Err(anedvd_engine::Error::PromptTooLong {
+            prompt: prompt.len(),
+            max_seq,
+        }
+        .to_string());
+    }
+    Ok(())
+}
+
+/// One sequence's share of a step: slot, tokens (in the step's token
+/// buffer, from `start`, `len` of them) and whether its logits are wanted.
+type Planned = (usize, usize, usize, bool);
+
+/// This step's batch: every decoding sequence's next token, then prompt
+/// pieces within [`PREFILL_BUDGET`]; sequences whose client is behind wait.
+/// Tokens are copied into `tokens` so the batch does not borrow the slots.
+fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>) -> Vec<Planned> {
+    tokens.clear();
+    let ready = slots
+        .iter()
+        .flatten()
+        .filter(|a| a.stream.out.queue.is_empty());
+    let mut planned = Vec::new();
+    let mut budget = PREFILL_BUDGET;
+    for a in ready {
+        let start = tokens.len();
+        if let Some(next) = a.next {
+            tokens.push(next);
+            planned.push((a.slot, start, 1, true));
+        } else if a.prefilling() && budget > 0 {
+            let take = (a.prompt.len() - a.fed).min(budget);
+            budget -= take;
+            tokens.extend_from_slice(&a.prompt[a.fed..a.fed + take]);
+            planned.push((a.slot, start, take, a.fed + take == a.prompt.len()));
+        }
+    }
+    planned
+}
+
+/// Runs one forward pass over `items` and advances every sequence in it.
+fn step(
+    sh: &Shared,
+    batch: &mut EngineBatch,
+    slots: &mut [Option<Active<'_>>],
+    items: &[BatchItem<'_>],
+    logits: &mut Vec<f32>,
+    draining: &mut Vec<Outbox>,
+) {
+    // Copy what is needed of the plan: `items` borrows the slots.
+    let fed: Vec<(usize, usize, bool)> = items
+        .iter()
+        .map(|i| (i.seq, i.tokens.len(), i.logits))
+        .collect();
+    let started = Instant::now();
+    let result = batch.forward(items).map(|rows| {
+        logits.clear();
+        logits.extend_from_slice(rows);
+    });
+    let elapsed = started.elapsed();
+    if let Err(e) = result {
+        let message = e.to_string();
+        for &(seq, _, _) in &fed {
+            if let Some(a) = slots[seq].take() {
+                // The slot may hold a partial prefill; start it clean.
+                batch.truncate(seq, 0);
+                let mut out = a.stream.out;
+                out.queue.push_back(Event::Error(message.clone()));
+                draining.push(out);
+                sh.lock().busy -= 1;
+            }
+        }
+        return;
+    }
+    account_time(&sh.metrics, slots, &fed, elapsed);
+    let n_vocab = sh.engine.vocab_size();
+    let mut row = 0;
+    for &(seq, n, wants) in &fed {
+        let slot = &mut slots[seq];
+        let Some(a) = slot.as_mut() else { continue };
+        if a.next.take().is_some() {
+            a.timings.decode_tokens += 1;
+        } else {
+            a.fed += n;
+            if !a.prefilling() {
+                a.timings.prefill = a.started.elapsed();
+                a.decode_started = Some(Instant::now());
+            }
+        }
+        if !wants {
+            continue;
+        }
+        let logits_row = &mut logits[row * n_vocab..(row + 1) * n_vocab];
+        row += 1;
+        let room = batch.position(seq) < batch.max_seq();
+        let tokenizer = &sh.engine.tokenizer;
+        let Active {
+            decoding, stream, ..
+        } = a;
+        let outcome = decoding.step(logits_row, room, |ev| {
+            stream.on_token(ev, tokenizer.is_eog(ev.id))
+        });
+        match outcome {
+            Ok(Step::Next(id)) => a.next = Some(id),
+            Ok(Step::Finished(reason)) => finish(sh, slot, reason, draining),
+            Err(e) => {
+                a.stream.out.queue.push_back(Event::Error(e.to_string()));
+                finish(sh, slot, FinishReason::Cancelled, draining);
+            }
+        }
+    }
+}
+
+/// Splits the step's time between prefill and decode by token share.
+fn account_time(
+    metrics: &Metrics,
+    slots: &[Option<Active<'_>>],
+    fed: &[(usize, usize, bool)],
+    elapsed: Duration,
+) {
+    let (mut prefill, mut decode) = (0usize, 0usize);
+    for &(seq, n, _) in fed {
+        match &slots[seq] {
+            Some(a) if a.next.is_some() => decode += n,
+            Some(_) => prefill += n,
+            None => {}
+        }
+    }
+    let total = (prefill + decode).max(1) as f64;
+    Metrics::add_time(&metrics.prefill_us, elapsed.mul_f64(prefill as f64 / total));
+    Metrics::add_time(&metrics.decode_us, elapsed.mul_f64(decode as f64 / total));
+    metrics
+        .decode_tokens
+        .fetch_add(decode as u64, Ordering::Relaxed);
+    metrics.batch_passes.fetch_add(1, Ordering::Relaxed);
+    metrics
+        .batch_sequences
+        .fetch_add(fed.len() as u64, Ordering::Relaxed);
+}
+
+/// Ends the generation in `slot`: flushes held-back text, records metrics,
+/// queues the summary and frees the slot (its cache stays for prefix reuse).
+fn finish(
+    sh: &Shared,
+    slot: &mut Option<Active<'_>>,
+    reason: FinishReason,
+    draining: &mut Vec<Outbox>,
+) {
+    let Some(a) = slot.take() else { return };
+    let Active {
+        decoding,
+        fed,
+        mut stream,
+        started,
+        decode_started,
+        mut timings,
+        ..
+    } = a;
+    let tokenizer = &sh.engine.tokenizer;
+    let generation = decoding.finish(reason, |ev| stream.on_token(ev, tokenizer.is_eog(ev.id)));
+    if stream.stopped.is_none() {
+        let rest = stream.matcher.finish();
+        stream.emit(rest);
+    }
+    if let Some(t) = decode_started {
+        timings.decode = t.elapsed();
+    }
+    let m = &sh.metrics;
+    let prefilled = fed - timings.reused_tokens;
+    m.prompt_tokens
+        .fetch_add(prefilled as u64, Ordering::Relaxed);
+    m.cached_prompt_tokens
+        .fetch_add(timings.reused_tokens as u64, Ordering::Relaxed);
+    m.generated_tokens
+        .fetch_add(generation.tokens.len() as u64, Ordering::Relaxed);
+    let finish = match (&stream.stopped, reason) {
+        (Some(_), _) => Finish::StopSequence,
+        (None, FinishReason::Stop) => Finish::Eos,
+        (None, FinishReason::Length) => Finish::Length,
+        (None, FinishReason::ContextFull) => Finish::ContextFull,
+        (None, FinishReason::Cancelled) => Finish::Cancelled,
+    };
+    if finish == Finish::Cancelled {
+        m.cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+    stream.out.queue.push_back(Event::Done(Summary {
+        finish,
+        stop_sequence: stream.stopped.take(),
+        prompt_tokens: generation.prompt_tokens.len(),
+        cached_tokens: timings.reused_tokens,
+        completion_tokens: generation.tokens.len(),
+        seconds: started.elapsed().as_secs_f64(),
+        decode_tps: timings.decode_tps(),
+    }));
+    if stream.out.flush() && !stream.out.queue.is_empty() {
+        draining.push(stream.out);
+    }
+    sh.lock().busy -= 1;
+}
