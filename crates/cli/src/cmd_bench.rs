@@ -4,10 +4,12 @@
 //! As in llama-bench, prompts are random token ids (after BOS) and generation
 //! feeds random ids one at a time, so the figures measure the forward pass,
 //! not the sampler. `-d` first fills the context with that many tokens
-//! (untimed) and measures the test on top of it.
+//! (untimed) and measures the test on top of it. `--parallel N` runs N
+//! sequences together through the batched forward pass (as the server does
+//! with `--parallel`) and reports their aggregate tokens per second.
 
 use crate::common::{BackendArgs, ModelArgs};
-use anedvd_engine::{Engine, EngineSession};
+use anedvd_engine::{BatchItem, Engine, EngineBatch, EngineSession};
 use anedvd_graph::LogitsMode;
 use anyhow::{bail, Result};
 use clap::Args;
@@ -45,6 +47,9 @@ pub struct BenchArgs {
         default_value = "0"
     )]
     n_depth: Vec<usize>,
+    /// Sequences run together in one batched forward pass (aggregate t/s).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    parallel: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long, default_value_t = 5)]
     repetitions: usize,
@@ -63,12 +68,13 @@ struct TestResult {
     n_prompt: usize,
     n_gen: usize,
     n_depth: usize,
+    n_parallel: usize,
     samples_ns: Vec<u64>,
 }
 
 impl TestResult {
     fn tokens(&self) -> usize {
-        self.n_prompt + self.n_gen
+        self.n_parallel * (self.n_prompt + self.n_gen)
     }
     fn samples_ts(&self) -> Vec<f64> {
         self.samples_ns
@@ -81,6 +87,11 @@ impl TestResult {
             format!("pp{}", self.n_prompt)
         } else {
             format!("tg{}", self.n_gen)
+        };
+        let base = if self.n_parallel > 1 {
+            format!("{base} x{}", self.n_parallel)
+        } else {
+            base
         };
         if self.n_depth > 0 {
             format!("{base} @ d{}", self.n_depth)
@@ -159,6 +170,62 @@ fn run_once(
     Ok(start.elapsed().as_nanos() as u64)
 }
 
+/// [`run_once`] for `batch.n_seqs()` sequences advancing together.
+fn run_once_batched(
+    engine: &Engine,
+    batch: &mut EngineBatch,
+    rng: &mut Lcg,
+    n_prompt: usize,
+    n_gen: usize,
+    n_depth: usize,
+) -> Result<u64> {
+    let n = batch.n_seqs();
+    for seq in 0..n {
+        batch.truncate(seq, 0);
+    }
+    let step = |batch: &mut EngineBatch, inputs: &[Vec<u32>], logits: bool| {
+        let items: Vec<BatchItem<'_>> = inputs
+            .iter()
+            .enumerate()
+            .map(|(seq, tokens)| BatchItem {
+                seq,
+                tokens,
+                logits,
+            })
+            .collect();
+        batch.forward(&items).map(|_| ())
+    };
+    if n_depth > 0 {
+        let fill: Vec<Vec<u32>> = (0..n)
+            .map(|_| random_tokens(engine, rng, n_depth, true))
+            .collect();
+        for start in (0..n_depth).step_by(512) {
+            let end = (start + 512).min(n_depth);
+            let part: Vec<Vec<u32>> = fill.iter().map(|f| f[start..end].to_vec()).collect();
+            step(batch, &part, false)?;
+        }
+    }
+    let start = Instant::now();
+    if n_prompt > 0 {
+        let prompts: Vec<Vec<u32>> = (0..n)
+            .map(|_| random_tokens(engine, rng, n_prompt, n_depth == 0))
+            .collect();
+        step(batch, &prompts, true)?;
+    }
+    if n_gen > 0 {
+        let mut tokens: Vec<Vec<u32>> = (0..n)
+            .map(|_| random_tokens(engine, rng, 1, n_depth == 0))
+            .collect();
+        for _ in 0..n_gen {
+            step(batch, &tokens, true)?;
+            for t in &mut tokens {
+                t[0] = rng.next(engine.vocab_size());
+            }
+        }
+    }
+    Ok(start.elapsed().as_nanos() as u64)
+}
+
 /// Runs `anedvd bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     if args.repetitions == 0 {
@@ -177,6 +244,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             engine.n_ctx_train()
         );
     }
+    if args.parallel.contains(&0) {
+        bail!("--parallel values must be at least 1");
+    }
     let mut session = engine.new_session(need.max(1))?;
     let mut rng = Lcg(1234);
     let threads = args
@@ -184,38 +254,36 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .threads
         .unwrap_or_else(crate::common::default_threads);
     let mut results = Vec::new();
-    for (n_prompt, n_gen, n_depth) in tests {
-        if !args.no_warmup {
-            run_once(
-                &engine,
-                &mut session,
-                &mut rng,
-                n_prompt.min(32),
-                n_gen.min(4),
-                0,
-            )?;
-        }
-        let mut samples_ns = Vec::with_capacity(args.repetitions);
-        for _ in 0..args.repetitions {
-            samples_ns.push(run_once(
-                &engine,
-                &mut session,
-                &mut rng,
+    for &n_parallel in &args.parallel {
+        let mut batch = if n_parallel > 1 {
+            Some(engine.new_batch(n_parallel, need.max(1))?)
+        } else {
+            None
+        };
+        let mut once = |rng: &mut Lcg, p: usize, g: usize, d: usize| match batch.as_mut() {
+            Some(b) => run_once_batched(&engine, b, rng, p, g, d),
+            None => run_once(&engine, &mut session, rng, p, g, d),
+        };
+        for &(n_prompt, n_gen, n_depth) in &tests {
+            if !args.no_warmup {
+                once(&mut rng, n_prompt.min(32), n_gen.min(4), 0)?;
+            }
+            let mut samples_ns = Vec::with_capacity(args.repetitions);
+            for _ in 0..args.repetitions {
+                samples_ns.push(once(&mut rng, n_prompt, n_gen, n_depth)?);
+            }
+            let r = TestResult {
                 n_prompt,
                 n_gen,
                 n_depth,
-            )?);
+                n_parallel,
+                samples_ns,
+            };
+            if !args.json {
+                eprintln!("{}: {:.2} t/s", r.name(), mean_sd(&r.samples_ts()).0);
+            }
+            results.push(r);
         }
-        let r = TestResult {
-            n_prompt,
-            n_gen,
-            n_depth,
-            samples_ns,
-        };
-        if !args.json {
-            eprintln!("{}: {:.2} t/s", r.name(), mean_sd(&r.samples_ts()).0);
-        }
-        results.push(r);
     }
     let model_type = model_type(&engine);
     if args.json {
@@ -286,6 +354,7 @@ fn print_json(
                 "n_prompt": r.n_prompt,
                 "n_gen": r.n_gen,
                 "n_depth": r.n_depth,
+                "n_parallel": r.n_parallel,
                 "test_time": now,
                 "avg_ns": avg_ns as u64,
                 "stddev_ns": sd_ns as u64,
@@ -312,9 +381,13 @@ mod tests {
             n_prompt: 0,
             n_gen: 128,
             n_depth: 1024,
+            n_parallel: 1,
             samples_ns: vec![1_000_000_000],
         };
         assert_eq!(r.name(), "tg128 @ d1024");
         assert_eq!(r.samples_ts(), vec![128.0]);
+        let r = TestResult { n_parallel: 4, ..r };
+        assert_eq!(r.name(), "tg128 x4 @ d1024");
+        assert_eq!(r.samples_ts(), vec![512.0]);
     }
 }
