@@ -3,7 +3,8 @@
 # starts the server on a free loopback port with the tiny qwen2 fixture, runs
 # pytest on tests/server, stops the server. Needs the packages in
 # tests/server/requirements.txt (pip install -r tests/server/requirements.txt);
-# the WebUI step also needs apt packages chromium and chromium-driver.
+# the WebUI step also needs apt packages chromium and chromium-driver. Ends
+# with a SIGTERM graceful-shutdown check (tests/server/sigterm_check.py).
 # Env: PYTHON (default: python3), ANEDVD_BIN (skip the build, use this binary).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,7 +21,7 @@ PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); pri
 LOG=$(mktemp)
 KEY=sdk-test-key
 "$ANEDVD_BIN" serve --model tests/fixtures/models/qwen2/model-f32.gguf --port "$PORT" \
-  --api-key "$KEY" --parallel 2 --max-seq 256 --max-body 65536 --temp 0 --seed 1 -t 1 >"$LOG" 2>&1 &
+  --api-key "$KEY" --parallel 2 --max-seq 256 --max-body 65536 --temp 0 --seed 1 -t 1 --shutdown-grace 1 >"$LOG" 2>&1 &
 PID=$!
 cleanup() {
   kill -TERM "$PID" 2>/dev/null || true
@@ -51,4 +52,14 @@ elif [ "${ANEDVD_WEBUI_TEST:-0}" = 1 ]; then
   echo "tests/server/run.sh: WebUI test needs chromium, chromium-driver and selenium" >&2; exit 1
 else
   echo "tests/server/run.sh: WebUI test skipped (no /usr/bin/chromedriver or selenium)"
+fi
+# Graceful shutdown last: SIGTERM with a stalled stream in flight; the server
+# must cancel it with an error event and exit with status 0.
+"$PY" tests/server/sigterm_check.py --base-url "$ANEDVD_BASE_URL" --api-key "$KEY" --pid "$PID" || {
+  status=$?; echo "--- server log ---" >&2; cat "$LOG" >&2; exit $status;
+}
+if wait "$PID"; then
+  echo "sigterm: server exited with status 0"
+else
+  status=$?; echo "server exited with status $status after SIGTERM" >&2; cat "$LOG" >&2; exit 1
 fi
