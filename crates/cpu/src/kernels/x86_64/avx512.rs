@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 /// `acc + sum of 4 (u8 × i8)` per i32 lane, with VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn dp_vnni(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+pub(super) fn dp_vnni(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
     _mm512_dpbusd_epi32(acc, u, s)
 }
 
@@ -22,7 +22,7 @@ fn dp_vnni(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
 /// for the operand ranges used here: `u <= 128`, `|s| <= 127` or `u <= 63`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
-fn dp_bw(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+pub(super) fn dp_bw(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
     let p = _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
     _mm512_add_epi32(acc, p)
 }
@@ -30,17 +30,37 @@ fn dp_bw(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
 /// `[lo | hi]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
-fn join(lo: __m256i, hi: __m256i) -> __m512i {
+pub(super) fn join(lo: __m256i, hi: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
 /// Loads 64 signed bytes from the start of `s`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
-fn ld512i(s: &[i8]) -> __m512i {
+pub(super) fn ld512i(s: &[i8]) -> __m512i {
     let s = &s[..64];
     // SAFETY: `s` is 64 readable bytes; `loadu` has no alignment requirement.
     unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
+}
+
+/// One pair of Q4_0 / Q5_0 blocks as unsigned bytes
+/// `[lo0 hi0 lo1 hi1]` (`w + OFF`), exactly as the `dot_q45_0` kernels.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+#[inline]
+pub(super) fn unpack_q45_0<const FIVE: bool>(x0: &[u8], x1: &[u8]) -> __m512i {
+    let qs = if FIVE { 6 } else { 2 };
+    let m4 = _mm512_set1_epi8(0x0f);
+    const S4: i64 = 0x0004_0004_0004_0004;
+    let shifts = _mm512_set_epi64(S4, S4, 0, 0, S4, S4, 0, 0);
+    let b0 = _mm256_broadcastsi128_si256(ld128(&x0[qs..]));
+    let b1 = _mm256_broadcastsi128_si256(ld128(&x1[qs..]));
+    let t = _mm512_srlv_epi16(join(b0, b1), shifts);
+    let mut u = _mm512_and_si512(t, m4);
+    if FIVE {
+        let k = _mm512_kunpackd(u64::from(rd32(x1, 2)), u64::from(rd32(x0, 2)));
+        u = _mm512_mask_add_epi8(u, k, u, _mm512_set1_epi8(0x10));
+    }
+    u
 }
 
 /// A safe row loop around a `#[target_feature]` dot.
@@ -167,91 +187,6 @@ macro_rules! kernels {
                 }
                 _mm512_reduce_add_ps(acc)
             }
-
-            /// One pair of Q4_0 / Q5_0 blocks as unsigned bytes
-            /// `[lo0 hi0 lo1 hi1]` (`w + OFF`), exactly as `dot_q45_0`.
-            #[target_feature(enable = $feat)]
-            #[inline]
-            fn unpack_q45_0<const FIVE: bool>(x0: &[u8], x1: &[u8]) -> __m512i {
-                let qs = if FIVE { 6 } else { 2 };
-                let m4 = _mm512_set1_epi8(0x0f);
-                const S4: i64 = 0x0004_0004_0004_0004;
-                let shifts = _mm512_set_epi64(S4, S4, 0, 0, S4, S4, 0, 0);
-                let b0 = _mm256_broadcastsi128_si256(ld128(&x0[qs..]));
-                let b1 = _mm256_broadcastsi128_si256(ld128(&x1[qs..]));
-                let t = _mm512_srlv_epi16(join(b0, b1), shifts);
-                let mut u = _mm512_and_si512(t, m4);
-                if FIVE {
-                    let k = _mm512_kunpackd(u64::from(rd32(x1, 2)), u64::from(rd32(x0, 2)));
-                    u = _mm512_mask_add_epi8(u, k, u, _mm512_set1_epi8(0x10));
-                }
-                u
-            }
-
-            /// [`dot_q45_0`] against four activation rows: each pair of
-            /// weight blocks is unpacked once; per token the arithmetic
-            /// (and so the result) is exactly the single-row kernel's.
-            #[target_feature(enable = $feat)]
-            #[inline]
-            fn dot4_q45_0<const BB: usize, const FIVE: bool>(
-                x: &[u8],
-                y: [&[Q8Block]; 4],
-            ) -> [f32; 4] {
-                let nb = y.iter().fold(x.len() / BB, |n, r| n.min(r.len()));
-                let offv = _mm512_set1_epi8(if FIVE { 16 } else { 8 });
-                let z = _mm512_setzero_si512();
-                let mut acc = [_mm512_setzero_ps(); 4];
-                let mut b = 0;
-                while b < nb {
-                    let x0 = &x[b * BB..(b + 1) * BB];
-                    let pair = b + 1 < nb;
-                    let x1 = if pair {
-                        &x[(b + 1) * BB..(b + 2) * BB]
-                    } else {
-                        x0
-                    };
-                    let u = unpack_q45_0::<FIVE>(x0, x1);
-                    let (d0, d1) = (f16v(rd16(x0, 0)), f16v(rd16(x1, 0)));
-                    for (a, yt) in acc.iter_mut().zip(y) {
-                        let y0 = &yt[b];
-                        let y1 = if pair { &yt[b + 1] } else { &Q8Block::ZERO };
-                        let yv = join(ld256i(&y0.qs), ld256i(&y1.qs));
-                        let p = _mm512_sub_epi32($dp(z, u, yv), $dp(z, offv, yv));
-                        let d = _mm512_mask_blend_ps(
-                            0xff00,
-                            _mm512_set1_ps(d0 * y0.d),
-                            _mm512_set1_ps(d1 * y1.d),
-                        );
-                        *a = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), *a);
-                    }
-                    b += 2;
-                }
-                acc.map(|a| _mm512_reduce_add_ps(a))
-            }
-
-            /// Four-token row loops over `dot4_q45_0`.
-            macro_rules! rows4_q45 {
-                ($rows:ident, $inner:ident, $bb:expr, $five:expr) => {
-                    #[target_feature(enable = $feat)]
-                    fn $inner(w: &[u8], rb: usize, a: [&[Q8Block]; 4], out: &mut [f32]) {
-                        if rb == 0 {
-                            return;
-                        }
-                        for (o, row) in out.chunks_exact_mut(4).zip(w.chunks_exact(rb)) {
-                            o.copy_from_slice(&dot4_q45_0::<$bb, $five>(row, a));
-                        }
-                    }
-
-                    fn $rows(w: &[u8], rb: usize, a: [&[Q8Block]; 4], out: &mut [f32]) {
-                        // SAFETY: only reachable through this module's
-                        // `TABLE`, which `avx512_table` returns after
-                        // detecting every feature in `$feat`.
-                        unsafe { $inner(w, rb, a, out) }
-                    }
-                };
-            }
-            rows4_q45!(rows4_q4_0, inner4_q4_0, 18, false);
-            rows4_q45!(rows4_q5_0, inner4_q5_0, 22, true);
 
             #[target_feature(enable = $feat)]
             fn dot_q4_0(x: &[u8], y: &[Q8Block]) -> f32 {
@@ -394,8 +329,10 @@ macro_rules! kernels {
                 q4_k: rows_q4_k,
                 q5_k: rows_q5_k,
                 q6_k: rows_q6_k,
-                x4_q4_0: Some(rows4_q4_0),
-                x4_q5_0: Some(rows4_q5_0),
+                x4_q4_0: Some(super::super::avx512_x4::$m::rows4_q4_0),
+                x4_q5_0: Some(super::super::avx512_x4::$m::rows4_q5_0),
+                x4_q4_k: Some(super::super::avx512_x4::$m::rows4_q4_k),
+                x4_q6_k: Some(super::super::avx512_x4::$m::rows4_q6_k),
                 ..avx2::TABLE
             };
         }
