@@ -61,7 +61,6 @@
 
 mod attention;
 pub mod check;
-mod dump;
 mod model;
 pub mod reference;
 pub mod selftest;

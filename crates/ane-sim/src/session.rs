@@ -1,10 +1,10 @@
 //! A session: chunks tokens by W, runs the CPU half and dispatches the kernels.
 
 use crate::attention::{attention, KvCache};
-use crate::dump::Dump;
 use crate::model::Model;
 use anedvd_ane::lower::{KernelKind, Variant};
 use anedvd_cpu::kernels::{rms_norm, softcap};
+use anedvd_graph::dump::Dump;
 use anedvd_graph::intermediate as names;
 use anedvd_graph::{Error, LogitsMode, Result, Session};
 use std::path::PathBuf;

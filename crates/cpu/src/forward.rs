@@ -4,9 +4,9 @@
 
 use crate::attention::{attend, KvCache};
 use crate::compiled::Model;
-use crate::dump::Dump;
 use crate::kernels::{gated, rms_norm, rms_norm_inplace, rope_cos_sin, rope_row, softcap};
 use crate::matmul::{matmul_group, Acts};
+use anedvd_graph::dump::Dump;
 use anedvd_graph::intermediate as names;
 use anedvd_graph::Result;
 use rayon::prelude::*;
@@ -94,16 +94,13 @@ fn put(
     name: &str,
     data: &[f32],
     rows: usize,
-) -> Result<()> {
+) {
     if let Some(d) = dump.as_mut() {
-        let full = match layer {
-            Some(i) => names::layer_name(i, name),
-            None => name.to_string(),
-        };
-        let cols = data.len().checked_div(rows).unwrap_or(0);
-        d.write(&full, data, rows, cols)?;
+        match layer {
+            Some(i) => d.put(&names::layer_name(i, name), data, rows),
+            None => d.put(name, data, rows),
+        }
     }
-    Ok(())
 }
 
 /// Runs the rows of `segs` (concatenated in order) through the model, storing
@@ -154,14 +151,14 @@ pub fn run(
             row.iter_mut().for_each(|v| *v *= m.embd_scale);
         }
     }
-    put(dump, None, "inp_embd", x, n)?;
+    put(dump, None, "inp_embd", x, n);
     parts.resize_with(segs.len(), Vec::new);
     for (il, l) in m.layers.iter().enumerate() {
         let (qd, kvd, hd, ff) = (l.q_dim(), l.kv_dim(), l.spec.head_dim, l.spec.n_ff);
         let li = Some(il);
         h.resize(n * d, 0.0);
         rms_norm(x, &l.attn_norm, m.eps, h);
-        put(dump, li, names::ATTN_NORM, h, n)?;
+        put(dump, li, names::ATTN_NORM, h, n);
 
         q.resize(n * qd, 0.0);
         k.resize(n * kvd, 0.0);
@@ -177,9 +174,9 @@ pub fn run(
         add_bias(q, l.bq.as_ref());
         add_bias(k, l.bk.as_ref());
         add_bias(v, l.bv.as_ref());
-        put(dump, li, names::Q, q, n)?;
-        put(dump, li, names::K, k, n)?;
-        put(dump, li, names::V, v, n)?;
+        put(dump, li, names::Q, q, n);
+        put(dump, li, names::K, k, n);
+        put(dump, li, names::V, v, n);
         if let Some(w) = &l.q_norm {
             rms_norm_inplace(q, w, m.eps);
         }
@@ -191,8 +188,8 @@ pub fn run(
             rope_row(&mut q[t * qd..(t + 1) * qd], hd, &l.spec.rope, cs);
             rope_row(&mut k[t * kvd..(t + 1) * kvd], hd, &l.spec.rope, cs);
         }
-        put(dump, li, names::Q_ROPE, q, n)?;
-        put(dump, li, names::K_ROPE, k, n)?;
+        put(dump, li, names::Q_ROPE, q, n);
+        put(dump, li, names::K_ROPE, k, n);
 
         let mut r0 = 0;
         for seg in segs {
@@ -206,7 +203,7 @@ pub fn run(
         }
         att.resize(n * qd, 0.0);
         attend_segments(m, l, seqs, segs, q, att, parts, il);
-        put(dump, li, names::KQV_OUT, att, n)?;
+        put(dump, li, names::KQV_OUT, att, n);
 
         o.resize(n * d, 0.0);
         acts.prepare(att, n, &[&l.wo])?;
@@ -219,18 +216,18 @@ pub fn run(
             }
             None => o,
         };
-        put(dump, li, names::ATTN_OUT, attn_out, n)?;
+        put(dump, li, names::ATTN_OUT, attn_out, n);
         add(x, attn_out);
-        put(dump, li, names::FFN_INP, x, n)?;
+        put(dump, li, names::FFN_INP, x, n);
 
         rms_norm(x, &l.ffn_norm, m.eps, h);
-        put(dump, li, names::FFN_NORM, h, n)?;
+        put(dump, li, names::FFN_NORM, h, n);
         g.resize(n * ff, 0.0);
         u.resize(n * ff, 0.0);
         acts.prepare(h, n, &[&l.gate, &l.up])?;
         matmul_group(src, &mut [(&l.gate, g, tmp), (&l.up, u, tmp2)], h, n, acts)?;
         gated(m.activation, g, u);
-        put(dump, li, names::FFN_ACT, g, n)?;
+        put(dump, li, names::FFN_ACT, g, n);
         acts.prepare(g, n, &[&l.down])?;
         l.down.matmul(src, g, n, acts, o, tmp)?;
         let ffn_out: &[f32] = match &l.post_ffn_norm {
@@ -240,9 +237,9 @@ pub fn run(
             }
             None => o,
         };
-        put(dump, li, names::FFN_OUT, ffn_out, n)?;
+        put(dump, li, names::FFN_OUT, ffn_out, n);
         add(x, ffn_out);
-        put(dump, li, names::OUT, x, n)?;
+        put(dump, li, names::OUT, x, n);
     }
     let rows = logit_rows.len();
     if rows == 0 {
@@ -260,14 +257,14 @@ pub fn run(
     };
     h.resize(rows * d, 0.0);
     rms_norm(picked, &m.output_norm, m.eps, h);
-    put(dump, None, names::RESULT_NORM, h, rows)?;
+    put(dump, None, names::RESULT_NORM, h, rows);
     let out = &mut out[..rows * m.n_vocab];
     acts.prepare(h, rows, &[&m.output])?;
     m.output.matmul(src, h, rows, acts, out, tmp)?;
     if let Some(cap) = m.final_softcap {
         softcap(out, cap);
     }
-    put(dump, None, names::RESULT_OUTPUT, out, rows)?;
+    put(dump, None, names::RESULT_OUTPUT, out, rows);
     Ok(())
 }
 

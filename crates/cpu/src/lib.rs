@@ -23,7 +23,6 @@
 
 mod attention;
 mod compiled;
-mod dump;
 mod forward;
 pub mod kernels;
 mod matmul;

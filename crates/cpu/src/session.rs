@@ -4,8 +4,8 @@
 //! [`forward::run`].
 
 use crate::compiled::Model;
-use crate::dump::Dump;
 use crate::forward::{self, Buffers, Segment, SeqState};
+use anedvd_graph::dump::Dump;
 use anedvd_graph::{validate_batch, BatchItem, BatchSession, Error, LogitsMode, Result, Session};
 use std::path::PathBuf;
 use std::sync::Arc;

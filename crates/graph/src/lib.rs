@@ -22,6 +22,7 @@
 //! ```
 
 mod batch;
+pub mod dump;
 mod error;
 pub mod intermediate;
 mod memory;

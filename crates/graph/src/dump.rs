@@ -1,12 +1,15 @@
-//! Named-intermediate dumps in the CPU backend's format: `{name}.npy` (f32) plus `index.json`.
+//! Dumps of named intermediates (see [`crate::intermediate`]): one `{name}.npy`
+//! (f32, little-endian, C order) per name plus an `index.json` listing names,
+//! shapes and files in first-write order.
 //!
-//! Rows of the same name from successive W-token chunks are appended, so a
-//! dump covers the whole forward call like the CPU backend's.
+//! Rows of the same name from successive chunks are appended, so a
+//! dump covers a whole forward call however a backend splits it.
 
-use anedvd_graph::{Error, Result};
+use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
-pub(crate) struct Dump {
+/// An open dump directory: rows per name accumulated in memory, written by [`Dump::finish`].
+pub struct Dump {
     dir: PathBuf,
     /// name, data, columns — in first-write order.
     entries: Vec<(String, Vec<f32>, usize)>,
@@ -20,6 +23,7 @@ fn io(path: &Path, source: std::io::Error) -> Error {
 }
 
 impl Dump {
+    /// Creates `dir` if needed.
     pub fn new(dir: PathBuf) -> Result<Self> {
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         Ok(Dump {
