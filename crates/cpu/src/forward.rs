@@ -88,13 +88,7 @@ fn add_bias(x: &mut [f32], bias: Option<&Vec<f32>>) {
     }
 }
 
-fn put(
-    dump: &mut Option<Dump>,
-    layer: Option<usize>,
-    name: &str,
-    data: &[f32],
-    rows: usize,
-) {
+fn put(dump: &mut Option<Dump>, layer: Option<usize>, name: &str, data: &[f32], rows: usize) {
     if let Some(d) = dump.as_mut() {
         match layer {
             Some(i) => d.put(&names::layer_name(i, name), data, rows),
