@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::mpsc::Sender;
 
-/// Prompt tokens run per step across all prefilling sequences: one pass of
-/// the CPU backend, so a long prompt delays decoding sequences by at most
-/// one pass per step.
+/// Rows per step (decode tokens first, then prompt pieces): one pass of the
+/// CPU backend, so a long prompt delays decoding sequences by at most one
+/// pass per step.
 const PREFILL_BUDGET: usize = 256;
 
 /// How long an idle batch thread sleeps before rechecking for shutdown.
@@ -281,7 +281,9 @@ fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>) -> Vec<Planned> {
         .flatten()
         .filter(|a| a.stream.out.queue.is_empty());
     let mut planned = Vec::new();
-    let mut budget = PREFILL_BUDGET;
+    // Decode rows count against the budget too: the whole step stays one pass.
+    let decoding = ready.clone().filter(|a| a.next.is_some()).count();
+    let mut budget = PREFILL_BUDGET.saturating_sub(decoding);
     for a in ready {
         let start = tokens.len();
         if let Some(next) = a.next {
