@@ -57,6 +57,10 @@ pub enum Error {
         /// The raw value.
         value: i64,
     },
+    /// The vocabulary's token count or total text size does not fit the
+    /// 32-bit ids and offsets of the compact tables.
+    #[error("vocabulary too large ({0} tokens or bytes; the limit is 2^32 - 1)")]
+    VocabTooLarge(usize),
     /// The vocabulary is empty.
     #[error("empty vocabulary")]
     EmptyVocab,

@@ -2,6 +2,7 @@
 //! llama.cpp's `llama_vocab::impl::load`.
 
 use crate::model::{build_merges, split_merge, Fallback, Model};
+use crate::packed::{PackedBytes, PackedStrs};
 use crate::pretok::Rule;
 use crate::special::SpecialMatcher;
 use crate::tokenizer::{FirstPiece, Front, LlamaFront, Specials, Tokenizer};
@@ -9,6 +10,7 @@ use crate::unicode::char_to_byte;
 use crate::vocab::{parse_byte_token, TokenAttr, Vocab, EOG_TEXTS, EOT_TEXTS};
 use crate::{Error, Result};
 use anedvd_base::{Metadata, MetadataValue};
+use std::fmt::Write as _;
 
 /// Pre-tokenizer settings for one `tokenizer.ggml.pre` value.
 struct Pre {
@@ -115,21 +117,54 @@ fn pre_for(name: &str) -> Option<Pre> {
     })
 }
 
-fn strings(md: &Metadata, key: &str) -> Result<Vec<String>> {
-    md.array(key)?
-        .iter()
-        .map(|v| match v {
-            MetadataValue::String(s) => Ok(s.clone()),
-            other => Err(Error::Metadata(anedvd_base::Error::WrongType {
-                key: key.to_string(),
-                expected: "array[string]",
-                found: format!("array[{}]", other.type_name()),
-            })),
-        })
-        .collect()
+/// The elements of the string array `key`, borrowed from the metadata.
+fn strings<'a>(
+    md: &'a Metadata,
+    key: &'a str,
+) -> Result<impl Iterator<Item = Result<&'a str>> + 'a> {
+    Ok(md.array(key)?.iter().map(move |v| match v {
+        MetadataValue::String(s) => Ok(s.as_str()),
+        other => Err(Error::Metadata(anedvd_base::Error::WrongType {
+            key: key.to_string(),
+            expected: "array[string]",
+            found: format!("array[{}]", other.type_name()),
+        })),
+    }))
 }
 
-fn numbers(md: &Metadata, key: &str, n: usize) -> Result<Option<Vec<f64>>> {
+/// Packs `tokenizer.ggml.tokens` into one buffer (an empty text becomes
+/// `[EMPTY_{id}]`, as in llama.cpp).
+fn token_texts(md: &Metadata) -> Result<PackedStrs> {
+    const KEY: &str = "tokenizer.ggml.tokens";
+    let mut n = 0usize;
+    let mut bytes = 0usize;
+    for t in strings(md, KEY)? {
+        let t = t?;
+        n += 1;
+        bytes = bytes.saturating_add(if t.is_empty() { 20 } else { t.len() });
+    }
+    let mut texts = PackedStrs::with_capacity(n, bytes);
+    for (i, t) in strings(md, KEY)?.enumerate() {
+        let t = t?;
+        if t.is_empty() {
+            texts.push_with(|b| {
+                // Writing to a String cannot fail.
+                let _ = write!(b, "[EMPTY_{i}]");
+            })?;
+        } else {
+            texts.push(t)?;
+        }
+    }
+    Ok(texts)
+}
+
+/// The number array `key` (one entry per token) converted by `f`.
+fn numbers<T>(
+    md: &Metadata,
+    key: &str,
+    n: usize,
+    mut f: impl FnMut(usize, f64) -> Result<T>,
+) -> Result<Option<Vec<T>>> {
     let Some(arr) = md.opt_array(key)? else {
         return Ok(None);
     };
@@ -141,14 +176,16 @@ fn numbers(md: &Metadata, key: &str, n: usize) -> Result<Option<Vec<f64>>> {
         });
     }
     arr.iter()
-        .map(|v| {
-            v.as_f64().ok_or_else(|| {
+        .enumerate()
+        .map(|(i, v)| {
+            let x = v.as_f64().ok_or_else(|| {
                 Error::Metadata(anedvd_base::Error::WrongType {
                     key: key.to_string(),
                     expected: "array[number]",
                     found: format!("array[{}]", v.type_name()),
                 })
-            })
+            })?;
+            f(i, x)
         })
         .collect::<Result<Vec<_>>>()
         .map(Some)
@@ -169,33 +206,21 @@ impl Tokenizer {
     pub fn from_gguf_metadata(md: &Metadata) -> Result<Tokenizer> {
         let kind = md.str("tokenizer.ggml.model")?;
         let pre_name = md.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
-        let mut texts = strings(md, "tokenizer.ggml.tokens")?;
+        let texts = token_texts(md)?;
         let n = texts.len();
         if n == 0 {
             return Err(Error::EmptyVocab);
         }
-        for (i, t) in texts.iter_mut().enumerate() {
-            if t.is_empty() {
-                *t = format!("[EMPTY_{i}]");
-            }
-        }
-        let scores = numbers(md, "tokenizer.ggml.scores", n)?
-            .map(|v| v.into_iter().map(|x| x as f32).collect())
+        let scores = numbers(md, "tokenizer.ggml.scores", n, |_, x| Ok(x as f32))?
             .unwrap_or_else(|| vec![0.0; n]);
-        let attrs = match numbers(md, "tokenizer.ggml.token_type", n)? {
-            None => vec![TokenAttr::NORMAL; n],
-            Some(types) => types
-                .iter()
-                .enumerate()
-                .map(|(i, &t)| {
-                    TokenAttr::from_gguf_type(t as i64).ok_or(Error::BadTokenType {
-                        id: i as u32,
-                        value: t as i64,
-                    })
-                })
-                .collect::<Result<_>>()?,
-        };
-        let mut vocab = Vocab::new(texts, scores, attrs);
+        let attrs = numbers(md, "tokenizer.ggml.token_type", n, |i, t| {
+            TokenAttr::from_gguf_type(t as i64).ok_or(Error::BadTokenType {
+                id: i as u32,
+                value: t as i64,
+            })
+        })?
+        .unwrap_or_else(|| vec![TokenAttr::NORMAL; n]);
+        let mut vocab = Vocab::new(texts, scores, attrs)?;
 
         let mut specials = Specials::default();
         let (model, fallback, front) = match kind {
@@ -223,10 +248,8 @@ impl Tokenizer {
                     }
                     e => e,
                 })?;
-                let merges = build_merges(
-                    &vocab,
-                    merges.iter().enumerate().map(|(i, m)| split_merge(i, m)),
-                )?;
+                let merges =
+                    build_merges(&vocab, merges.enumerate().map(|(i, m)| split_merge(i, m?)))?;
                 let (rules, ignore_merges) = if gemma4 {
                     specials.add_bos = true;
                     (vec![Rule::Newlines], false)
@@ -313,47 +336,16 @@ impl Tokenizer {
 
         let eog = detect_specials(&mut vocab, &mut specials, md, fim_keys_present)?;
 
-        // Byte tokens must be <0xXX>.
-        let mut pieces = Vec::with_capacity(n);
-        let front_ref = &front;
-        for i in 0..n {
-            let (text, attr) = (&vocab.texts[i], vocab.attrs[i]);
-            let piece = if attr.has(TokenAttr(
-                TokenAttr::CONTROL.0 | TokenAttr::UNKNOWN.0 | TokenAttr::USER_DEFINED.0,
-            )) {
-                text.as_bytes().to_vec()
-            } else if attr.has(TokenAttr::NORMAL) {
-                if front_ref.escape_whitespace {
-                    text.replace('\u{2581}', " ").into_bytes()
-                } else {
-                    let mut b = Vec::with_capacity(text.len());
-                    for c in text.chars() {
-                        match char_to_byte(c) {
-                            Some(x) => b.push(x),
-                            None => b.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
-                        }
-                    }
-                    b
-                }
-            } else if attr.has(TokenAttr::BYTE) {
-                let b = parse_byte_token(text).ok_or_else(|| Error::BadByteToken {
-                    id: i as u32,
-                    text: text.clone(),
-                })?;
-                vec![b]
-            } else {
-                Vec::new()
-            };
-            pieces.push(piece);
-        }
+        let pieces = pieces(&vocab, front.escape_whitespace)?;
 
-        let matcher = SpecialMatcher::new((0..n).filter_map(|i| {
-            let a = vocab.attrs[i];
-            a.has(TokenAttr(
-                TokenAttr::CONTROL.0 | TokenAttr::USER_DEFINED.0 | TokenAttr::UNKNOWN.0,
-            ))
-            .then(|| (i as u32, vocab.texts[i].as_str(), a))
-        }));
+        let matcher = SpecialMatcher::new(vocab.texts().zip(&vocab.attrs).enumerate().filter_map(
+            |(i, (text, &a))| {
+                a.has(TokenAttr(
+                    TokenAttr::CONTROL.0 | TokenAttr::USER_DEFINED.0 | TokenAttr::UNKNOWN.0,
+                ))
+                .then_some((i as u32, text, a))
+            },
+        ));
         let byte_ids = vocab.byte_tokens();
         let first_piece = if front.add_space_prefix {
             FirstPiece::LlamaStrip
@@ -373,6 +365,50 @@ impl Tokenizer {
             first_piece,
         })
     }
+}
+
+/// The bytes each token decodes to (llama.cpp's `token_to_piece`), packed:
+/// control, unknown and user-defined tokens as written, normal tokens with
+/// `▁` as a space (or byte-level characters as bytes), byte tokens `<0xXX>`
+/// as their byte, anything else as nothing.
+fn pieces(vocab: &Vocab, escape_whitespace: bool) -> Result<PackedBytes> {
+    let verbatim =
+        TokenAttr(TokenAttr::CONTROL.0 | TokenAttr::UNKNOWN.0 | TokenAttr::USER_DEFINED.0);
+    // No piece is longer than its text, so this capacity is never exceeded.
+    let mut pieces = PackedBytes::with_capacity(vocab.len(), vocab.text_bytes());
+    for (i, (text, &attr)) in vocab.texts().zip(&vocab.attrs).enumerate() {
+        if attr.has(verbatim) {
+            pieces.push(text.as_bytes())?;
+        } else if attr.has(TokenAttr::NORMAL) {
+            pieces.push_with(|b| {
+                if escape_whitespace {
+                    let mut parts = text.split('\u{2581}');
+                    b.extend_from_slice(parts.next().unwrap_or_default().as_bytes());
+                    for p in parts {
+                        b.push(b' ');
+                        b.extend_from_slice(p.as_bytes());
+                    }
+                } else {
+                    for c in text.chars() {
+                        match char_to_byte(c) {
+                            Some(x) => b.push(x),
+                            None => b.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                        }
+                    }
+                }
+            })?;
+        } else if attr.has(TokenAttr::BYTE) {
+            let b = parse_byte_token(text).ok_or_else(|| Error::BadByteToken {
+                id: i as u32,
+                text: text.to_string(),
+            })?;
+            pieces.push(&[b])?;
+        } else {
+            pieces.push(&[])?;
+        }
+    }
+    pieces.shrink_to_fit();
+    Ok(pieces)
 }
 
 /// llama.cpp's text-based detection of EOT/EOM/FIM/EOG tokens and the
@@ -449,26 +485,40 @@ fn detect_specials(
             }
         }
     }
-    for i in 0..vocab.len() {
-        if EOG_TEXTS.contains(&vocab.texts[i].as_str()) {
+    const USER_DEFINED_TEXTS: &[&str] =
+        &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
+    // Most tokens are ruled out on length alone.
+    let longest = EOG_TEXTS
+        .iter()
+        .chain(USER_DEFINED_TEXTS)
+        .map(|t| t.len())
+        .max()
+        .unwrap_or(0);
+    let eog_from = eog.len();
+    let mut user_defined = Vec::new();
+    for (i, text) in vocab.texts().enumerate() {
+        if text.len() > longest {
+            continue;
+        }
+        if EOG_TEXTS.contains(&text) {
             eog.push(i as u32);
-            vocab.attrs[i].insert(TokenAttr::CONTROL);
+        }
+        if USER_DEFINED_TEXTS.contains(&text) {
+            user_defined.push(i);
         }
     }
-    for i in 0..vocab.len() {
-        if matches!(
-            vocab.texts[i].as_str(),
-            "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
-        ) {
-            vocab.attrs[i] = TokenAttr::USER_DEFINED;
-        }
+    for &id in &eog[eog_from..] {
+        vocab.attrs[id as usize].insert(TokenAttr::CONTROL);
+    }
+    for i in user_defined {
+        vocab.attrs[i] = TokenAttr::USER_DEFINED;
     }
     eog.extend(specials.eos);
     eog.extend(specials.eot);
     eog.extend(specials.eom);
     eog.sort_unstable();
     eog.dedup();
-    let text_of = |id: &u32| vocab.texts[*id as usize].as_str();
+    let text_of = |id: &u32| vocab.text(*id as usize).unwrap_or_default();
     let has = |t: &str| eog.iter().any(|id| text_of(id) == t);
     let end = eog.iter().copied().find(|id| text_of(id) == "<|end|>");
     if let Some(end) = end {
@@ -479,7 +529,7 @@ fn detect_specials(
             vocab.attrs[end as usize] = TokenAttr::USER_DEFINED;
         }
     }
-    let text_of = |id: &u32| vocab.texts[*id as usize].as_str();
+    let text_of = |id: &u32| vocab.text(*id as usize).unwrap_or_default();
     let s = eog.iter().copied().find(|id| text_of(id) == "</s>");
     let marker = eog
         .iter()

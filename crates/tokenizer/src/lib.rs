@@ -31,6 +31,7 @@ mod gguf;
 mod hf;
 mod merge;
 mod model;
+mod packed;
 mod pretok;
 mod special;
 mod stream;

@@ -165,7 +165,7 @@ impl ModelCtx<'_> {
             match self.fallback {
                 Fallback::SpmBytes => {
                     let raw = (b < 0x80)
-                        .then(|| self.vocab.get(&char::from(b).to_string()))
+                        .then(|| self.vocab.get(char::from(b).encode_utf8(&mut [0; 4])))
                         .flatten();
                     match self.byte_ids[b as usize].or(raw).or(self.unk) {
                         Some(id) => out.push(id),
@@ -174,7 +174,7 @@ impl ModelCtx<'_> {
                 }
                 Fallback::BpeRawBytes => {
                     if b < 0x80 {
-                        if let Some(id) = self.vocab.get(&char::from(b).to_string()) {
+                        if let Some(id) = self.vocab.get(char::from(b).encode_utf8(&mut [0; 4])) {
                             out.push(id);
                         }
                     }

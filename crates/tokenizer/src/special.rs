@@ -71,6 +71,17 @@ impl SpecialMatcher {
         m
     }
 
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<Node>()
+            + self
+                .nodes
+                .iter()
+                .map(|n| n.children.capacity() * std::mem::size_of::<(u8, u32)>())
+                .sum::<usize>()
+            + self.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+
     /// Calls `f(entry_index)` for every token that starts at `text[pos..]`.
     fn matches_at(&self, text: &[u8], pos: usize, mut f: impl FnMut(u32)) {
         let mut node = 0usize;

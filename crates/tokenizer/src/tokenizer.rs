@@ -4,6 +4,7 @@
 use crate::hf::HfFront;
 use crate::merge::Scratch;
 use crate::model::{Fallback, Model, ModelCtx};
+use crate::packed::PackedBytes;
 use crate::pretok::{split_sequence, Rule};
 use crate::special::{Fragment, SpecialMatcher};
 use crate::stream::StreamDecoder;
@@ -59,7 +60,7 @@ pub struct Tokenizer {
     pub(crate) eog: Vec<u32>,
     pub(crate) byte_ids: [Option<u32>; 256],
     /// Bytes each token decodes to.
-    pub(crate) pieces: Vec<Vec<u8>>,
+    pub(crate) pieces: PackedBytes,
     /// What happens to the first decoded piece.
     pub(crate) first_piece: FirstPiece,
 }
@@ -267,13 +268,10 @@ impl Tokenizer {
 
     /// The bytes token `id` decodes to.
     pub fn piece_bytes(&self, id: u32) -> Result<&[u8]> {
-        self.pieces
-            .get(id as usize)
-            .map(Vec::as_slice)
-            .ok_or(Error::IdOutOfRange {
-                id,
-                vocab_size: self.vocab.len(),
-            })
+        self.pieces.get(id as usize).ok_or(Error::IdOutOfRange {
+            id,
+            vocab_size: self.vocab.len(),
+        })
     }
 
     /// The display form of a token: its decoded bytes as text (lossy for a
@@ -286,7 +284,7 @@ impl Tokenizer {
 
     /// The token's vocabulary entry as stored (`▁Hello`, `ĠHello`, `<0x0A>`).
     pub fn token_text(&self, id: u32) -> Option<&str> {
-        self.vocab.texts.get(id as usize).map(String::as_str)
+        self.vocab.text(id as usize)
     }
 
     /// The id of the token whose vocabulary entry is exactly `text`.
@@ -302,6 +300,24 @@ impl Tokenizer {
     /// True for control and unknown tokens (what `skip_special` hides).
     pub fn is_special(&self, id: u32) -> bool {
         self.token_attr(id).is_some_and(TokenAttr::is_special)
+    }
+
+    /// Approximate heap bytes held by the tokenizer's tables (vocabulary,
+    /// text → id index, decoded pieces, merges, special-token trie); the
+    /// front end's compiled regexes are not counted.
+    pub fn heap_bytes(&self) -> usize {
+        let merges = match &self.model {
+            Model::Spm => 0,
+            // hashbrown: one entry plus one control byte per bucket.
+            Model::Bpe { merges, .. } => {
+                merges.capacity() * (std::mem::size_of::<((u32, u32), (u32, u32))>() + 1)
+            }
+        };
+        self.vocab.heap_bytes()
+            + self.pieces.heap_bytes()
+            + merges
+            + self.matcher.heap_bytes()
+            + self.eog.capacity() * std::mem::size_of::<u32>()
     }
 
     /// Number of token ids.

@@ -1,6 +1,7 @@
 //! The vocabulary: token texts, scores, attributes and the text → id map.
 
-use crate::unicode::FxHashMap;
+use crate::packed::{IdIndex, PackedStrs};
+use crate::Result;
 
 /// Per-token attributes (llama.cpp's `llama_token_attr`), a bit set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -65,37 +66,54 @@ impl TokenAttr {
     }
 }
 
-/// Token texts with their scores and attributes.
+/// Token texts with their scores and attributes. The texts live in one
+/// packed buffer and the text → id map is an open-addressing table of ids
+/// (see [`crate::packed`]), so the whole vocabulary is a few allocations.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Vocab {
-    pub texts: Vec<String>,
+    texts: PackedStrs,
     pub scores: Vec<f32>,
     pub attrs: Vec<TokenAttr>,
-    pub map: FxHashMap<String, u32>,
+    index: IdIndex,
 }
 
 impl Vocab {
-    /// Builds the map; a later duplicate text wins, as in llama.cpp.
-    pub fn new(texts: Vec<String>, scores: Vec<f32>, attrs: Vec<TokenAttr>) -> Self {
-        let mut map = FxHashMap::default();
-        map.reserve(texts.len());
-        for (i, t) in texts.iter().enumerate() {
-            map.insert(t.clone(), i as u32);
-        }
-        Vocab {
+    /// Indexes `texts`; a later duplicate text wins, as in llama.cpp; empty
+    /// texts (holes in a tokenizer.json vocabulary) are never found by text.
+    /// `scores` and `attrs` have one entry per text.
+    pub fn new(mut texts: PackedStrs, scores: Vec<f32>, attrs: Vec<TokenAttr>) -> Result<Self> {
+        texts.shrink_to_fit();
+        let index = IdIndex::build(&texts)?;
+        Ok(Vocab {
             texts,
             scores,
             attrs,
-            map,
-        }
+            index,
+        })
     }
 
     pub fn len(&self) -> usize {
         self.texts.len()
     }
 
+    /// Text of token `id`.
+    pub fn text(&self, id: usize) -> Option<&str> {
+        self.texts.get(id)
+    }
+
+    /// All texts, in id order.
+    pub fn texts(&self) -> impl Iterator<Item = &str> + '_ {
+        self.texts.iter()
+    }
+
+    /// Total bytes of all texts.
+    pub fn text_bytes(&self) -> usize {
+        self.texts.total_len()
+    }
+
+    #[inline]
     pub fn get(&self, text: &str) -> Option<u32> {
-        self.map.get(text).copied()
+        self.index.get(&self.texts, text)
     }
 
     /// Id of the byte-fallback token `<0xXX>` for each byte.
@@ -105,6 +123,14 @@ impl Vocab {
             *slot = self.get(&format!("<0x{b:02X}>"));
         }
         out
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.texts.heap_bytes()
+            + self.index.heap_bytes()
+            + self.scores.capacity() * std::mem::size_of::<f32>()
+            + self.attrs.capacity() * std::mem::size_of::<TokenAttr>()
     }
 }
 

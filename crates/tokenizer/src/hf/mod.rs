@@ -5,6 +5,7 @@ mod pipeline;
 
 use crate::merge::Scratch;
 use crate::model::{build_merges, split_merge, Fallback, Model, ModelCtx};
+use crate::packed::{PackedBytes, PackedStrs};
 use crate::special::{Fragment, SpecialMatcher};
 use crate::tokenizer::{encode_cached, FirstPiece, Front, Specials, Tokenizer};
 use crate::unicode::FxHashMap;
@@ -295,9 +296,14 @@ impl Tokenizer {
             texts[a.id as usize] = a.content.clone();
             attrs[a.id as usize] = a.attr;
         }
-        let mut vocab = Vocab::new(texts, vec![0.0; n], attrs);
-        // Holes must not be found by text.
-        vocab.map.remove("");
+        let bytes = texts.iter().map(String::len).sum();
+        let mut packed = PackedStrs::with_capacity(n, bytes);
+        for t in &texts {
+            packed.push(t)?;
+        }
+        drop(texts);
+        // Holes (empty texts) are never found by text.
+        let vocab = Vocab::new(packed, vec![0.0; n], attrs)?;
 
         let merges_v = model_v
             .get("merges")
@@ -403,7 +409,11 @@ impl Tokenizer {
         specials.add_eos = !suffix.is_empty();
         specials.eot = EOT_TEXTS.iter().find_map(|t| vocab.get(t));
         let mut eog: Vec<u32> = (0..n as u32)
-            .filter(|&i| EOG_TEXTS.contains(&vocab.texts[i as usize].as_str()))
+            .filter(|&i| {
+                vocab
+                    .text(i as usize)
+                    .is_some_and(|t| EOG_TEXTS.contains(&t))
+            })
             .collect();
         eog.extend(specials.eos);
         eog.extend(specials.eot);
@@ -420,11 +430,11 @@ impl Tokenizer {
             matched.push((a.id, text, a.attr));
         }
         let matcher = SpecialMatcher::new(matched.iter().map(|(id, t, a)| (*id, t.as_str(), *a)));
-        let pieces = vocab
-            .texts
-            .iter()
-            .map(|t| decode_piece(t, &steps))
-            .collect();
+        let mut pieces = PackedBytes::with_capacity(n, vocab.text_bytes());
+        for t in vocab.texts() {
+            pieces.push(&decode_piece(t, &steps))?;
+        }
+        pieces.shrink_to_fit();
         let byte_ids = vocab.byte_tokens();
         Ok(Tokenizer {
             vocab,
