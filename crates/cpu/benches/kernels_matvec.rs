@@ -80,6 +80,7 @@ fn main() {
         (GgmlType::Q8_0, 2048, 640),    // ffn_gate / ffn_up
         (GgmlType::Q8_0, 640, 2048),    // ffn_down
         (GgmlType::Q5_0, 2048, 640),
+        (GgmlType::Q4_0, 2048, 640),
         (GgmlType::Q4K, 640, 2048),
         (GgmlType::Q6K, 640, 2048),
     ];
@@ -171,9 +172,13 @@ fn main() {
         black_box(&out);
     }
 
-    // Prefill: 8 activation rows per call; GB/s counts the weight bytes once
-    // per token (so it compares with the matvec figures above).
-    const N_TOK: usize = 8;
+    // Prefill: 8 activation rows per call (`BENCH_TOKENS` overrides); GB/s
+    // counts the weight bytes once per token (so it compares with the matvec
+    // figures above).
+    let n_tok: usize = std::env::var("BENCH_TOKENS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
     println!();
     println!("| type | rows x cols | tokens | isa | us/token | GB/s per token |");
     println!("|---|---|---|---|---|---|");
@@ -184,17 +189,17 @@ fn main() {
             continue;
         }
         let w = weights(ty, rows, cols);
-        let x: Vec<f32> = (0..cols * N_TOK).map(|i| (i as f32 * 0.37).sin()).collect();
+        let x: Vec<f32> = (0..cols * n_tok).map(|i| (i as f32 * 0.37).sin()).collect();
         let mut act = QuantizedActivation::new();
         act.quantize_for(ty, &x, cols).expect("activation");
-        let mut out = vec![0.0f32; rows * N_TOK];
+        let mut out = vec![0.0f32; rows * n_tok];
         for k in Kernels::available() {
             let per = time(secs, || {
                 k.matmul(ty, black_box(&w), 0..rows, cols, &act, &mut out)
                     .expect("matmul")
-            }) / N_TOK as f64;
+            }) / n_tok as f64;
             println!(
-                "| {ty} | {rows}x{cols} | {N_TOK} | {} | {:.1} | {:.2} |",
+                "| {ty} | {rows}x{cols} | {n_tok} | {} | {:.1} | {:.2} |",
                 k.name(),
                 per * 1e6,
                 w.len() as f64 / per / 1e9

@@ -225,6 +225,14 @@ impl QuantizedActivation {
         self.q8.get(t * nb..(t + 1) * nb).unwrap_or(&[])
     }
 
+    /// Every row's Q8 blocks, back to back (format [`ActFormat::Q8`];
+    /// empty otherwise).
+    pub(crate) fn q8_all(&self) -> &[Q8Block] {
+        self.q8
+            .get(..self.n_rows * (self.n_cols / QK8))
+            .unwrap_or(&[])
+    }
+
     /// Row `t` as Q8_K blocks (format [`ActFormat::Q8K`]; empty otherwise).
     pub fn q8k_row(&self, t: usize) -> &[BlockQ8K] {
         let nb = self.n_cols / QK_K;

@@ -116,6 +116,29 @@ pub(crate) type RowsF32 = fn(&[u8], usize, &[f32], &mut [f32]);
 pub(crate) type Rows4Q8 = fn(&[u8], usize, [&[Q8Block]; 4], &mut [f32]);
 /// [`Rows4Q8`] for Q8_K activations.
 pub(crate) type Rows4Q8K = fn(&[u8], usize, [&[BlockQ8K]; 4], &mut [f32]);
+/// Legacy-type (32-weight block) product of every row of `w` (`rb` bytes
+/// each) with every token of `a` (`nb` blocks each, tokens back to back) on
+/// repacked weight panels: `out[r * n_tok + t] = W[r] · a[t]`.
+pub(crate) type PanelQ8 = fn(&[u8], usize, &[Q8Block], usize, &mut [f32], &mut PanelScratch);
+
+/// Scratch for [`PanelQ8`] kernels: the repacked weights and their scales.
+#[derive(Default)]
+pub(crate) struct PanelScratch {
+    /// Unsigned weight bytes, 16 rows interleaved per block.
+    pub wq: Vec<u8>,
+    /// Block scales, 16 rows per block.
+    pub ws: Vec<f32>,
+}
+
+thread_local! {
+    static PANEL_SCRATCH: std::cell::RefCell<PanelScratch> =
+        std::cell::RefCell::new(PanelScratch::default());
+}
+
+/// Fewest tokens for which [`PanelQ8`] kernels (which repack the weights
+/// once per call) beat the four-token kernels.
+const PANEL_MIN_TOKENS: usize = 8;
+
 /// `y += a * x` with `x` little-endian f16 bytes.
 pub(crate) type AxpyF16 = fn(&mut [f32], f32, &[u8]);
 /// `out[i] = sum_j p[j] * v[j * stride + 2i]` (f16 rows), lengths checked.
@@ -156,6 +179,10 @@ pub(crate) struct Table {
     pub x4_iq4_nl: Option<Rows4Q8>,
     pub x4_q4_k: Option<Rows4Q8K>,
     pub x4_q6_k: Option<Rows4Q8K>,
+    pub panel_q4_0: Option<PanelQ8>,
+    pub panel_q5_0: Option<PanelQ8>,
+    pub panel_q8_0: Option<PanelQ8>,
+    pub panel_iq4_nl: Option<PanelQ8>,
     pub axpy_f16: AxpyF16,
     pub wsum_f16: WsumF16,
     pub dot_f16_multi: DotF16Multi,
@@ -185,6 +212,10 @@ impl Table {
         x4_iq4_nl: None,
         x4_q4_k: None,
         x4_q6_k: None,
+        panel_q4_0: None,
+        panel_q5_0: None,
+        panel_q8_0: None,
+        panel_iq4_nl: None,
         axpy_f16: generic::axpy_f16,
         wsum_f16: generic::wsum_f16,
         dot_f16_multi: generic::dot_f16_multi,
@@ -351,6 +382,18 @@ impl Kernels {
             GgmlType::IQ4NL => t.x4_iq4_nl.map(Entry4::Q8),
             GgmlType::Q4K => t.x4_q4_k.map(Entry4::Q8K),
             GgmlType::Q6K => t.x4_q6_k.map(Entry4::Q8K),
+            _ => None,
+        }
+    }
+
+    /// The panel kernel of `ty`, if this table has one.
+    fn panel(&self, ty: GgmlType) -> Option<PanelQ8> {
+        let t = &self.table;
+        match ty {
+            GgmlType::Q4_0 => t.panel_q4_0,
+            GgmlType::Q5_0 => t.panel_q5_0,
+            GgmlType::Q8_0 => t.panel_q8_0,
+            GgmlType::IQ4NL => t.panel_iq4_nl,
             _ => None,
         }
     }
@@ -557,6 +600,10 @@ impl Kernels {
         let entry = self.entry(ty)?;
         let entry4 = self.entry4(ty);
         let w = &weight[rows.start * rb..rows.end * rb];
+        if let (Some(f), true) = (self.panel(ty), n_tok >= PANEL_MIN_TOKENS) {
+            PANEL_SCRATCH.with(|s| f(w, rb, act.q8_all(), n_cols / QK8, out, &mut s.borrow_mut()));
+            return Ok(());
+        }
         let mut tmp = [0.0f32; 4 * MATMUL_TILE];
         for (tile, o) in w
             .chunks(MATMUL_TILE * rb)

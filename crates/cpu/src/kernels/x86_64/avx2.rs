@@ -798,4 +798,5 @@ pub(super) const TABLE: Table = Table {
     wsum_f16,
     dot_f16_multi,
     wsum_f16_multi,
+    ..Table::GENERIC
 };

@@ -86,7 +86,7 @@ macro_rules! rows512 {
 }
 
 macro_rules! kernels {
-    ($m:ident, $feat:literal, $dp:ident, $doc:literal) => {
+    ($m:ident, $feat:literal, $dp:ident, $base:expr, $doc:literal) => {
         #[doc = $doc]
         pub(super) mod $m {
             use super::*;
@@ -320,7 +320,8 @@ macro_rules! kernels {
                 rows_q6_k, inner_q6_k => dot_q6_k: BlockQ8K;
             }
 
-            /// This build's table (AVX2 kernels for the other types).
+            /// This build's table (AVX2 kernels for the other types, `$base` for
+            /// the panel kernels not listed).
             pub(in super::super) const TABLE: Table = Table {
                 q4_0: rows_q4_0,
                 q5_0: rows_q5_0,
@@ -333,21 +334,32 @@ macro_rules! kernels {
                 x4_q5_0: Some(super::super::avx512_x4::$m::rows4_q5_0),
                 x4_q4_k: Some(super::super::avx512_x4::$m::rows4_q4_k),
                 x4_q6_k: Some(super::super::avx512_x4::$m::rows4_q6_k),
-                ..avx2::TABLE
+                panel_q4_0: Some(super::super::avx512_panel::$m::panel_q4_0),
+                panel_q5_0: Some(super::super::avx512_panel::$m::panel_q5_0),
+                ..$base
             };
         }
     };
 }
 
+/// The panel kernels only the VNNI build has (see `avx512_panel`).
+const PANELS_VNNI: Table = Table {
+    panel_q8_0: Some(super::avx512_panel::vnni::panel_q8_0),
+    panel_iq4_nl: Some(super::avx512_panel::vnni::panel_iq4_nl),
+    ..avx2::TABLE
+};
+
 kernels!(
     vnni,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dp_vnni,
+    PANELS_VNNI,
     "Kernels using `vpdpbusd` (AVX512-VNNI)."
 );
 kernels!(
     bw,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
     dp_bw,
+    avx2::TABLE,
     "Kernels using `vpmaddubsw` + `vpmaddwd` (AVX512-BW)."
 );

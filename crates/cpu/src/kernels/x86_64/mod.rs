@@ -10,6 +10,7 @@
 mod avx2;
 mod avx2_x4;
 mod avx512;
+mod avx512_panel;
 mod avx512_x4;
 
 use super::Table;

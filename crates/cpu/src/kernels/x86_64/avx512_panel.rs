@@ -1,0 +1,294 @@
+//! AVX-512 prefill kernels for the legacy 32-weight block types (Q4_0, Q5_0,
+//! Q8_0, IQ4_NL) on repacked weight panels.
+//!
+//! The weight rows of one call are first unpacked to unsigned bytes
+//! (`u = w + OFF`) and interleaved 16 rows at a time: for block `b` of a
+//! panel, register `k` (64 bytes) holds weights `4k..4k+4` of each of the 16
+//! rows, and the 16 block scales follow as f32. One `vpdpbusd` with four
+//! activation bytes broadcast then advances 16 rows at once, so one token's
+//! block costs eight integer multiply-adds, one conversion and one FMA for
+//! all 16 rows, with no horizontal sums: lane `r` of the accumulator is row
+//! `r`'s result. The offset enters as `-OFF * sum(y)` in the accumulator's
+//! start value, so each block's integer sum is exactly the single-row
+//! kernels' `sum(w * y)`.
+//!
+//! Tokens are taken in chunks that keep their activations in L2 while every
+//! panel of the call passes over them.
+
+use super::super::generic::KVALUES_IQ4NL;
+use super::super::{PanelScratch, Q8Block};
+use super::avx2::{f16v, ld128, ld256, rd16, rd32};
+use super::avx512::{dp_bw, dp_vnni};
+use std::arch::x86_64::*;
+
+/// Rows per panel (one i32 lane each).
+const PANEL: usize = 16;
+/// Repacked bytes per panel block: 16 rows × 32 weights.
+const PB: usize = PANEL * 32;
+/// Tokens per chunk (activations of one chunk stay in L2).
+const TOKEN_CHUNK: usize = 64;
+
+/// The legacy weight types the panel kernels take.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Q4_0,
+    Q5_0,
+    Q8_0,
+    IQ4NL,
+}
+
+impl Kind {
+    /// Bytes per block.
+    const fn bytes(self) -> usize {
+        match self {
+            Kind::Q4_0 | Kind::IQ4NL => 18,
+            Kind::Q5_0 => 22,
+            Kind::Q8_0 => 34,
+        }
+    }
+
+    /// The weight offset that makes the unpacked bytes unsigned.
+    const fn off(self) -> i32 {
+        match self {
+            Kind::Q4_0 => 8,
+            Kind::Q5_0 => 16,
+            Kind::Q8_0 | Kind::IQ4NL => 128,
+        }
+    }
+}
+
+/// One block's 32 weights as unsigned bytes `w + OFF`, in weight order.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[inline]
+fn unpack(kind: Kind, xb: &[u8]) -> __m256i {
+    let m4 = _mm_set1_epi8(0x0f);
+    let nib = |s: &[u8]| {
+        let t = ld128(s);
+        _mm256_set_m128i(
+            _mm_and_si128(_mm_srli_epi16::<4>(t), m4),
+            _mm_and_si128(t, m4),
+        )
+    };
+    match kind {
+        Kind::Q4_0 => nib(&xb[2..]),
+        Kind::Q5_0 => {
+            // Bit j of `qh` is the fifth bit of weight j.
+            let hi = _mm256_maskz_set1_epi8(rd32(xb, 2), 0x10);
+            _mm256_or_si256(nib(&xb[6..]), hi)
+        }
+        Kind::Q8_0 => _mm256_xor_si256(ld256(&xb[2..]), _mm256_set1_epi8(-128)),
+        Kind::IQ4NL => {
+            let k = KVALUES_IQ4NL;
+            let kv = _mm256_broadcastsi128_si256(_mm_setr_epi8(
+                k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12],
+                k[13], k[14], k[15],
+            ));
+            let w = _mm256_shuffle_epi8(kv, nib(&xb[2..]));
+            _mm256_xor_si256(w, _mm256_set1_epi8(-128))
+        }
+    }
+}
+
+/// Repacks `n` rows (`rb` bytes each, `nb` blocks) into panels: `wq` gets
+/// `ceil(n / 16) * nb * PB` bytes, `ws` the matching `* 16` scales (both in `sc`); rows
+/// past `n` in the last panel are zero (weights and scales).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelScratch) {
+    let (wq, ws) = (&mut sc.wq, &mut sc.ws);
+    let panels = n.div_ceil(PANEL);
+    wq.clear();
+    wq.resize(panels * nb * PB, 0);
+    ws.clear();
+    ws.resize(panels * nb * PANEL, 0.0);
+    // Dword `k` of a block goes to byte `64 k` of its panel block.
+    let idx = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+    let bb = kind.bytes();
+    for r in 0..n {
+        let (p, lane) = (r / PANEL, r % PANEL);
+        let row = &w[r * rb..(r + 1) * rb];
+        for b in 0..nb {
+            let xb = &row[b * bb..(b + 1) * bb];
+            let u = unpack(kind, xb);
+            let at = (p * nb + b) * PB + 4 * lane;
+            let dst = &mut wq[at..at + 28 * PANEL + 4];
+            // SAFETY: the eight dwords land at byte offsets 0, 64, ..., 448
+            // of `dst`, whose length is 452 (checked by the slice above).
+            unsafe { _mm256_i32scatter_epi32::<4>(dst.as_mut_ptr().cast(), idx, u) };
+            ws[(p * nb + b) * PANEL + lane] = f16v(rd16(xb, 0));
+        }
+    }
+}
+
+/// Loads 64 bytes from the start of `s`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn ld512(s: &[u8]) -> __m512i {
+    let s = &s[..64];
+    // SAFETY: `s` is 64 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
+}
+
+/// Loads 16 f32 from the start of `s`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn ld512ps(s: &[f32]) -> __m512 {
+    let s = &s[..16];
+    // SAFETY: `s` is 16 readable f32; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_ps(s.as_ptr()) }
+}
+
+/// Four activation bytes `4k..4k+4` of `y` as one i32.
+#[inline(always)]
+fn quad(y: &Q8Block, k: usize) -> i32 {
+    i32::from_le_bytes([
+        y.qs[4 * k] as u8,
+        y.qs[4 * k + 1] as u8,
+        y.qs[4 * k + 2] as u8,
+        y.qs[4 * k + 3] as u8,
+    ])
+}
+
+macro_rules! panel_kernels {
+    ($m:ident, $feat:literal, $dp:ident, $doc:literal, $($name:ident => $kind:expr),*) => {
+        #[doc = $doc]
+        pub(super) mod $m {
+            use super::*;
+
+            /// One panel (`nb` blocks at `wq`/`ws`) against `T` tokens:
+            /// lane `r` of result `t` is row `r` · token `t`.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn panel<const T: usize>(
+                wq: &[u8],
+                ws: &[f32],
+                nb: usize,
+                off: i32,
+                y: [&[Q8Block]; T],
+            ) -> [__m512; T] {
+                let mut acc = [_mm512_setzero_ps(); T];
+                for b in 0..nb {
+                    let wb = &wq[b * PB..(b + 1) * PB];
+                    let w = [0, 1, 2, 3, 4, 5, 6, 7].map(|k| ld512(&wb[64 * k..]));
+                    let dw = ld512ps(&ws[PANEL * b..]);
+                    for t in 0..T {
+                        let yb = &y[t][b];
+                        let mut i0 = _mm512_set1_epi32(-off * yb.isum);
+                        let mut i1 = _mm512_setzero_si512();
+                        for k in 0..4 {
+                            i0 = $dp(i0, w[2 * k], _mm512_set1_epi32(quad(yb, 2 * k)));
+                            i1 = $dp(i1, w[2 * k + 1], _mm512_set1_epi32(quad(yb, 2 * k + 1)));
+                        }
+                        let s = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+                        acc[t] = _mm512_fmadd_ps(s, _mm512_mul_ps(dw, _mm512_set1_ps(yb.d)), acc[t]);
+                    }
+                }
+                acc
+            }
+
+            /// Writes lanes `..n` of each token's result into the
+            /// row-major `out` (`out[r * n_tok + t0 + t]`).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn store<const T: usize>(
+                res: [__m512; T],
+                out: &mut [f32],
+                n: usize,
+                n_tok: usize,
+                t0: usize,
+            ) {
+                let mut tmp = [[0.0f32; PANEL]; T];
+                for (d, v) in tmp.iter_mut().zip(res) {
+                    // SAFETY: `d` is 16 writable f32; `storeu` is unaligned.
+                    unsafe { _mm512_storeu_ps(d.as_mut_ptr(), v) };
+                }
+                for r in 0..n {
+                    for (t, v) in tmp.iter().enumerate() {
+                        out[r * n_tok + t0 + t] = v[r];
+                    }
+                }
+            }
+
+            #[target_feature(enable = $feat)]
+            fn inner(
+                kind: Kind,
+                w: &[u8],
+                rb: usize,
+                a: &[Q8Block],
+                nb: usize,
+                out: &mut [f32],
+                sc: &mut PanelScratch,
+            ) {
+                if rb == 0 || nb == 0 || rb < nb * kind.bytes() {
+                    return;
+                }
+                let n_rows = w.len() / rb;
+                let n_tok = a.len() / nb;
+                if n_rows == 0 || n_tok == 0 || out.len() < n_rows * n_tok {
+                    return;
+                }
+                repack(kind, w, rb, n_rows, nb, sc);
+                let (wq, ws) = (&sc.wq, &sc.ws);
+                let off = kind.off();
+                let row = |t: usize| &a[t * nb..(t + 1) * nb];
+                for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
+                    let c1 = (c0 + TOKEN_CHUNK).min(n_tok);
+                    for p in 0..n_rows.div_ceil(PANEL) {
+                        let pq = &wq[p * nb * PB..(p + 1) * nb * PB];
+                        let ps = &ws[p * nb * PANEL..(p + 1) * nb * PANEL];
+                        let n = PANEL.min(n_rows - p * PANEL);
+                        let o = &mut out[p * PANEL * n_tok..];
+                        let mut t = c0;
+                        while t + 4 <= c1 {
+                            let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
+                            store(panel::<4>(pq, ps, nb, off, y), o, n, n_tok, t);
+                            t += 4;
+                        }
+                        while t < c1 {
+                            store(panel::<1>(pq, ps, nb, off, [row(t)]), o, n, n_tok, t);
+                            t += 1;
+                        }
+                    }
+                }
+            }
+
+            $(
+                /// Panel row loop: `out[r * n_tok + t] = W[r] · a[t]` for
+                /// every row of `w` (`rb` bytes) and token of `a` (`nb`
+                /// blocks each); `sc` is scratch.
+                pub(in super::super) fn $name(
+                    w: &[u8],
+                    rb: usize,
+                    a: &[Q8Block],
+                    nb: usize,
+                    out: &mut [f32],
+                    sc: &mut PanelScratch,
+                ) {
+                    // SAFETY: only reachable through the x86 AVX-512
+                    // tables, which `avx512_table` returns after detecting
+                    // every feature in `$feat`.
+                    unsafe { inner($kind, w, rb, a, nb, out, sc) }
+                }
+            )*
+        }
+    };
+}
+
+panel_kernels!(
+    vnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dp_vnni,
+    "Panel kernels using `vpdpbusd` (AVX512-VNNI).",
+    panel_q4_0 => Kind::Q4_0,
+    panel_q5_0 => Kind::Q5_0,
+    panel_q8_0 => Kind::Q8_0,
+    panel_iq4_nl => Kind::IQ4NL
+);
+panel_kernels!(
+    bw,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dp_bw,
+    "Panel kernels using `vpmaddubsw` + `vpmaddwd` (AVX512-BW; Q4_0 and Q5_0 \
+     only, whose unsigned bytes stay below 128 so the pair sums cannot saturate).",
+    panel_q4_0 => Kind::Q4_0,
+    panel_q5_0 => Kind::Q5_0
+);
