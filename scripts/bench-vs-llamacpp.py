@@ -6,13 +6,74 @@ Each round runs llama-bench then `anedvd bench` with identical tests (-p/-n/-d/-
 both with JSON output; peak RSS of each process comes from /usr/bin/time. Rounds
 alternate so drift in machine load hits both sides alike.
 
+Then a second table compares load time and peak RSS of a process that loads the
+model and generates one token (--load-reps runs of each, interleaved, after one
+unrecorded warm-up run of each so both read the file from the page cache):
+  llama.cpp: llama-simple -m M -n 1 PROMPT
+  anedvd:    anedvd run --model M -n 1 --raw --temp 0 --json -t T --prompt PROMPT
+Rows: wall time of the whole process (start to exit, the fair headline);
+"load + first eval", the span llama.cpp prints as `load time` (model load start
+to the end of the first decode, i.e. including the prompt's forward pass), for
+anedvd timings.load_ms + timings.prompt_ms; anedvd's model load alone
+(timings.load_ms; llama.cpp prints no such figure); peak RSS. llama-simple
+takes no thread count (it uses llama.cpp's default). Ratios are anedvd /
+llama.cpp, so below 1 is better for anedvd.
+
 Usage:
   scripts/bench-vs-llamacpp.py --model M [--llama-bench PATH] [--anedvd PATH]
       [-p 128,512] [-n 128] [-d 0,1024] [-t 2] [-r 5] [--rounds 3] [--md OUT.md]
-Default llama-bench: $LLAMA_BENCH or ~/.cache/llamacpp-ref/bin/llama-bench
-(built by ../shared/scripts/build-llamacpp.sh).
+      [--llama-simple PATH] [--load-reps 5] [--load-prompt Hello] [--load-only]
+Default llama-bench: $LLAMA_BENCH or ~/.cache/llamacpp-ref/bin/llama-bench, default
+llama-simple: $LLAMA_SIMPLE or ~/.cache/llamacpp-ref/bin/llama-simple (built by
+../shared/scripts/build-llamacpp.sh). --load-reps 0 skips the load table;
+--load-only skips the throughput table.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, statistics, subprocess, sys, tempfile, time
+
+def run_timed(cmd):
+    """Runs cmd; returns (stdout, stderr, wall seconds, peak RSS KiB)."""
+    with tempfile.NamedTemporaryFile(mode="r", suffix=".time") as tf:
+        full = ["/usr/bin/time", "-f", "%M", "-o", tf.name] + cmd
+        t0 = time.perf_counter()
+        out = subprocess.run(full, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if out.returncode != 0:
+            sys.exit(f"failed: {' '.join(cmd)}\n{out.stderr[-2000:]}")
+        rss_kib = int(open(tf.name).read().strip().splitlines()[-1])
+    return out.stdout, out.stderr, wall, rss_kib
+
+LLAMA_LOAD = re.compile(r"llama_perf_context_print:\s+load time =\s+([0-9.]+) ms")
+
+def load_table(a):
+    llama_cmd = [a.llama_simple, "-m", a.model, "-n", "1", a.load_prompt]
+    ours_cmd = [a.anedvd, "run", "--model", a.model, "-n", "1", "--raw", "--temp", "0", "--json",
+                "-t", a.t, "--prompt", a.load_prompt]
+    v = {k: [] for k in ("l_wall", "o_wall", "l_load", "o_first", "o_load", "l_rss", "o_rss")}
+    for rep in range(a.load_reps + 1):
+        print(f"load {rep}/{a.load_reps}{' (warm-up)' if rep == 0 else ''}: llama-simple, anedvd run ...", file=sys.stderr)
+        _, err, wall, kib = run_timed(llama_cmd)
+        m = LLAMA_LOAD.search(err)
+        if not m:
+            sys.exit(f"no `load time` line in llama-simple's output:\n{err[-2000:]}")
+        out, _, owall, okib = run_timed(ours_cmd)
+        t = json.loads(out)["timings"]
+        if rep == 0:
+            continue
+        v["l_wall"].append(wall * 1e3); v["l_load"].append(float(m.group(1))); v["l_rss"].append(kib / 1024)
+        v["o_wall"].append(owall * 1e3); v["o_first"].append(t["load_ms"] + t["prompt_ms"])
+        v["o_load"].append(t["load_ms"]); v["o_rss"].append(okib / 1024)
+    f = lambda x: f"{x[0]:.0f} / {x[1]:.0f} / {x[2]:.0f}"
+    lines = [f"load: model `{os.path.basename(a.model)}`, prompt {a.load_prompt!r}, one token generated, "
+             f"{a.load_reps} interleaved runs each (min / median / max; ratio = anedvd / llama.cpp, lower is better for anedvd)", "",
+             f"`{' '.join(llama_cmd)}` vs `{' '.join(ours_cmd)}`", "",
+             "| measure | llama.cpp | anedvd | ratio of medians | ratio min / max |", "|---|---|---|---|---|"]
+    for label, l, o in (("process wall time (ms)", "l_wall", "o_wall"),
+                        ("load + first eval (ms)", "l_load", "o_first"),
+                        ("peak RSS (MiB)", "l_rss", "o_rss")):
+        lm, om = mmm(v[l]), mmm(v[o])
+        lines.append(f"| {label} | {f(lm)} | {f(om)} | **{om[1] / lm[1]:.2f}x** | {om[0] / lm[2]:.2f}x / {om[2] / lm[0]:.2f}x |")
+    lines.append(f"| model load alone (ms) | n/a | {f(mmm(v['o_load']))} | | |")
+    return "\n".join(lines)
 
 def run_json(cmd):
     with tempfile.NamedTemporaryFile(mode="r", suffix=".time") as tf:
@@ -43,7 +104,22 @@ def main():
     ap.add_argument("-d", default="0"); ap.add_argument("-t", default="2")
     ap.add_argument("-r", default="5"); ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--md", help="append the markdown table to this file")
+    ap.add_argument("--llama-simple", default=os.environ.get("LLAMA_SIMPLE", os.path.expanduser("~/.cache/llamacpp-ref/bin/llama-simple")))
+    ap.add_argument("--load-reps", type=int, default=5, help="runs of each side for the load table (0 = skip it)")
+    ap.add_argument("--load-prompt", default="Hello")
+    ap.add_argument("--load-only", action="store_true", help="skip the throughput table")
     a = ap.parse_args()
+    texts = []
+    if not a.load_only:
+        texts.append(throughput_table(a))
+    if a.load_reps > 0:
+        texts.append(load_table(a))
+    text = "\n\n".join(texts)
+    print(text)
+    if a.md and text:
+        with open(a.md, "a") as f: f.write(text + "\n")
+
+def throughput_table(a):
     common = ["-m", a.model, "-p", a.p, "-n", a.n, "-d", a.d, "-t", a.t, "-r", a.r]
     llama = {}; ours = {}; rss = {"llama.cpp": [], "anedvd": []}
     for rnd in range(a.rounds):
@@ -65,10 +141,7 @@ def main():
                      f"**{om[1] / lm[1]:.2f}x** | {om[0] / lm[2]:.2f}x / {om[2] / lm[0]:.2f}x |")
     lr, orr = mmm(rss["llama.cpp"]), mmm(rss["anedvd"])
     lines.append(f"| peak RSS (MiB) | {lr[1] / 1024:.0f} | {orr[1] / 1024:.0f} | {orr[1] / lr[1]:.2f}x | |")
-    text = "\n".join(lines)
-    print(text)
-    if a.md:
-        with open(a.md, "a") as f: f.write(text + "\n")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()
