@@ -47,6 +47,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(file);
     println!("{:<28} {}", "gguf dropped", status());
     let ids = tok.encode("Hello world", true, false)?;
-    println!("{} ids; vocab {}", ids.len(), tok.vocab_size());
+    println!(
+        "{} ids; vocab {}; tokenizer heap {:.1} MB",
+        ids.len(),
+        tok.vocab_size(),
+        tok.heap_bytes() as f64 / 1e6
+    );
     Ok(())
 }

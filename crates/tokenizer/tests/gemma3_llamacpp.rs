@@ -69,3 +69,40 @@ fn gemma3_matches_llama_tokenize() {
         cases.len()
     );
 }
+
+/// The compact vocabulary: every token's text maps back to its id (Gemma 3
+/// has no duplicate texts), decoded pieces agree with the texts, and the
+/// tables stay small (they were ~56 MB as per-token `String`s and a
+/// `HashMap<String, u32>`).
+#[test]
+fn gemma3_vocab_index_and_size() {
+    let Some(path) = gguf_path() else {
+        eprintln!("SKIP gemma3_vocab_index_and_size: Gemma 3 GGUF not found");
+        return;
+    };
+    let file = anedvd_gguf::GgufFile::open(&path).expect("open gguf");
+    let tok = Tokenizer::from_gguf_metadata(file.metadata()).expect("tokenizer");
+    let texts = file
+        .metadata()
+        .array("tokenizer.ggml.tokens")
+        .expect("tokens");
+    assert_eq!(texts.len(), tok.vocab_size());
+    for (id, v) in texts.iter().enumerate() {
+        let want = v.as_str().expect("string");
+        let id = id as u32;
+        assert_eq!(tok.token_text(id), Some(want), "text of {id}");
+        assert_eq!(tok.token_id(want), Some(id), "id of {want:?}");
+    }
+    assert_eq!(
+        tok.token_id("<0x0A>").and_then(|id| tok.piece(id)),
+        Some("\n".into())
+    );
+    assert_eq!(
+        tok.token_id("▁Hello").and_then(|id| tok.piece(id)),
+        Some(" Hello".into())
+    );
+    assert_eq!(tok.token_id("not a token ▁▁▁ xyz"), None);
+    assert_eq!(tok.token_text(tok.vocab_size() as u32), None);
+    let heap = tok.heap_bytes();
+    assert!(heap < 16_000_000, "tokenizer heap {heap} bytes");
+}
