@@ -233,6 +233,14 @@ impl QuantizedActivation {
             .unwrap_or(&[])
     }
 
+    /// Every row's Q8_K blocks, back to back (format [`ActFormat::Q8K`];
+    /// empty otherwise).
+    pub(crate) fn q8k_all(&self) -> &[BlockQ8K] {
+        self.q8k
+            .get(..self.n_rows * (self.n_cols / QK_K))
+            .unwrap_or(&[])
+    }
+
     /// Row `t` as Q8_K blocks (format [`ActFormat::Q8K`]; empty otherwise).
     pub fn q8k_row(&self, t: usize) -> &[BlockQ8K] {
         let nb = self.n_cols / QK_K;

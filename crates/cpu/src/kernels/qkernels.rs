@@ -91,7 +91,7 @@ mod x86_64;
 pub use act::{ActFormat, Q8Block, QuantizedActivation, QK8};
 
 use anedvd_base::GgmlType;
-use anedvd_quant::BlockQ8K;
+use anedvd_quant::{BlockQ8K, QK_K};
 use std::ops::Range;
 
 /// Errors of the kernels (shapes are checked before any SIMD code runs).
@@ -121,6 +121,9 @@ pub(crate) type Rows4Q8K = fn(&[u8], usize, [&[BlockQ8K]; 4], &mut [f32]);
 /// repacked weight panels: `out[r * n_tok + t] = W[r] · a[t]`.
 pub(crate) type PanelQ8 = fn(&[u8], usize, &[Q8Block], usize, &mut [f32], &mut PanelScratch);
 
+/// [`PanelQ8`] for the Q8_K-activation types.
+pub(crate) type PanelQ8K = fn(&[u8], usize, &[BlockQ8K], usize, &mut [f32], &mut PanelScratch);
+
 /// Scratch for [`PanelQ8`] kernels: the repacked weights and their scales.
 #[derive(Default)]
 pub(crate) struct PanelScratch {
@@ -128,6 +131,9 @@ pub(crate) struct PanelScratch {
     pub wq: Vec<u8>,
     /// Block scales, 16 rows per block.
     pub ws: Vec<f32>,
+    /// Per-row integer block data (K-quant sub-block scales), 16 rows per
+    /// vector.
+    pub wi: Vec<i32>,
 }
 
 thread_local! {
@@ -183,6 +189,8 @@ pub(crate) struct Table {
     pub panel_q5_0: Option<PanelQ8>,
     pub panel_q8_0: Option<PanelQ8>,
     pub panel_iq4_nl: Option<PanelQ8>,
+    pub panel_q4_k: Option<PanelQ8K>,
+    pub panel_q6_k: Option<PanelQ8K>,
     pub axpy_f16: AxpyF16,
     pub wsum_f16: WsumF16,
     pub dot_f16_multi: DotF16Multi,
@@ -216,6 +224,8 @@ impl Table {
         panel_q5_0: None,
         panel_q8_0: None,
         panel_iq4_nl: None,
+        panel_q4_k: None,
+        panel_q6_k: None,
         axpy_f16: generic::axpy_f16,
         wsum_f16: generic::wsum_f16,
         dot_f16_multi: generic::dot_f16_multi,
@@ -394,6 +404,16 @@ impl Kernels {
             GgmlType::Q5_0 => t.panel_q5_0,
             GgmlType::Q8_0 => t.panel_q8_0,
             GgmlType::IQ4NL => t.panel_iq4_nl,
+            _ => None,
+        }
+    }
+
+    /// The Q8_K panel kernel of `ty`, if this table has one.
+    fn panel_k(&self, ty: GgmlType) -> Option<PanelQ8K> {
+        let t = &self.table;
+        match ty {
+            GgmlType::Q4K => t.panel_q4_k,
+            GgmlType::Q6K => t.panel_q6_k,
             _ => None,
         }
     }
@@ -602,6 +622,19 @@ impl Kernels {
         let w = &weight[rows.start * rb..rows.end * rb];
         if let (Some(f), true) = (self.panel(ty), n_tok >= PANEL_MIN_TOKENS) {
             PANEL_SCRATCH.with(|s| f(w, rb, act.q8_all(), n_cols / QK8, out, &mut s.borrow_mut()));
+            return Ok(());
+        }
+        if let (Some(f), true) = (self.panel_k(ty), n_tok >= PANEL_MIN_TOKENS) {
+            PANEL_SCRATCH.with(|s| {
+                f(
+                    w,
+                    rb,
+                    act.q8k_all(),
+                    n_cols / QK_K,
+                    out,
+                    &mut s.borrow_mut(),
+                )
+            });
             return Ok(());
         }
         let mut tmp = [0.0f32; 4 * MATMUL_TILE];

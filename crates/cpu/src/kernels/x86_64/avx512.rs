@@ -336,6 +336,8 @@ macro_rules! kernels {
                 x4_q6_k: Some(super::super::avx512_x4::$m::rows4_q6_k),
                 panel_q4_0: Some(super::super::avx512_panel::$m::panel_q4_0),
                 panel_q5_0: Some(super::super::avx512_panel::$m::panel_q5_0),
+                panel_q4_k: Some(super::super::avx512_panel_k::$m::panel_q4_k),
+                panel_q6_k: Some(super::super::avx512_panel_k::$m::panel_q6_k),
                 ..$base
             };
         }

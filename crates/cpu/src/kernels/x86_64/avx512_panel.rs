@@ -22,11 +22,11 @@ use super::avx512::{dp_bw, dp_vnni};
 use std::arch::x86_64::*;
 
 /// Rows per panel (one i32 lane each).
-const PANEL: usize = 16;
+pub(super) const PANEL: usize = 16;
 /// Repacked bytes per panel block: 16 rows × 32 weights.
-const PB: usize = PANEL * 32;
+pub(super) const PB: usize = PANEL * 32;
 /// Tokens per chunk (activations of one chunk stay in L2).
-const TOKEN_CHUNK: usize = 64;
+pub(super) const TOKEN_CHUNK: usize = 64;
 
 /// The legacy weight types the panel kernels take.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -122,7 +122,7 @@ fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelSc
 /// Loads 64 bytes from the start of `s`.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn ld512(s: &[u8]) -> __m512i {
+pub(super) fn ld512(s: &[u8]) -> __m512i {
     let s = &s[..64];
     // SAFETY: `s` is 64 readable bytes; `loadu` has no alignment requirement.
     unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
@@ -131,7 +131,7 @@ fn ld512(s: &[u8]) -> __m512i {
 /// Loads 16 f32 from the start of `s`.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn ld512ps(s: &[f32]) -> __m512 {
+pub(super) fn ld512ps(s: &[f32]) -> __m512 {
     let s = &s[..16];
     // SAFETY: `s` is 16 readable f32; `loadu` has no alignment requirement.
     unsafe { _mm512_loadu_ps(s.as_ptr()) }

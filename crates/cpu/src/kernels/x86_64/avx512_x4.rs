@@ -342,14 +342,14 @@ macro_rules! kernels_x4 {
 /// `acc + sum of 2 (i16 × i16)` per i32 lane, with VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn dpw_vnni(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+pub(super) fn dpw_vnni(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     _mm512_dpwssd_epi32(acc, a, b)
 }
 
 /// `acc + sum of 2 (i16 × i16)` per i32 lane, without VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
-fn dpw_bw(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+pub(super) fn dpw_bw(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
 }
 

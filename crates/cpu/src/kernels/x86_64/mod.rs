@@ -11,6 +11,7 @@ mod avx2;
 mod avx2_x4;
 mod avx512;
 mod avx512_panel;
+mod avx512_panel_k;
 mod avx512_x4;
 
 use super::Table;

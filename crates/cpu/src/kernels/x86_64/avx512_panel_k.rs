@@ -1,0 +1,398 @@
+//! AVX-512 prefill kernels for Q4_K and Q6_K on repacked weight panels, as
+//! `avx512_panel` does for the legacy types: 16 rows interleaved per
+//! 4-weight chunk (unsigned bytes: Q4_K's nibbles, Q6_K's `q + 32`), so one
+//! `vpdpbusd` with four broadcast activation bytes advances 16 rows.
+//!
+//! Per token and block the integer sums are exactly the single-row
+//! kernels': each sub-block's `sum(q * y)` times its scale (`vpmulld`), the
+//! Q4_K mins and the Q6_K `-32` through `bsums` (`vpdpwssd` on scale pairs);
+//! then one conversion and FMA per block for all 16 rows.
+
+use super::super::generic::unpack_k4_scales;
+use super::super::PanelScratch;
+use super::avx2::{f16v, ld256, rd16};
+use super::avx512::{dp_bw, dp_vnni};
+use super::avx512_panel::{ld512, ld512ps, PANEL, PB, TOKEN_CHUNK};
+use super::avx512_x4::{dpw_bw, dpw_vnni};
+use anedvd_quant::BlockQ8K;
+use std::arch::x86_64::*;
+
+/// Repacked bytes per 256-weight block of a panel.
+const KB: usize = 8 * PB;
+
+/// The K-quant types the panel kernels take.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Q4K,
+    Q6K,
+}
+
+impl Kind {
+    /// Bytes per block.
+    const fn bytes(self) -> usize {
+        match self {
+            Kind::Q4K => 144,
+            Kind::Q6K => 210,
+        }
+    }
+
+    /// i32 vectors (16 lanes) of per-row integer data per block: Q4_K's 8
+    /// sub-block scales and 4 min pairs; Q6_K's 16 scales and 8 scale pairs.
+    const fn ints(self) -> usize {
+        match self {
+            Kind::Q4K => 12,
+            Kind::Q6K => 24,
+        }
+    }
+
+    /// f32 vectors per block: Q4_K's `d` and `dmin`; Q6_K's `d`.
+    const fn floats(self) -> usize {
+        match self {
+            Kind::Q4K => 2,
+            Kind::Q6K => 1,
+        }
+    }
+}
+
+/// Two i16 in one i32 lane (`lo` in the low half).
+fn pair(lo: i16, hi: i16) -> i32 {
+    i32::from(lo as u16) | (i32::from(hi) << 16)
+}
+
+/// The 256 weights of one block as eight 32-weight groups of unsigned bytes.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[inline]
+fn unpack(kind: Kind, xb: &[u8]) -> [__m256i; 8] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut g = [_mm256_setzero_si256(); 8];
+    match kind {
+        Kind::Q4K => {
+            for j in 0..4 {
+                let bits = ld256(&xb[16 + 32 * j..]);
+                g[2 * j] = _mm256_and_si256(bits, m4);
+                g[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+            }
+        }
+        Kind::Q6K => {
+            let m2 = _mm256_set1_epi8(3);
+            let h = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, m2));
+            for c in 0..2 {
+                let b1 = ld256(&xb[64 * c..]);
+                let b2 = ld256(&xb[64 * c + 32..]);
+                let hb = ld256(&xb[128 + 32 * c..]);
+                g[4 * c] = _mm256_or_si256(_mm256_and_si256(b1, m4), h(hb));
+                g[4 * c + 1] =
+                    _mm256_or_si256(_mm256_and_si256(b2, m4), h(_mm256_srli_epi16::<2>(hb)));
+                g[4 * c + 2] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4),
+                    h(_mm256_srli_epi16::<4>(hb)),
+                );
+                g[4 * c + 3] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4),
+                    h(_mm256_srli_epi16::<6>(hb)),
+                );
+            }
+        }
+    }
+    g
+}
+
+/// Repacks `n` rows into panels in `sc`: `wq` gets `KB` bytes per panel
+/// block, `wi` `16 * kind.ints()` i32 and `ws` `16 * kind.floats()` f32;
+/// rows past `n` in the last panel are zero.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelScratch) {
+    let panels = n.div_ceil(PANEL);
+    let (ni, nf) = (kind.ints() * PANEL, kind.floats() * PANEL);
+    sc.wq.clear();
+    sc.wq.resize(panels * nb * KB, 0);
+    sc.wi.clear();
+    sc.wi.resize(panels * nb * ni, 0);
+    sc.ws.clear();
+    sc.ws.resize(panels * nb * nf, 0.0);
+    let idx = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+    let bb = kind.bytes();
+    for r in 0..n {
+        let (p, lane) = (r / PANEL, r % PANEL);
+        let row = &w[r * rb..(r + 1) * rb];
+        for b in 0..nb {
+            let xb = &row[b * bb..(b + 1) * bb];
+            let blk = p * nb + b;
+            for (gi, g) in unpack(kind, xb).into_iter().enumerate() {
+                let at = blk * KB + gi * PB + 4 * lane;
+                let dst = &mut sc.wq[at..at + 28 * PANEL + 4];
+                // SAFETY: the eight dwords land at byte offsets 0, 64, ...,
+                // 448 of `dst`, whose length is 452 (checked by the slice).
+                unsafe { _mm256_i32scatter_epi32::<4>(dst.as_mut_ptr().cast(), idx, g) };
+            }
+            let wi = &mut sc.wi[blk * ni..(blk + 1) * ni];
+            let ws = &mut sc.ws[blk * nf..(blk + 1) * nf];
+            match kind {
+                Kind::Q4K => {
+                    let sm = unpack_k4_scales(&xb[4..16]);
+                    for s in 0..8 {
+                        wi[s * PANEL + lane] = i32::from(sm[s]);
+                    }
+                    for q in 0..4 {
+                        let (m0, m1) = (i16::from(sm[8 + 2 * q]), i16::from(sm[9 + 2 * q]));
+                        wi[(8 + q) * PANEL + lane] = pair(m0, m1);
+                    }
+                    ws[lane] = f16v(rd16(xb, 0));
+                    ws[PANEL + lane] = f16v(rd16(xb, 2));
+                }
+                Kind::Q6K => {
+                    let s = |i: usize| i16::from(xb[192 + i] as i8);
+                    for i in 0..16 {
+                        wi[i * PANEL + lane] = i32::from(s(i));
+                    }
+                    for q in 0..8 {
+                        wi[(16 + q) * PANEL + lane] = pair(s(2 * q), s(2 * q + 1));
+                    }
+                    ws[lane] = f16v(rd16(xb, 208));
+                }
+            }
+        }
+    }
+}
+
+/// Four activation bytes `o..o + 4` of `y` as one i32.
+#[inline(always)]
+fn quad(y: &BlockQ8K, o: usize) -> i32 {
+    i32::from_le_bytes([
+        y.qs[o] as u8,
+        y.qs[o + 1] as u8,
+        y.qs[o + 2] as u8,
+        y.qs[o + 3] as u8,
+    ])
+}
+
+macro_rules! panel_k_kernels {
+    ($m:ident, $feat:literal, $dp:ident, $dpw:ident, $doc:literal) => {
+        #[doc = $doc]
+        pub(super) mod $m {
+            use super::*;
+
+            /// `sum over sub-blocks of scale * sum(q * y)` for `T` tokens,
+            /// sub-blocks of `SUB` weights (32 for Q4_K, 16 for Q6_K).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn scaled_dots<const T: usize, const SUB: usize>(
+                wq: &[u8],
+                wi: &[i32],
+                y: [&BlockQ8K; T],
+            ) -> [__m512i; T] {
+                let mut isum = [_mm512_setzero_si512(); T];
+                for s in 0..256 / SUB {
+                    let mut i0 = [_mm512_setzero_si512(); T];
+                    let mut i1 = [_mm512_setzero_si512(); T];
+                    for k in (0..SUB / 4).step_by(2) {
+                        let c = s * SUB / 4 + k;
+                        let w0 = ld512(&wq[64 * c..]);
+                        let w1 = ld512(&wq[64 * c + 64..]);
+                        for t in 0..T {
+                            i0[t] = $dp(i0[t], w0, _mm512_set1_epi32(quad(y[t], 4 * c)));
+                            i1[t] = $dp(i1[t], w1, _mm512_set1_epi32(quad(y[t], 4 * c + 4)));
+                        }
+                    }
+                    let scale = ld512(bytes_of(&wi[PANEL * s..PANEL * (s + 1)]));
+                    for t in 0..T {
+                        let d = _mm512_add_epi32(i0[t], i1[t]);
+                        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(d, scale));
+                    }
+                }
+                isum
+            }
+
+            /// `sum over pairs q of (s[2q] * b[2q] + s[2q+1] * b[2q+1])`
+            /// with the scale pairs at `wi` and `b` the i16 pairs `bp`.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn pair_dots<const T: usize, const N: usize>(
+                wi: &[i32],
+                bp: [[i32; N]; T],
+            ) -> [__m512i; T] {
+                let mut acc = [_mm512_setzero_si512(); T];
+                for q in 0..N {
+                    let s = ld512(bytes_of(&wi[PANEL * q..PANEL * (q + 1)]));
+                    for t in 0..T {
+                        acc[t] = $dpw(acc[t], s, _mm512_set1_epi32(bp[t][q]));
+                    }
+                }
+                acc
+            }
+
+            /// One Q4_K panel against `T` tokens.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn panel_q4k<const T: usize>(
+                sc: &PanelScratch,
+                p: usize,
+                nb: usize,
+                y: [&[BlockQ8K]; T],
+            ) -> [__m512; T] {
+                let (ni, nf) = (Kind::Q4K.ints() * PANEL, Kind::Q4K.floats() * PANEL);
+                let mut acc = [_mm512_setzero_ps(); T];
+                for b in 0..nb {
+                    let blk = p * nb + b;
+                    let wq = &sc.wq[blk * KB..(blk + 1) * KB];
+                    let wi = &sc.wi[blk * ni..(blk + 1) * ni];
+                    let ws = &sc.ws[blk * nf..(blk + 1) * nf];
+                    let yb = y.map(|r| &r[b]);
+                    let isum = scaled_dots::<T, 32>(wq, wi, yb);
+                    let bp = yb.map(|v| {
+                        let s32 = |s: usize| v.bsums[2 * s] + v.bsums[2 * s + 1];
+                        [0, 1, 2, 3].map(|q| pair(s32(2 * q), s32(2 * q + 1)))
+                    });
+                    let imin = pair_dots::<T, 4>(&wi[8 * PANEL..], bp);
+                    let (d, dmin) = (ld512ps(ws), ld512ps(&ws[PANEL..]));
+                    for t in 0..T {
+                        let dy = _mm512_set1_ps(yb[t].d);
+                        let main = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, dy));
+                        let mins =
+                            _mm512_mul_ps(_mm512_cvtepi32_ps(imin[t]), _mm512_mul_ps(dmin, dy));
+                        acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(main, mins));
+                    }
+                }
+                acc
+            }
+
+            /// One Q6_K panel against `T` tokens.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn panel_q6k<const T: usize>(
+                sc: &PanelScratch,
+                p: usize,
+                nb: usize,
+                y: [&[BlockQ8K]; T],
+            ) -> [__m512; T] {
+                let (ni, nf) = (Kind::Q6K.ints() * PANEL, Kind::Q6K.floats() * PANEL);
+                let mut acc = [_mm512_setzero_ps(); T];
+                for b in 0..nb {
+                    let blk = p * nb + b;
+                    let wq = &sc.wq[blk * KB..(blk + 1) * KB];
+                    let wi = &sc.wi[blk * ni..(blk + 1) * ni];
+                    let yb = y.map(|r| &r[b]);
+                    let isum = scaled_dots::<T, 16>(wq, wi, yb);
+                    let bp = yb.map(|v| {
+                        [0, 1, 2, 3, 4, 5, 6, 7].map(|q| pair(v.bsums[2 * q], v.bsums[2 * q + 1]))
+                    });
+                    let ioff = pair_dots::<T, 8>(&wi[16 * PANEL..], bp);
+                    let d = ld512ps(&sc.ws[blk * nf..(blk + 1) * nf]);
+                    for t in 0..T {
+                        let i = _mm512_sub_epi32(isum[t], _mm512_slli_epi32::<5>(ioff[t]));
+                        let dd = _mm512_mul_ps(d, _mm512_set1_ps(yb[t].d));
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), dd, acc[t]);
+                    }
+                }
+                acc
+            }
+
+            /// Writes lanes `..n` of each token's result into the
+            /// row-major `out` (`out[r * n_tok + t0 + t]`).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn store<const T: usize>(
+                res: [__m512; T],
+                out: &mut [f32],
+                n: usize,
+                n_tok: usize,
+                t0: usize,
+            ) {
+                let mut tmp = [[0.0f32; PANEL]; T];
+                for (d, v) in tmp.iter_mut().zip(res) {
+                    // SAFETY: `d` is 16 writable f32; `storeu` is unaligned.
+                    unsafe { _mm512_storeu_ps(d.as_mut_ptr(), v) };
+                }
+                for r in 0..n {
+                    for (t, v) in tmp.iter().enumerate() {
+                        out[r * n_tok + t0 + t] = v[r];
+                    }
+                }
+            }
+
+            macro_rules! entry {
+                ($name:ident, $inner:ident, $kind:expr, $panel:ident) => {
+                    #[target_feature(enable = $feat)]
+                    fn $inner(
+                        w: &[u8],
+                        rb: usize,
+                        a: &[BlockQ8K],
+                        nb: usize,
+                        out: &mut [f32],
+                        sc: &mut PanelScratch,
+                    ) {
+                        if rb == 0 || nb == 0 || rb < nb * $kind.bytes() {
+                            return;
+                        }
+                        let n_rows = w.len() / rb;
+                        let n_tok = a.len() / nb;
+                        if n_rows == 0 || n_tok == 0 || out.len() < n_rows * n_tok {
+                            return;
+                        }
+                        repack($kind, w, rb, n_rows, nb, sc);
+                        let row = |t: usize| &a[t * nb..(t + 1) * nb];
+                        for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
+                            let c1 = (c0 + TOKEN_CHUNK).min(n_tok);
+                            for p in 0..n_rows.div_ceil(PANEL) {
+                                let n = PANEL.min(n_rows - p * PANEL);
+                                let o = &mut out[p * PANEL * n_tok..];
+                                let mut t = c0;
+                                while t + 4 <= c1 {
+                                    let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
+                                    store($panel::<4>(sc, p, nb, y), o, n, n_tok, t);
+                                    t += 4;
+                                }
+                                while t < c1 {
+                                    store($panel::<1>(sc, p, nb, [row(t)]), o, n, n_tok, t);
+                                    t += 1;
+                                }
+                            }
+                        }
+                    }
+
+                    /// Panel row loop: `out[r * n_tok + t] = W[r] · a[t]`
+                    /// for every row of `w` (`rb` bytes) and token of `a`
+                    /// (`nb` blocks each); `sc` is scratch.
+                    pub(in super::super) fn $name(
+                        w: &[u8],
+                        rb: usize,
+                        a: &[BlockQ8K],
+                        nb: usize,
+                        out: &mut [f32],
+                        sc: &mut PanelScratch,
+                    ) {
+                        // SAFETY: only reachable through the x86 AVX-512
+                        // tables, which `avx512_table` returns after
+                        // detecting every feature in `$feat`.
+                        unsafe { $inner(w, rb, a, nb, out, sc) }
+                    }
+                };
+            }
+            entry!(panel_q4_k, inner_q4_k, Kind::Q4K, panel_q4k);
+            entry!(panel_q6_k, inner_q6_k, Kind::Q6K, panel_q6k);
+        }
+    };
+}
+
+/// The bytes of an i32 slice (for the 64-byte loads).
+fn bytes_of(s: &[i32]) -> &[u8] {
+    // SAFETY: any i32 is four initialized bytes; u8 has alignment 1 and the
+    // length covers exactly the same memory.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), std::mem::size_of_val(s)) }
+}
+
+panel_k_kernels!(
+    vnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dp_vnni,
+    dpw_vnni,
+    "K-quant panel kernels using `vpdpbusd` / `vpdpwssd` (AVX512-VNNI)."
+);
+panel_k_kernels!(
+    bw,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dp_bw,
+    dpw_bw,
+    "K-quant panel kernels using `vpmaddubsw` + `vpmaddwd` (AVX512-BW; the \
+     unsigned bytes stay below 64)."
+);
