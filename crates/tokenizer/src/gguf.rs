@@ -381,13 +381,16 @@ fn pieces(vocab: &Vocab, escape_whitespace: bool) -> Result<PackedBytes> {
             pieces.push(text.as_bytes())?;
         } else if attr.has(TokenAttr::NORMAL) {
             pieces.push_with(|b| {
-                if escape_whitespace {
+                // 0xE2 leads the UTF-8 of `▁`; most texts have none.
+                if escape_whitespace && text.as_bytes().contains(&0xE2) {
                     let mut parts = text.split('\u{2581}');
                     b.extend_from_slice(parts.next().unwrap_or_default().as_bytes());
                     for p in parts {
                         b.push(b' ');
                         b.extend_from_slice(p.as_bytes());
                     }
+                } else if escape_whitespace {
+                    b.extend_from_slice(text.as_bytes());
                 } else {
                     for c in text.chars() {
                         match char_to_byte(c) {
@@ -487,17 +490,19 @@ fn detect_specials(
     }
     const USER_DEFINED_TEXTS: &[&str] =
         &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
-    // Most tokens are ruled out on length alone.
-    let longest = EOG_TEXTS
-        .iter()
-        .chain(USER_DEFINED_TEXTS)
-        .map(|t| t.len())
-        .max()
-        .unwrap_or(0);
+    // Most tokens are ruled out on length or first byte alone.
+    let (mut longest, mut first) = (0, [false; 256]);
+    for t in EOG_TEXTS.iter().chain(USER_DEFINED_TEXTS) {
+        longest = longest.max(t.len());
+        if let Some(&b) = t.as_bytes().first() {
+            first[b as usize] = true;
+        }
+    }
     let eog_from = eog.len();
     let mut user_defined = Vec::new();
     for (i, text) in vocab.texts().enumerate() {
-        if text.len() > longest {
+        let lead = text.as_bytes().first().is_some_and(|&b| first[b as usize]);
+        if text.len() > longest || !lead {
             continue;
         }
         if EOG_TEXTS.contains(&text) {

@@ -101,9 +101,12 @@ impl PackedStrs {
         })
     }
 
-    /// Drops spare capacity.
+    /// Drops spare capacity if it is more than an eighth of the text (a
+    /// reallocation copies the buffer).
     pub fn shrink_to_fit(&mut self) {
-        self.buf.shrink_to_fit();
+        if self.buf.capacity() - self.buf.len() > self.buf.len() / 8 {
+            self.buf.shrink_to_fit();
+        }
         self.offs.0.shrink_to_fit();
     }
 
@@ -204,16 +207,37 @@ impl IdIndex {
             slots: vec![EMPTY; cap],
             shift: 64 - cap.trailing_zeros(),
         };
-        for (id, text) in texts.iter().enumerate() {
-            if !text.is_empty() {
-                index.insert(texts, text.as_bytes(), id as u32);
+        // Insert in batches: first read every home slot of the batch (the
+        // loads are independent, so their cache misses overlap), then insert.
+        const BATCH: usize = 16;
+        let mut batch = [(0u64, 0u32); BATCH];
+        let mut ids = texts.iter().enumerate().filter(|(_, t)| !t.is_empty());
+        loop {
+            let mut len = 0;
+            for (id, text) in ids.by_ref().take(BATCH) {
+                batch[len] = (hash(text.as_bytes()), id as u32);
+                len += 1;
+            }
+            let mut touch = 0u64;
+            for &(h, _) in &batch[..len] {
+                touch ^= index.slots[(h >> index.shift) as usize];
+            }
+            std::hint::black_box(touch);
+            for &(h, id) in &batch[..len] {
+                index.insert(texts, h, id);
+            }
+            if len < BATCH {
+                break;
             }
         }
         Ok(index)
     }
 
-    fn insert(&mut self, texts: &PackedStrs, text: &[u8], id: u32) {
-        let h = hash(text);
+    /// Inserts `id`, whose text hashes to `h`.
+    fn insert(&mut self, texts: &PackedStrs, h: u64, id: u32) {
+        let Some(text) = texts.get(id as usize).map(str::as_bytes) else {
+            return;
+        };
         let tag = tag(h);
         let mask = self.slots.len() - 1;
         let mut i = (h >> self.shift) as usize;
