@@ -1,6 +1,6 @@
 //! Memory and time of each tokenizer load stage (Linux): `cargo run
 //! --release -p anedvd-tokenizer --example mem_stages -- MODEL.gguf`. Prints
-//! VmRSS / VmHWM from /proc/self/status after opening the GGUF (metadata
+//! VmRSS (anonymous / file-backed) and VmHWM from /proc/self/status after opening the GGUF (metadata
 //! parsed), after building the tokenizer, and after dropping the file.
 
 use anedvd_tokenizer::Tokenizer;
@@ -15,8 +15,10 @@ fn status() -> String {
             .unwrap_or_default()
     };
     format!(
-        "VmRSS {:>10}  VmHWM {:>10}",
+        "VmRSS {:>10} (anon {:>10}, file {:>10})  VmHWM {:>10}",
         field("VmRSS:"),
+        field("RssAnon:"),
+        field("RssFile:"),
         field("VmHWM:")
     )
 }
