@@ -616,3 +616,74 @@ fn every_isa_matmul_matches_generic_on_random_ragged_shapes() {
         }
     }
 }
+
+/// The activation quantizers this CPU uses (SIMD where detected) equal the
+/// scalar ones bit for bit on edge cases: exact rounding ties (scale 1),
+/// all-zero and signed-zero blocks, denormals, a repeated largest magnitude
+/// with both signs, NaN and infinities (which take the scalar path).
+#[test]
+fn activation_quantization_edge_cases_match_scalar_bit_for_bit() {
+    use anedvd_cpu::qkernels::Q8Block;
+    use anedvd_quant::{quantize_row_q8_k, BlockQ8K};
+    let mut rng = Rng(77);
+    let mut blocks: Vec<Vec<f32>> = Vec::new();
+    // Ties: amax 127 makes the Q8 scale exactly 1; max -127 the Q8_K one.
+    let ties: Vec<f32> = (0..256)
+        .map(|i| match i % 8 {
+            0 => 127.0,
+            1 => -127.0,
+            2 => (i as f32 % 40.0) - 20.5,
+            3 => 0.5,
+            4 => -0.5,
+            5 => -(i as f32 % 17.0) - 0.5,
+            6 => 1.5,
+            _ => -2.5,
+        })
+        .collect();
+    blocks.push(ties.clone());
+    let mut neg_first = ties;
+    neg_first.swap(0, 1);
+    blocks.push(neg_first);
+    blocks.push(vec![0.0; 256]);
+    blocks.push(
+        (0..256)
+            .map(|i| if i % 2 == 0 { -0.0 } else { 0.0 })
+            .collect(),
+    );
+    blocks.push((0..256).map(|i| f32::from_bits(1 + i as u32)).collect());
+    for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut b: Vec<f32> = (0..256).map(|_| rng.f() * 5.0).collect();
+        b[37] = special;
+        b[200] = special;
+        blocks.push(b);
+    }
+    for _ in 0..20 {
+        let s = 10f32.powi(rng.below(12) as i32 - 6);
+        blocks.push((0..256).map(|_| rng.f() * s).collect());
+    }
+    let x: Vec<f32> = blocks.concat();
+    let n_cols = 256;
+    let mut act = QuantizedActivation::new();
+    act.quantize(ActFormat::Q8, &x, n_cols).unwrap();
+    for t in 0..x.len() / n_cols {
+        for (j, got) in act.q8_row(t).iter().enumerate() {
+            let o = t * n_cols + 32 * j;
+            let mut c = [0.0f32; 32];
+            c.copy_from_slice(&x[o..o + 32]);
+            let want = Q8Block::quantize(&c);
+            assert_eq!(got.qs, want.qs, "q8 qs row {t} block {j}");
+            assert_eq!(got.d.to_bits(), want.d.to_bits(), "q8 d row {t} block {j}");
+            assert_eq!(got.s.to_bits(), want.s.to_bits(), "q8 s row {t} block {j}");
+            assert_eq!(got.isum, want.isum, "q8 isum row {t} block {j}");
+        }
+    }
+    act.quantize(ActFormat::Q8K, &x, n_cols).unwrap();
+    for t in 0..x.len() / n_cols {
+        let mut want = vec![BlockQ8K::ZERO; 1];
+        quantize_row_q8_k(&x[t * n_cols..(t + 1) * n_cols], &mut want).unwrap();
+        let got = &act.q8k_row(t)[0];
+        assert_eq!(got.d.to_bits(), want[0].d.to_bits(), "q8k d row {t}");
+        assert_eq!(got.qs, want[0].qs, "q8k qs row {t}");
+        assert_eq!(got.bsums, want[0].bsums, "q8k bsums row {t}");
+    }
+}

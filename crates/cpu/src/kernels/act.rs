@@ -81,6 +81,22 @@ fn quantize_blocks<B: Send, const N: usize>(
         .for_each(|(d, c)| d.iter_mut().zip(c.chunks_exact(N)).for_each(one));
 }
 
+/// A block quantizer of each activation format.
+type Quantizers = (fn(&[f32; QK8]) -> Q8Block, fn(&[f32; QK_K]) -> BlockQ8K);
+
+/// The fastest block quantizers this CPU runs, detected once; every one is
+/// bit for bit the scalar [`Q8Block::quantize`] / [`BlockQ8K::quantize`].
+fn quantizers() -> Quantizers {
+    static Q: std::sync::OnceLock<Quantizers> = std::sync::OnceLock::new();
+    *Q.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(q) = super::x86_64::quantizers() {
+            return q;
+        }
+        (Q8Block::quantize, BlockQ8K::quantize)
+    })
+}
+
 /// Which activation encoding a weight type's kernel consumes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActFormat {
@@ -175,12 +191,12 @@ impl QuantizedActivation {
             ActFormat::Q8 => {
                 self.q8.clear();
                 self.q8.resize(x.len() / QK8, Q8Block::ZERO);
-                quantize_blocks(x, &mut self.q8, |c: &[f32; QK8]| Q8Block::quantize(c));
+                quantize_blocks(x, &mut self.q8, quantizers().0);
             }
             ActFormat::Q8K => {
                 self.q8k.clear();
                 self.q8k.resize(x.len() / QK_K, BlockQ8K::ZERO);
-                quantize_blocks(x, &mut self.q8k, |c: &[f32; QK_K]| BlockQ8K::quantize(c));
+                quantize_blocks(x, &mut self.q8k, quantizers().1);
             }
         }
         Ok(())

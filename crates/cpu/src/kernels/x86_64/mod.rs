@@ -12,9 +12,11 @@ mod avx2_x4;
 mod avx512;
 mod avx512_panel;
 mod avx512_panel_k;
+mod avx512_quant;
 mod avx512_x4;
 
-use super::Table;
+use super::{Q8Block, Table};
+use anedvd_quant::{BlockQ8K, QK_K};
 
 /// True if AVX2, FMA and F16C are present.
 fn has_avx2() -> bool {
@@ -40,4 +42,14 @@ pub(super) fn avx512_table(vnni: bool) -> Option<Table> {
         (true, false) => Some(avx512::bw::TABLE),
         (true, true) => is_x86_feature_detected!("avx512vnni").then_some(avx512::vnni::TABLE),
     }
+}
+
+/// The AVX-512 activation quantizers (bit for bit the scalar ones), if the
+/// CPU has AVX-512 F/BW/VL.
+#[allow(clippy::type_complexity)]
+pub(super) fn quantizers() -> Option<(fn(&[f32; 32]) -> Q8Block, fn(&[f32; QK_K]) -> BlockQ8K)> {
+    let ok = is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl");
+    ok.then_some((avx512_quant::quantize_q8, avx512_quant::quantize_q8k))
 }

@@ -1,0 +1,131 @@
+//! AVX-512 activation quantizers, bit for bit the scalar ones
+//! ([`Q8Block::quantize`], [`BlockQ8K::quantize`]): the same IEEE
+//! operations per element (multiply, round, convert) in vector lanes, the
+//! per-block scalars (`d`, `1/d`, the f16 roundings) computed as the scalar
+//! code does. A block with a NaN or infinity goes to the scalar function,
+//! whose order-dependent NaN handling a vector max cannot reproduce.
+
+use super::super::Q8Block;
+use anedvd_quant::{f16_to_f32, f32_to_f16, BlockQ8K, QK_K};
+use std::arch::x86_64::*;
+
+/// Loads 16 f32 from the start of `s`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn ld(s: &[f32]) -> __m512 {
+    let s = &s[..16];
+    // SAFETY: `s` is 16 readable f32; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_ps(s.as_ptr()) }
+}
+
+/// True if every lane of `v` is finite.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn finite(v: __m512) -> bool {
+    let a = _mm512_abs_ps(v);
+    _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, _mm512_set1_ps(f32::MAX)) == 0xffff
+}
+
+/// C's `(int)roundf(x)` (half away from zero; `i32::MIN` for NaN or out of
+/// range, as `cvttss2si`), exactly: truncate, then step away from zero
+/// where the dropped fraction is at least one half (the subtraction is
+/// exact for the magnitudes where a fraction exists).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn round_away(x: __m512) -> __m512i {
+    let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x);
+    let frac = _mm512_abs_ps(_mm512_sub_ps(x, t));
+    let half = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, _mm512_set1_ps(0.5));
+    // `copysign(1, x)`.
+    let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
+    let one = _mm512_castsi512_ps(_mm512_or_si512(
+        _mm512_castps_si512(_mm512_set1_ps(1.0)),
+        sign,
+    ));
+    _mm512_cvttps_epi32(_mm512_mask_add_ps(t, half, t, one))
+}
+
+/// The low byte of each i32 lane, 16 bytes.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn low_bytes(v: __m512i, dst: &mut [i8]) {
+    let dst = &mut dst[..16];
+    // SAFETY: `dst` is 16 writable bytes; `storeu` is unaligned.
+    unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(v)) };
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn q8_inner(x: &[f32; 32]) -> Q8Block {
+    let (v0, v1) = (ld(&x[..16]), ld(&x[16..]));
+    if !(finite(v0) && finite(v1)) {
+        return Q8Block::quantize(x);
+    }
+    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let idv = _mm512_set1_ps(id);
+    let q0 = round_away(_mm512_mul_ps(v0, idv));
+    let q1 = round_away(_mm512_mul_ps(v1, idv));
+    let mut qs = [0i8; 32];
+    low_bytes(q0, &mut qs[..16]);
+    low_bytes(q1, &mut qs[16..]);
+    let sum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
+    Q8Block {
+        d: f16_to_f32(f32_to_f16(d)),
+        s: f16_to_f32(f32_to_f16(sum as f32 * d)),
+        isum: sum,
+        qs,
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn q8k_inner(x: &[f32; QK_K]) -> BlockQ8K {
+    let mut m = _mm512_setzero_ps();
+    for c in x.chunks_exact(16) {
+        let v = ld(c);
+        if !finite(v) {
+            return BlockQ8K::quantize(x);
+        }
+        m = _mm512_max_ps(m, _mm512_abs_ps(v));
+    }
+    let amax = _mm512_reduce_max_ps(m);
+    let mut out = BlockQ8K::ZERO;
+    if amax == 0.0 {
+        return out;
+    }
+    // The first element of largest magnitude, with its sign.
+    let Some(&max) = x.iter().find(|v| v.abs() == amax) else {
+        return BlockQ8K::quantize(x);
+    };
+    let iscale = -127.0 / max;
+    let is = _mm512_set1_ps(iscale);
+    // `nearest_int`: the magic-number add rounds to nearest even.
+    let magic = _mm512_set1_ps(12_582_912.0);
+    for (c, q) in x.chunks_exact(16).zip(out.qs.chunks_exact_mut(16)) {
+        let val = _mm512_add_ps(_mm512_mul_ps(is, ld(c)), magic);
+        let i = _mm512_sub_epi32(
+            _mm512_and_si512(_mm512_castps_si512(val), _mm512_set1_epi32(0x007f_ffff)),
+            _mm512_set1_epi32(0x0040_0000),
+        );
+        low_bytes(_mm512_min_epi32(i, _mm512_set1_epi32(127)), q);
+    }
+    for (s, c) in out.bsums.iter_mut().zip(out.qs.chunks_exact(16)) {
+        *s = c.iter().map(|&q| i32::from(q)).sum::<i32>() as i16;
+    }
+    out.d = 1.0 / iscale;
+    out
+}
+
+/// [`Q8Block::quantize`] with AVX-512.
+pub(in super::super) fn quantize_q8(x: &[f32; 32]) -> Q8Block {
+    // SAFETY: only handed out by `super::quantizers`, after detecting
+    // AVX-512 F/BW/VL.
+    unsafe { q8_inner(x) }
+}
+
+/// [`BlockQ8K::quantize`] with AVX-512.
+pub(in super::super) fn quantize_q8k(x: &[f32; QK_K]) -> BlockQ8K {
+    // SAFETY: only handed out by `super::quantizers`, after detecting
+    // AVX-512 F/BW/VL.
+    unsafe { q8k_inner(x) }
+}
