@@ -145,6 +145,23 @@ thread_local! {
 /// once per call) beat the four-token kernels.
 const PANEL_MIN_TOKENS: usize = 8;
 
+/// `gate = act(gate) * up`, element-wise (see [`crate::kernels::gated`]).
+pub(crate) type GatedFn = fn(anedvd_graph::Activation, &mut [f32], &[f32]);
+
+/// The SIMD gated activation this CPU runs, if any (detected once; bit for
+/// bit the scalar one).
+pub(crate) fn simd_gated() -> Option<GatedFn> {
+    static F: std::sync::OnceLock<Option<GatedFn>> = std::sync::OnceLock::new();
+    *F.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            x86_64::gated_fn()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    })
+}
+
 /// `y += a * x` with `x` little-endian f16 bytes.
 pub(crate) type AxpyF16 = fn(&mut [f32], f32, &[u8]);
 /// `out[i] = sum_j p[j] * v[j * stride + 2i]` (f16 rows), lengths checked.

@@ -337,6 +337,8 @@ macro_rules! kernels {
                 panel_q4_0: Some(super::super::avx512_panel::$m::panel_q4_0),
                 panel_q5_0: Some(super::super::avx512_panel::$m::panel_q5_0),
                 panel_q4_k: Some(super::super::avx512_panel_k::$m::panel_q4_k),
+                dot_f16_multi: super::super::avx512_attn::dot_f16_multi,
+                wsum_f16_multi: super::super::avx512_attn::wsum_f16_multi,
                 panel_q6_k: Some(super::super::avx512_panel_k::$m::panel_q6_k),
                 ..$base
             };

@@ -10,6 +10,8 @@
 mod avx2;
 mod avx2_x4;
 mod avx512;
+mod avx512_act;
+mod avx512_attn;
 mod avx512_panel;
 mod avx512_panel_k;
 mod avx512_quant;
@@ -52,4 +54,10 @@ pub(super) fn quantizers() -> Option<(fn(&[f32; 32]) -> Q8Block, fn(&[f32; QK_K]
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl");
     ok.then_some((avx512_quant::quantize_q8, avx512_quant::quantize_q8k))
+}
+
+/// The AVX-512 gated activation (bit for bit the scalar one), if the CPU has
+/// AVX-512 F.
+pub(super) fn gated_fn() -> Option<super::GatedFn> {
+    is_x86_feature_detected!("avx512f").then_some(avx512_act::gated as super::GatedFn)
 }

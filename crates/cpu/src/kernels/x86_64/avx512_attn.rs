@@ -1,0 +1,189 @@
+//! AVX-512 attention kernels over f16 key/value rows: the multi-query dots
+//! and weighted sums of `avx2.rs`, 16 lanes wide.
+
+use super::avx2::ld256;
+use std::arch::x86_64::*;
+
+/// 16 f16 (32 bytes at the start of `w`) as f32.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline]
+fn load_f16x16(w: &[u8]) -> __m512 {
+    _mm512_cvtph_ps(ld256(w))
+}
+
+/// Loads 16 f32 from the start of `s`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn ld_ps(s: &[f32]) -> __m512 {
+    let s = &s[..16];
+    // SAFETY: `s` is 16 readable f32; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_ps(s.as_ptr()) }
+}
+
+/// Stores 16 f32 at the start of `d`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn st_ps(d: &mut [f32], v: __m512) {
+    let d = &mut d[..16];
+    // SAFETY: `d` is 16 writable f32; `storeu` has no alignment requirement.
+    unsafe { _mm512_storeu_ps(d.as_mut_ptr(), v) }
+}
+
+/// Dots of each of `n_out` f16 rows with `G` queries of `hd`, rows in
+/// pairs (each query load serves two rows): `out[g * n_out + j]`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+fn dot_f16_g<const G: usize>(
+    w: &[u8],
+    stride: usize,
+    q: &[f32],
+    hd: usize,
+    out: &mut [f32],
+    n_out: usize,
+) {
+    let body = hd / 16 * 16;
+    let tail = |row: &[u8], g: usize| {
+        super::super::generic::dot_f16(&row[2 * body..2 * hd], &q[g * hd + body..(g + 1) * hd])
+    };
+    let mut j = 0;
+    while j + 2 <= n_out {
+        let r0 = &w[j * stride..j * stride + 2 * hd];
+        let r1 = &w[(j + 1) * stride..(j + 1) * stride + 2 * hd];
+        let mut acc = [[_mm512_setzero_ps(); 2]; G];
+        let mut i = 0;
+        while i < body {
+            let (k0, k1) = (load_f16x16(&r0[2 * i..]), load_f16x16(&r1[2 * i..]));
+            for (g, a) in acc.iter_mut().enumerate() {
+                let qv = ld_ps(&q[g * hd + i..]);
+                a[0] = _mm512_fmadd_ps(k0, qv, a[0]);
+                a[1] = _mm512_fmadd_ps(k1, qv, a[1]);
+            }
+            i += 16;
+        }
+        for (g, a) in acc.iter().enumerate() {
+            out[g * n_out + j] = _mm512_reduce_add_ps(a[0]) + tail(r0, g);
+            out[g * n_out + j + 1] = _mm512_reduce_add_ps(a[1]) + tail(r1, g);
+        }
+        j += 2;
+    }
+    if j < n_out {
+        let r0 = &w[j * stride..j * stride + 2 * hd];
+        let mut acc = [_mm512_setzero_ps(); G];
+        let mut i = 0;
+        while i < body {
+            let k0 = load_f16x16(&r0[2 * i..]);
+            for (g, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(k0, ld_ps(&q[g * hd + i..]), *a);
+            }
+            i += 16;
+        }
+        for (g, a) in acc.iter().enumerate() {
+            out[g * n_out + j] = _mm512_reduce_add_ps(*a) + tail(r0, g);
+        }
+    }
+}
+
+/// Dots of f16 rows with several queries (up to four per pass over the
+/// rows); see `DotF16Multi`.
+pub(super) fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out: &mut [f32]) {
+    if n_q == 0 {
+        return;
+    }
+    let (hd, n) = (q.len() / n_q, out.len() / n_q);
+    let mut g0 = 0;
+    while g0 < n_q {
+        let gq = (n_q - g0).min(4);
+        let (qs, os) = (&q[g0 * hd..(g0 + gq) * hd], &mut out[g0 * n..(g0 + gq) * n]);
+        // SAFETY: only reachable through the AVX-512 tables, which
+        // `avx512_table` returns after detecting AVX2, FMA, F16C and
+        // AVX-512 F.
+        unsafe {
+            match gq {
+                4 => dot_f16_g::<4>(w, stride, qs, hd, os, n),
+                3 => dot_f16_g::<3>(w, stride, qs, hd, os, n),
+                2 => dot_f16_g::<2>(w, stride, qs, hd, os, n),
+                _ => dot_f16_g::<1>(w, stride, qs, hd, os, n),
+            }
+        }
+        g0 += gq;
+    }
+}
+
+/// Weighted sums of `len` f16 rows with `G` weight vectors, 32 outputs at
+/// a time (then 16), every row decoded once, each output accumulated in row
+/// order from zero.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+fn wsum_f16_g<const G: usize>(
+    v: &[u8],
+    stride: usize,
+    p: &[f32],
+    len: usize,
+    out: &mut [f32],
+    hd: usize,
+) {
+    let mut i = 0;
+    while i + 32 <= hd {
+        let mut acc = [[_mm512_setzero_ps(); 2]; G];
+        for j in 0..len {
+            let row = &v[j * stride + 2 * i..j * stride + 2 * i + 64];
+            let (k0, k1) = (load_f16x16(row), load_f16x16(&row[32..]));
+            for (g, a) in acc.iter_mut().enumerate() {
+                let pv = _mm512_set1_ps(p[g * len + j]);
+                a[0] = _mm512_fmadd_ps(pv, k0, a[0]);
+                a[1] = _mm512_fmadd_ps(pv, k1, a[1]);
+            }
+        }
+        for (g, a) in acc.iter().enumerate() {
+            st_ps(&mut out[g * hd + i..], a[0]);
+            st_ps(&mut out[g * hd + i + 16..], a[1]);
+        }
+        i += 32;
+    }
+    if i + 16 <= hd {
+        let mut acc = [_mm512_setzero_ps(); G];
+        for j in 0..len {
+            let k0 = load_f16x16(&v[j * stride + 2 * i..j * stride + 2 * i + 32]);
+            for (g, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(_mm512_set1_ps(p[g * len + j]), k0, *a);
+            }
+        }
+        for (g, a) in acc.iter().enumerate() {
+            st_ps(&mut out[g * hd + i..], *a);
+        }
+        i += 16;
+    }
+    if i < hd {
+        for g in 0..G {
+            let o = &mut out[g * hd + i..(g + 1) * hd];
+            super::super::generic::wsum_f16(&v[2 * i..], stride, &p[g * len..(g + 1) * len], o);
+        }
+    }
+}
+
+/// Weighted sums of f16 rows with several weight vectors (up to four per
+/// pass over the rows); see `WsumF16Multi`.
+pub(super) fn wsum_f16_multi(v: &[u8], stride: usize, p: &[f32], n_q: usize, out: &mut [f32]) {
+    if n_q == 0 {
+        return;
+    }
+    let (len, hd) = (p.len() / n_q, out.len() / n_q);
+    let mut g0 = 0;
+    while g0 < n_q {
+        let gq = (n_q - g0).min(4);
+        let (ps, os) = (
+            &p[g0 * len..(g0 + gq) * len],
+            &mut out[g0 * hd..(g0 + gq) * hd],
+        );
+        // SAFETY: only reachable through the AVX-512 tables, which
+        // `avx512_table` returns after detecting AVX2, FMA, F16C and
+        // AVX-512 F.
+        unsafe {
+            match gq {
+                4 => wsum_f16_g::<4>(v, stride, ps, len, os, hd),
+                3 => wsum_f16_g::<3>(v, stride, ps, len, os, hd),
+                2 => wsum_f16_g::<2>(v, stride, ps, len, os, hd),
+                _ => wsum_f16_g::<1>(v, stride, ps, len, os, hd),
+            }
+        }
+        g0 += gq;
+    }
+}
