@@ -247,8 +247,16 @@ impl Matrix {
         })
     }
 
-    /// Weight-row-major products of rows `r0..` with every token:
-    /// `o[(r - r0) * n_tok + t] = W[r] · x[t]`.
+    /// True if this matrix's batched products come token-major from the
+    /// kernels ([`Kernels::has_token_major`]).
+    fn token_major(&self, n_tok: usize) -> bool {
+        self.kernels
+            .is_some_and(|k| k.has_token_major(self.dtype, n_tok))
+    }
+
+    /// Products of rows `r0..` with every token: weight-row-major,
+    /// `o[(r - r0) * n_tok + t] = W[r] · x[t]`, or token-major
+    /// (`o[t * rows + (r - r0)]`) where [`Self::token_major`] holds.
     fn rows_mat(
         &self,
         data: &[u8],
@@ -260,9 +268,12 @@ impl Matrix {
     ) -> Result<()> {
         let rows = r0..r0 + o.len() / n_tok;
         if let (Some(k), Some(f)) = (self.kernels, self.act_format()) {
-            return k
-                .matmul(self.dtype, data, rows, self.n_in, acts.slot(f), o)
-                .map_err(|e| backend_err(&self.name, e));
+            let r = if self.token_major(n_tok) {
+                k.matmul_token_major(self.dtype, data, rows, self.n_in, acts.slot(f), o)
+            } else {
+                k.matmul(self.dtype, data, rows, self.n_in, acts.slot(f), o)
+            };
+            return r.map_err(|e| backend_err(&self.name, e));
         }
         let (n_in, rb) = (self.n_in, self.row_bytes);
         ROW.with(|s| {
@@ -315,6 +326,20 @@ fn transpose_block(tmp: &[f32], n_tok: usize, n_out: usize, t0: usize, blk: &mut
             for (rr, d) in dst[r0..r0 + nr].iter_mut().enumerate() {
                 *d = tile[rr][i];
             }
+        }
+    }
+}
+
+/// Copies the token-major chunks of `tmp` (chunk `c` holds rows
+/// `c * per..` as `n_tok` runs of its row count) into the block `blk` of
+/// token-major output rows starting at token `t0`.
+fn gather_block(tmp: &[f32], n_tok: usize, n_out: usize, per: usize, t0: usize, blk: &mut [f32]) {
+    for (i, dst) in blk.chunks_exact_mut(n_out).enumerate() {
+        let t = t0 + i;
+        for r0 in (0..n_out).step_by(per.max(1)) {
+            let nr = per.min(n_out - r0);
+            let src = r0 * n_tok + t * nr;
+            dst[r0..r0 + nr].copy_from_slice(&tmp[src..src + nr]);
         }
     }
 }
@@ -378,13 +403,18 @@ pub fn matmul_group(
     jobs.par_iter_mut()
         .flat_map(|(m, out, tmp)| {
             let n_out = m.n_out;
+            // Token-major chunks are gathered, the others transposed.
+            let per = m.token_major(n_tok).then(|| prefill_rows_per_task(m));
             let tmp: &[f32] = tmp;
             out[..n_tok * n_out]
                 .par_chunks_mut(TRANSPOSE_TOKENS * n_out)
                 .enumerate()
-                .map(move |(c, blk)| (tmp, n_out, c * TRANSPOSE_TOKENS, blk))
+                .map(move |(c, blk)| (tmp, n_out, per, c * TRANSPOSE_TOKENS, blk))
         })
-        .for_each(|(tmp, n_out, t0, blk)| transpose_block(tmp, n_tok, n_out, t0, blk));
+        .for_each(|(tmp, n_out, per, t0, blk)| match per {
+            Some(per) => gather_block(tmp, n_tok, n_out, per, t0, blk),
+            None => transpose_block(tmp, n_tok, n_out, t0, blk),
+        });
     Ok(())
 }
 

@@ -732,3 +732,45 @@ fn gated_activation_matches_scalar_bit_for_bit() {
         }
     }
 }
+
+/// The token-major batched product equals the weight-row-major one,
+/// transposed, bit for bit, where a table offers it (ragged row ranges, token
+/// counts around the threshold and the token chunk); elsewhere it says so.
+#[test]
+fn token_major_matmul_is_the_transposed_matmul() {
+    let mut rng = Rng(41);
+    for k in Kernels::available() {
+        for ty in TYPES {
+            for n_tok in [7usize, 8, 13, 70] {
+                let n_cols = cols_for(ty, 3);
+                let n_rows = 37;
+                let w = random_weights(ty, n_rows, n_cols, &mut rng, |r| r.f() * 0.05);
+                let x: Vec<f32> = (0..n_cols * n_tok).map(|_| rng.f()).collect();
+                let mut act = QuantizedActivation::new();
+                act.quantize_for(ty, &x, n_cols).unwrap();
+                let rows = 3..n_rows;
+                let n = rows.len();
+                let mut tm = vec![f32::NAN; n * n_tok];
+                let r = k.matmul_token_major(ty, &w, rows.clone(), n_cols, &act, &mut tm);
+                if !k.has_token_major(ty, n_tok) {
+                    assert!(r.is_err(), "{} {ty} {n_tok}", k.name());
+                    continue;
+                }
+                r.unwrap();
+                let mut rm = vec![0.0; n * n_tok];
+                k.matmul(ty, &w, rows.clone(), n_cols, &act, &mut rm)
+                    .unwrap();
+                for i in 0..n {
+                    for t in 0..n_tok {
+                        assert_eq!(
+                            tm[t * n + i].to_bits(),
+                            rm[i * n_tok + t].to_bits(),
+                            "{} {ty} {n_tok} tokens, row {i} token {t}",
+                            k.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

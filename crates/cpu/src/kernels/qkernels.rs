@@ -119,10 +119,21 @@ pub(crate) type Rows4Q8K = fn(&[u8], usize, [&[BlockQ8K]; 4], &mut [f32]);
 /// Legacy-type (32-weight block) product of every row of `w` (`rb` bytes
 /// each) with every token of `a` (`nb` blocks each, tokens back to back) on
 /// repacked weight panels: `out[r * n_tok + t] = W[r] · a[t]`.
-pub(crate) type PanelQ8 = fn(&[u8], usize, &[Q8Block], usize, &mut [f32], &mut PanelScratch);
+pub(crate) type PanelQ8 = fn(&[u8], usize, &[Q8Block], usize, &mut PanelOut<'_>, &mut PanelScratch);
 
 /// [`PanelQ8`] for the Q8_K-activation types.
-pub(crate) type PanelQ8K = fn(&[u8], usize, &[BlockQ8K], usize, &mut [f32], &mut PanelScratch);
+pub(crate) type PanelQ8K =
+    fn(&[u8], usize, &[BlockQ8K], usize, &mut PanelOut<'_>, &mut PanelScratch);
+
+/// The output of a [`PanelQ8`] / [`PanelQ8K`] kernel: `out[r * n_tok + t]`
+/// (weight-row-major, as [`Kernels::matmul`]) or, with `token_major`,
+/// `out[t * n_rows + r]`.
+pub(crate) struct PanelOut<'a> {
+    /// `n_rows * n_tok` values.
+    pub out: &'a mut [f32],
+    /// Token-major layout.
+    pub token_major: bool,
+}
 
 /// Scratch for [`PanelQ8`] kernels: the repacked weights and their scales.
 #[derive(Default)]
@@ -613,6 +624,66 @@ impl Kernels {
         (self.table.axpy_f16)(y, a, x);
     }
 
+    /// True if [`Self::matmul_token_major`] takes `ty` with `n_tok`
+    /// activation rows (this table has a panel kernel for `ty` and the batch
+    /// is large enough for it).
+    pub fn has_token_major(&self, ty: GgmlType, n_tok: usize) -> bool {
+        n_tok >= PANEL_MIN_TOKENS && (self.panel(ty).is_some() || self.panel_k(ty).is_some())
+    }
+
+    /// [`Self::matmul`] with a token-major result: `out[t * rows.len() + i]
+    /// = W[rows.start + i] · act[t]`. Only where [`Self::has_token_major`]
+    /// holds; otherwise an error (and `out` untouched).
+    pub fn matmul_token_major(
+        &self,
+        ty: GgmlType,
+        weight: &[u8],
+        rows: Range<usize>,
+        n_cols: usize,
+        act: &QuantizedActivation,
+        out: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let rb = Self::check(ty, weight, &rows, n_cols, act, out.len())?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let w = &weight[rows.start * rb..rows.end * rb];
+        let mut o = PanelOut {
+            out,
+            token_major: true,
+        };
+        if self.has_token_major(ty, act.n_rows()) && self.run_panel(ty, w, rb, n_cols, act, &mut o)
+        {
+            return Ok(());
+        }
+        Err(KernelError::Unsupported(ty))
+    }
+
+    /// Runs the panel kernel of `ty` on the rows `w` if there is one and the
+    /// batch is large enough; false (nothing written) otherwise.
+    fn run_panel(
+        &self,
+        ty: GgmlType,
+        w: &[u8],
+        rb: usize,
+        n_cols: usize,
+        act: &QuantizedActivation,
+        o: &mut PanelOut<'_>,
+    ) -> bool {
+        if act.n_rows() < PANEL_MIN_TOKENS {
+            return false;
+        }
+        if let Some(f) = self.panel(ty) {
+            PANEL_SCRATCH.with(|s| f(w, rb, act.q8_all(), n_cols / QK8, o, &mut s.borrow_mut()));
+            return true;
+        }
+        if let Some(f) = self.panel_k(ty) {
+            PANEL_SCRATCH.with(|s| f(w, rb, act.q8k_all(), n_cols / QK_K, o, &mut s.borrow_mut()));
+            return true;
+        }
+        false
+    }
+
     /// Every activation row of `act` against the weight rows `rows`:
     /// `out[(r - rows.start) * n_tok + t] = W[r] · act[t]` with
     /// `n_tok = act.n_rows()` (weight-row-major). Weight rows are taken in
@@ -637,23 +708,14 @@ impl Kernels {
         let entry = self.entry(ty)?;
         let entry4 = self.entry4(ty);
         let w = &weight[rows.start * rb..rows.end * rb];
-        if let (Some(f), true) = (self.panel(ty), n_tok >= PANEL_MIN_TOKENS) {
-            PANEL_SCRATCH.with(|s| f(w, rb, act.q8_all(), n_cols / QK8, out, &mut s.borrow_mut()));
+        let mut o = PanelOut {
+            out,
+            token_major: false,
+        };
+        if self.run_panel(ty, w, rb, n_cols, act, &mut o) {
             return Ok(());
         }
-        if let (Some(f), true) = (self.panel_k(ty), n_tok >= PANEL_MIN_TOKENS) {
-            PANEL_SCRATCH.with(|s| {
-                f(
-                    w,
-                    rb,
-                    act.q8k_all(),
-                    n_cols / QK_K,
-                    out,
-                    &mut s.borrow_mut(),
-                )
-            });
-            return Ok(());
-        }
+        let out = o.out;
         let mut tmp = [0.0f32; 4 * MATMUL_TILE];
         for (tile, o) in w
             .chunks(MATMUL_TILE * rb)

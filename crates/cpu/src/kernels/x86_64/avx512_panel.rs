@@ -16,7 +16,7 @@
 //! panel of the call passes over them.
 
 use super::super::generic::KVALUES_IQ4NL;
-use super::super::{PanelScratch, Q8Block};
+use super::super::{PanelOut, PanelScratch, Q8Block};
 use super::avx2::{f16v, ld128, ld256, rd16, rd32};
 use super::avx512::{dp_bw, dp_vnni};
 use std::arch::x86_64::*;
@@ -148,6 +148,40 @@ fn quad(y: &Q8Block, k: usize) -> i32 {
     ])
 }
 
+/// Writes lanes `..n` of each of `T` results (tokens `t0..`, panel `p`)
+/// into `o`: `out[(p * 16 + r) * n_tok + t]` (row-major) or
+/// `out[t * n_rows + p * 16 + r]` (token-major).
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) fn store<const T: usize>(
+    res: [__m512; T],
+    o: &mut PanelOut<'_>,
+    n_rows: usize,
+    p: usize,
+    n_tok: usize,
+    t0: usize,
+) {
+    let n = PANEL.min(n_rows - p * PANEL);
+    let mut tmp = [[0.0f32; PANEL]; T];
+    for (d, v) in tmp.iter_mut().zip(res) {
+        // SAFETY: `d` is 16 writable f32; `storeu` is unaligned.
+        unsafe { _mm512_storeu_ps(d.as_mut_ptr(), v) };
+    }
+    if o.token_major {
+        for (t, v) in tmp.iter().enumerate() {
+            let at = (t0 + t) * n_rows + p * PANEL;
+            o.out[at..at + n].copy_from_slice(&v[..n]);
+        }
+    } else {
+        let out = &mut o.out[p * PANEL * n_tok..];
+        for r in 0..n {
+            for (t, v) in tmp.iter().enumerate() {
+                out[r * n_tok + t0 + t] = v[r];
+            }
+        }
+    }
+}
+
 macro_rules! panel_kernels {
     ($m:ident, $feat:literal, $dp:ident, $doc:literal, $($name:ident => $kind:expr),*) => {
         #[doc = $doc]
@@ -185,29 +219,6 @@ macro_rules! panel_kernels {
                 acc
             }
 
-            /// Writes lanes `..n` of each token's result into the
-            /// row-major `out` (`out[r * n_tok + t0 + t]`).
-            #[target_feature(enable = $feat)]
-            #[inline]
-            fn store<const T: usize>(
-                res: [__m512; T],
-                out: &mut [f32],
-                n: usize,
-                n_tok: usize,
-                t0: usize,
-            ) {
-                let mut tmp = [[0.0f32; PANEL]; T];
-                for (d, v) in tmp.iter_mut().zip(res) {
-                    // SAFETY: `d` is 16 writable f32; `storeu` is unaligned.
-                    unsafe { _mm512_storeu_ps(d.as_mut_ptr(), v) };
-                }
-                for r in 0..n {
-                    for (t, v) in tmp.iter().enumerate() {
-                        out[r * n_tok + t0 + t] = v[r];
-                    }
-                }
-            }
-
             #[target_feature(enable = $feat)]
             fn inner(
                 kind: Kind,
@@ -215,7 +226,7 @@ macro_rules! panel_kernels {
                 rb: usize,
                 a: &[Q8Block],
                 nb: usize,
-                out: &mut [f32],
+                o: &mut PanelOut<'_>,
                 sc: &mut PanelScratch,
             ) {
                 if rb == 0 || nb == 0 || rb < nb * kind.bytes() {
@@ -223,7 +234,7 @@ macro_rules! panel_kernels {
                 }
                 let n_rows = w.len() / rb;
                 let n_tok = a.len() / nb;
-                if n_rows == 0 || n_tok == 0 || out.len() < n_rows * n_tok {
+                if n_rows == 0 || n_tok == 0 || o.out.len() < n_rows * n_tok {
                     return;
                 }
                 repack(kind, w, rb, n_rows, nb, sc);
@@ -235,16 +246,14 @@ macro_rules! panel_kernels {
                     for p in 0..n_rows.div_ceil(PANEL) {
                         let pq = &wq[p * nb * PB..(p + 1) * nb * PB];
                         let ps = &ws[p * nb * PANEL..(p + 1) * nb * PANEL];
-                        let n = PANEL.min(n_rows - p * PANEL);
-                        let o = &mut out[p * PANEL * n_tok..];
                         let mut t = c0;
                         while t + 4 <= c1 {
                             let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                            store(panel::<4>(pq, ps, nb, off, y), o, n, n_tok, t);
+                            store(panel::<4>(pq, ps, nb, off, y), o, n_rows, p, n_tok, t);
                             t += 4;
                         }
                         while t < c1 {
-                            store(panel::<1>(pq, ps, nb, off, [row(t)]), o, n, n_tok, t);
+                            store(panel::<1>(pq, ps, nb, off, [row(t)]), o, n_rows, p, n_tok, t);
                             t += 1;
                         }
                     }
@@ -254,19 +263,20 @@ macro_rules! panel_kernels {
             $(
                 /// Panel row loop: `out[r * n_tok + t] = W[r] · a[t]` for
                 /// every row of `w` (`rb` bytes) and token of `a` (`nb`
-                /// blocks each); `sc` is scratch.
+                /// blocks each), or token-major (see `PanelOut`); `sc` is
+                /// scratch.
                 pub(in super::super) fn $name(
                     w: &[u8],
                     rb: usize,
                     a: &[Q8Block],
                     nb: usize,
-                    out: &mut [f32],
+                    o: &mut PanelOut<'_>,
                     sc: &mut PanelScratch,
                 ) {
                     // SAFETY: only reachable through the x86 AVX-512
                     // tables, which `avx512_table` returns after detecting
                     // every feature in `$feat`.
-                    unsafe { inner($kind, w, rb, a, nb, out, sc) }
+                    unsafe { inner($kind, w, rb, a, nb, o, sc) }
                 }
             )*
         }

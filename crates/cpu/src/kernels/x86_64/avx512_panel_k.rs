@@ -9,10 +9,10 @@
 //! then one conversion and FMA per block for all 16 rows.
 
 use super::super::generic::unpack_k4_scales;
-use super::super::PanelScratch;
+use super::super::{PanelOut, PanelScratch};
 use super::avx2::{f16v, ld256, rd16};
 use super::avx512::{dp_bw, dp_vnni};
-use super::avx512_panel::{ld512, ld512ps, PANEL, PB, TOKEN_CHUNK};
+use super::avx512_panel::{ld512, ld512ps, store, PANEL, PB, TOKEN_CHUNK};
 use super::avx512_x4::{dpw_bw, dpw_vnni};
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
@@ -287,29 +287,6 @@ macro_rules! panel_k_kernels {
                 acc
             }
 
-            /// Writes lanes `..n` of each token's result into the
-            /// row-major `out` (`out[r * n_tok + t0 + t]`).
-            #[target_feature(enable = $feat)]
-            #[inline]
-            fn store<const T: usize>(
-                res: [__m512; T],
-                out: &mut [f32],
-                n: usize,
-                n_tok: usize,
-                t0: usize,
-            ) {
-                let mut tmp = [[0.0f32; PANEL]; T];
-                for (d, v) in tmp.iter_mut().zip(res) {
-                    // SAFETY: `d` is 16 writable f32; `storeu` is unaligned.
-                    unsafe { _mm512_storeu_ps(d.as_mut_ptr(), v) };
-                }
-                for r in 0..n {
-                    for (t, v) in tmp.iter().enumerate() {
-                        out[r * n_tok + t0 + t] = v[r];
-                    }
-                }
-            }
-
             macro_rules! entry {
                 ($name:ident, $inner:ident, $kind:expr, $panel:ident) => {
                     #[target_feature(enable = $feat)]
@@ -318,7 +295,7 @@ macro_rules! panel_k_kernels {
                         rb: usize,
                         a: &[BlockQ8K],
                         nb: usize,
-                        out: &mut [f32],
+                        o: &mut PanelOut<'_>,
                         sc: &mut PanelScratch,
                     ) {
                         if rb == 0 || nb == 0 || rb < nb * $kind.bytes() {
@@ -326,7 +303,7 @@ macro_rules! panel_k_kernels {
                         }
                         let n_rows = w.len() / rb;
                         let n_tok = a.len() / nb;
-                        if n_rows == 0 || n_tok == 0 || out.len() < n_rows * n_tok {
+                        if n_rows == 0 || n_tok == 0 || o.out.len() < n_rows * n_tok {
                             return;
                         }
                         repack($kind, w, rb, n_rows, nb, sc);
@@ -334,16 +311,14 @@ macro_rules! panel_k_kernels {
                         for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
                             let c1 = (c0 + TOKEN_CHUNK).min(n_tok);
                             for p in 0..n_rows.div_ceil(PANEL) {
-                                let n = PANEL.min(n_rows - p * PANEL);
-                                let o = &mut out[p * PANEL * n_tok..];
                                 let mut t = c0;
                                 while t + 4 <= c1 {
                                     let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                                    store($panel::<4>(sc, p, nb, y), o, n, n_tok, t);
+                                    store($panel::<4>(sc, p, nb, y), o, n_rows, p, n_tok, t);
                                     t += 4;
                                 }
                                 while t < c1 {
-                                    store($panel::<1>(sc, p, nb, [row(t)]), o, n, n_tok, t);
+                                    store($panel::<1>(sc, p, nb, [row(t)]), o, n_rows, p, n_tok, t);
                                     t += 1;
                                 }
                             }
@@ -358,13 +333,13 @@ macro_rules! panel_k_kernels {
                         rb: usize,
                         a: &[BlockQ8K],
                         nb: usize,
-                        out: &mut [f32],
+                        o: &mut PanelOut<'_>,
                         sc: &mut PanelScratch,
                     ) {
                         // SAFETY: only reachable through the x86 AVX-512
                         // tables, which `avx512_table` returns after
                         // detecting every feature in `$feat`.
-                        unsafe { $inner(w, rb, a, nb, out, sc) }
+                        unsafe { $inner(w, rb, a, nb, o, sc) }
                     }
                 };
             }
