@@ -243,3 +243,34 @@ fn tokenizer_json_errors() {
         })
     ));
 }
+
+#[test]
+fn empty_duplicate_and_mixed_token_texts() {
+    let mut md = spm();
+    md.insert(
+        "tokenizer.ggml.tokens",
+        strs(&["<unk>", "<s>", "</s>", "", "a", "a", "▁a"]),
+    );
+    md.insert("tokenizer.ggml.token_type", i32s(&[2, 3, 3, 1, 1, 1, 1]));
+    let t = Tokenizer::from_gguf_metadata(&md).unwrap();
+    // An empty text becomes `[EMPTY_{id}]` (llama.cpp) and is found by that text.
+    assert_eq!(t.token_text(3), Some("[EMPTY_3]"));
+    assert_eq!(t.token_id("[EMPTY_3]"), Some(3));
+    assert_eq!(t.token_id(""), None);
+    // A later duplicate wins the text → id lookup; both keep their texts.
+    assert_eq!(t.token_id("a"), Some(5));
+    assert_eq!(t.token_text(4), Some("a"));
+    assert_eq!(t.piece(4).as_deref(), Some("a"));
+    // A non-string element among the token texts is a typed error.
+    let mut md = spm();
+    let MetadataValue::Array(ty, mut items) = strs(&["<unk>", "<s>", "</s>", "<0x41>", "▁", "a"])
+    else {
+        unreachable!()
+    };
+    items.push(MetadataValue::U32(7));
+    md.insert("tokenizer.ggml.tokens", MetadataValue::Array(ty, items));
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&md),
+        Err(Error::Metadata(_))
+    ));
+}
