@@ -209,7 +209,7 @@ impl IdIndex {
         };
         // Insert in batches: first read every home slot of the batch (the
         // loads are independent, so their cache misses overlap), then insert.
-        const BATCH: usize = 16;
+        const BATCH: usize = 64;
         let mut batch = [(0u64, 0u32); BATCH];
         let mut ids = texts.iter().enumerate().filter(|(_, t)| !t.is_empty());
         loop {
