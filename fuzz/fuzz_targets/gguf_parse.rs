@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 fn touch(v: &MetadataValue) -> usize {
     match v {
         MetadataValue::String(s) => s.len(),
-        MetadataValue::Array(_, items) => items.iter().map(touch).sum::<usize>() + 1,
+        MetadataValue::Array(items) => items.iter().map(|x| touch(&x)).sum::<usize>() + 1,
         other => other.as_f64().map_or(1, |x| x.to_bits() as usize & 1),
     }
 }

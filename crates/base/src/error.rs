@@ -44,6 +44,12 @@ pub enum Error {
     /// A size computation overflowed 64 bits.
     #[error("tensor size overflows: {0}")]
     Overflow(String),
+    /// Packed strings would pass the bytes a `u32` offset can address.
+    #[error("packed strings exceed {max} bytes")]
+    PackedTooLarge {
+        /// The most bytes one packed buffer holds.
+        max: u64,
+    },
     /// A tensor the caller needs is absent.
     #[error("tensor `{0}` not found")]
     MissingTensor(String),

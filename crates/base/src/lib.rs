@@ -15,11 +15,13 @@
 //! assert_eq!(GgmlType::Q4K.row_bytes(512).unwrap(), 288);
 //! ```
 
+mod array;
 mod dtype;
 mod error;
 mod metadata;
 mod source;
 
+pub use array::{MetadataArray, PackedStrings, Strs};
 pub use dtype::GgmlType;
 pub use error::{Error, Result};
 pub use metadata::{Metadata, MetadataValue, ValueType};

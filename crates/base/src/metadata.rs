@@ -1,7 +1,7 @@
 //! Typed key/value metadata, as stored in GGUF headers (and synthesised from
 //! `config.json` for Hugging Face directories).
 
-use crate::{Error, Result};
+use crate::{Error, MetadataArray, PackedStrings, Result};
 use std::collections::HashMap;
 
 /// The value type tags of GGUF metadata (`gguf_type`), in file id order.
@@ -83,9 +83,9 @@ pub enum MetadataValue {
     U64(u64),
     I64(i64),
     F64(f64),
-    /// A homogeneous array; the element type is kept so a writer reproduces
-    /// the file exactly (also for empty arrays).
-    Array(ValueType, Vec<MetadataValue>),
+    /// A homogeneous array, stored packed by element type (the element type
+    /// is kept for empty arrays too, so a writer reproduces the file exactly).
+    Array(MetadataArray),
 }
 
 impl MetadataValue {
@@ -112,7 +112,7 @@ impl MetadataValue {
     /// A short human description of the type (`u32`, `array[string]`).
     pub fn type_name(&self) -> String {
         match self {
-            MetadataValue::Array(t, _) => format!("array[{}]", t.name()),
+            MetadataValue::Array(a) => format!("array[{}]", a.elem_type().name()),
             v => v.value_type().name().to_string(),
         }
     }
@@ -158,10 +158,10 @@ impl MetadataValue {
         }
     }
 
-    /// The elements if this is an array.
-    pub fn as_array(&self) -> Option<&[MetadataValue]> {
+    /// The array if this is an array.
+    pub fn as_array(&self) -> Option<&MetadataArray> {
         match self {
-            MetadataValue::Array(_, items) => Some(items),
+            MetadataValue::Array(a) => Some(a),
             _ => None,
         }
     }
@@ -288,16 +288,33 @@ impl Metadata {
     }
 
     /// A required array.
-    pub fn array(&self, key: &str) -> Result<&[MetadataValue]> {
+    pub fn array(&self, key: &str) -> Result<&MetadataArray> {
         let v = self.require(key)?;
         v.as_array().ok_or_else(|| Self::wrong(key, "array", v))
     }
 
     /// An optional array.
-    pub fn opt_array(&self, key: &str) -> Result<Option<&[MetadataValue]>> {
+    pub fn opt_array(&self, key: &str) -> Result<Option<&MetadataArray>> {
         self.get(key)
             .map(|v| v.as_array().ok_or_else(|| Self::wrong(key, "array", v)))
             .transpose()
+    }
+
+    /// A required array of strings.
+    pub fn strings(&self, key: &str) -> Result<&PackedStrings> {
+        let v = self.require(key)?;
+        v.as_array()
+            .and_then(MetadataArray::as_strings)
+            .ok_or_else(|| Self::wrong(key, "array[string]", v))
+    }
+
+    /// An optional array of strings (present but of another type is an error).
+    pub fn opt_strings(&self, key: &str) -> Result<Option<&PackedStrings>> {
+        if self.contains(key) {
+            self.strings(key).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 }
 
@@ -320,5 +337,21 @@ mod tests {
         assert!(matches!(m.str("zz"), Err(Error::MissingKey { .. })));
         assert_eq!(m.opt_u64("zz").unwrap(), None);
         assert_eq!(m.f64("c").unwrap(), -1.0);
+        let toks = PackedStrings::from_strs(["<s>", "a"]).unwrap();
+        m.insert("t", MetadataValue::Array(toks.clone().into()));
+        m.insert("f", MetadataValue::Array(vec![1.5f32].into()));
+        assert_eq!(m.strings("t").unwrap(), &toks);
+        assert_eq!(m.opt_strings("zz").unwrap(), None);
+        assert_eq!(m.array("f").unwrap().as_f32_slice(), Some(&[1.5][..]));
+        assert_eq!(m.get("f").unwrap().type_name(), "array[f32]");
+        assert!(matches!(
+            m.strings("f"),
+            Err(Error::WrongType {
+                expected: "array[string]",
+                ..
+            })
+        ));
+        assert!(matches!(m.opt_strings("b"), Err(Error::WrongType { .. })));
+        assert!(matches!(m.array("b"), Err(Error::WrongType { .. })));
     }
 }

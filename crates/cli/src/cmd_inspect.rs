@@ -188,11 +188,11 @@ fn build_report(
 
 fn meta_entry(key: &str, v: &MetadataValue, max_array: usize) -> MetaEntry {
     match v {
-        MetadataValue::Array(_, items) => MetaEntry {
+        MetadataValue::Array(items) => MetaEntry {
             key: key.to_string(),
             ty: v.type_name(),
             len: Some(items.len()),
-            value: Value::Array(items.iter().take(max_array).map(to_json).collect()),
+            value: Value::Array(items.iter().take(max_array).map(|x| to_json(&x)).collect()),
             truncated: items.len() > max_array,
         },
         _ => MetaEntry {
@@ -222,7 +222,7 @@ fn to_json(v: &MetadataValue) -> Value {
         V::F64(x) => json!(x),
         V::Bool(x) => json!(x),
         V::String(s) => json!(s),
-        V::Array(_, items) => Value::Array(items.iter().map(to_json).collect()),
+        V::Array(items) => Value::Array(items.iter().map(|x| to_json(&x)).collect()),
     }
 }
 
@@ -604,7 +604,7 @@ fn write_f32(path: &Path, values: &[f32]) -> Result<()> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use anedvd_base::{GgmlType, ValueType};
+    use anedvd_base::{GgmlType, PackedStrings};
     use clap::Parser;
 
     #[derive(Parser)]
@@ -630,12 +630,9 @@ mod tests {
         w.add_kv("llama.embedding_length", MetadataValue::U32(4))
             .unwrap();
         w.add_kv("tokenizer.ggml.model", s("llama")).unwrap();
-        let tokens = (0..20).map(|i| s(&format!("t{i}"))).collect();
-        w.add_kv(
-            "tokenizer.ggml.tokens",
-            MetadataValue::Array(ValueType::String, tokens),
-        )
-        .unwrap();
+        let tokens = PackedStrings::from_strs((0..20).map(|i| format!("t{i}"))).unwrap();
+        w.add_kv("tokenizer.ggml.tokens", MetadataValue::Array(tokens.into()))
+            .unwrap();
         w.add_kv("tokenizer.ggml.bos_token_id", MetadataValue::U32(1))
             .unwrap();
         w.add_kv("tokenizer.chat_template", s("{{ messages }}\n"))

@@ -4,6 +4,7 @@ use crate::{Error, Result};
 
 /// Reads little-endian scalars and GGUF strings, tracking the absolute offset;
 /// every read checks the remaining length first.
+#[derive(Clone)]
 pub(crate) struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -68,12 +69,15 @@ impl<'a> Cursor<'a> {
     /// A GGUF string: `u64` length then that many UTF-8 bytes. The length is
     /// checked against the remaining bytes before anything is allocated.
     pub(crate) fn string(&mut self, what: &'static str) -> Result<String> {
+        self.str(what).map(str::to_owned)
+    }
+
+    /// A GGUF string borrowed from the buffer (see [`Cursor::string`]).
+    pub(crate) fn str(&mut self, what: &'static str) -> Result<&'a str> {
         let offset = self.pos();
         let len = self.u64(what)?;
         let bytes = self.take(len, what)?;
-        std::str::from_utf8(bytes)
-            .map(str::to_owned)
-            .map_err(|_| Error::InvalidUtf8 { offset })
+        std::str::from_utf8(bytes).map_err(|_| Error::InvalidUtf8 { offset })
     }
 
     /// Checks that `count` items of at least `min_size` bytes each can fit in

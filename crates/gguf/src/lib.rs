@@ -49,10 +49,12 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 pub const MAX_ALIGNMENT: u32 = 1 << 20;
 /// Most dimensions a tensor may have (`GGML_MAX_DIMS`).
 pub const MAX_DIMS: u32 = 4;
-/// Longest metadata array the reader accepts. Each element costs about 32
-/// bytes in memory however small it is in the file, so this bounds the
-/// memory a hostile file can make the reader allocate; real vocabularies have
-/// well under a million entries.
+/// Longest metadata array the reader accepts; real vocabularies have well
+/// under a million entries. Arrays are stored packed (a scalar costs its file
+/// size, a string its bytes plus a 4-byte offset, a nested array about 48
+/// bytes for its 12 in the file), so together with the check of every length
+/// against the bytes left this bounds what a hostile file can make the reader
+/// allocate.
 pub const MAX_ARRAY_LEN: u64 = 1 << 24;
 /// Deepest array nesting the reader accepts (arrays of arrays of ...).
 pub const MAX_NESTING: usize = 8;

@@ -3,7 +3,9 @@
 
 use crate::cursor::Cursor;
 use crate::{Error, Result, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_LEN, MAX_DIMS, MAX_NESTING};
-use anedvd_base::{GgmlType, Metadata, MetadataValue, TensorInfo, ValueType};
+use anedvd_base::{
+    GgmlType, Metadata, MetadataArray, MetadataValue, PackedStrings, TensorInfo, ValueType,
+};
 use std::collections::HashSet;
 
 /// Smallest possible encoded key/value pair: a 1-byte key (8 + 1), a type tag
@@ -192,34 +194,118 @@ fn read_value(c: &mut Cursor<'_>, ty: ValueType, key: &str, depth: usize) -> Res
             }
         }
         ValueType::String => V::String(c.string("metadata string")?),
-        ValueType::Array => {
-            let tag_offset = c.pos();
-            if depth >= MAX_NESTING {
-                return Err(Error::NestingTooDeep {
+        ValueType::Array => V::Array(read_array(c, key, depth)?),
+    })
+}
+
+/// Reads an array (element type, length, elements) into typed storage. The
+/// length is capped and checked against the remaining bytes before anything
+/// is allocated; scalar elements are decoded in one pass over their bytes.
+fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<MetadataArray> {
+    use MetadataArray as A;
+    const W: &str = "metadata array";
+    let tag_offset = c.pos();
+    if depth >= MAX_NESTING {
+        return Err(Error::NestingTooDeep {
+            key: key.to_string(),
+            max: MAX_NESTING,
+            offset: tag_offset,
+        });
+    }
+    let elem = value_type(c.u32("array element type")?, key, tag_offset)?;
+    let len_offset = c.pos();
+    let len = c.u64("array length")?;
+    if len > MAX_ARRAY_LEN {
+        return Err(Error::CountTooLarge {
+            what: "array element (above MAX_ARRAY_LEN)",
+            count: len,
+            offset: len_offset,
+            available: c.remaining(),
+        });
+    }
+    let n = c.check_count(len, min_value_bytes(elem), "array element", len_offset)?;
+    Ok(match elem {
+        ValueType::U8 => A::U8(c.take(len, W)?.to_vec()),
+        ValueType::I8 => A::I8(c.take(len, W)?.iter().map(|&b| b as i8).collect()),
+        ValueType::U16 => A::U16(scalars(c, n, u16::from_le_bytes)?),
+        ValueType::I16 => A::I16(scalars(c, n, i16::from_le_bytes)?),
+        ValueType::U32 => A::U32(scalars(c, n, u32::from_le_bytes)?),
+        ValueType::I32 => A::I32(scalars(c, n, i32::from_le_bytes)?),
+        ValueType::F32 => A::F32(scalars(c, n, f32::from_le_bytes)?),
+        ValueType::U64 => A::U64(scalars(c, n, u64::from_le_bytes)?),
+        ValueType::I64 => A::I64(scalars(c, n, i64::from_le_bytes)?),
+        ValueType::F64 => A::F64(scalars(c, n, f64::from_le_bytes)?),
+        ValueType::Bool => {
+            let start = c.pos();
+            let bytes = c.take(len, W)?;
+            if let Some((i, &value)) = bytes.iter().enumerate().find(|&(_, &b)| b > 1) {
+                return Err(Error::BadBool {
                     key: key.to_string(),
-                    max: MAX_NESTING,
-                    offset: tag_offset,
+                    value,
+                    offset: start + i as u64,
                 });
             }
-            let elem = value_type(c.u32("array element type")?, key, tag_offset)?;
-            let len_offset = c.pos();
-            let len = c.u64("array length")?;
-            if len > MAX_ARRAY_LEN {
-                return Err(Error::CountTooLarge {
-                    what: "array element (above MAX_ARRAY_LEN)",
-                    count: len,
-                    offset: len_offset,
-                    available: c.remaining(),
-                });
+            A::Bool(bytes.iter().map(|&b| b == 1).collect())
+        }
+        ValueType::String => A::String(read_strings(c, n, len_offset)?),
+        ValueType::Array => {
+            let mut items = Vec::with_capacity(n);
+            for _ in 0..n {
+                items.push(read_array(c, key, depth + 1)?);
             }
-            let len = c.check_count(len, min_value_bytes(elem), "array element", len_offset)?;
-            let mut items = Vec::with_capacity(len);
-            for _ in 0..len {
-                items.push(read_value(c, elem, key, depth + 1)?);
-            }
-            V::Array(elem, items)
+            A::Array(items)
         }
     })
+}
+
+/// `n` little-endian scalars of `N` bytes each, decoded by `decode`. The
+/// caller has checked that `n * N` bytes remain.
+fn scalars<const N: usize, T>(
+    c: &mut Cursor<'_>,
+    n: usize,
+    decode: fn([u8; N]) -> T,
+) -> Result<Vec<T>> {
+    let bytes = c.take(n as u64 * N as u64, "metadata array")?;
+    Ok(bytes
+        .chunks_exact(N)
+        .map(|b| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(b);
+            decode(a)
+        })
+        .collect())
+}
+
+/// `n` strings packed into one buffer. A first pass over a copy of the
+/// cursor checks every length against the bytes left and sums them, so the
+/// buffer is allocated once, at its exact size, and only for bytes that
+/// exist.
+fn read_strings(c: &mut Cursor<'_>, n: usize, len_offset: u64) -> Result<PackedStrings> {
+    const W: &str = "metadata string";
+    let mut probe = c.clone();
+    let mut total = 0u64;
+    for _ in 0..n {
+        let len = probe.u64(W)?;
+        probe.take(len, W)?;
+        // Each length is at most the bytes left, so the sum fits the buffer.
+        total += len;
+    }
+    let available = c.remaining();
+    let too_large = || Error::CountTooLarge {
+        what: "string array byte (above 4 GiB)",
+        count: total,
+        offset: len_offset,
+        available,
+    };
+    let bytes = usize::try_from(total)
+        .ok()
+        .filter(|&b| b <= u32::MAX as usize)
+        .ok_or_else(too_large)?;
+    let mut out = PackedStrings::with_capacity(n, bytes);
+    for _ in 0..n {
+        out.push(c.str(W)?).map_err(|_| too_large())?;
+    }
+    Ok(out)
 }
 
 fn alignment_of(metadata: &Metadata) -> Result<u64> {

@@ -3,7 +3,7 @@
 
 use crate::parse::align_up;
 use crate::{Error, Result, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS};
-use anedvd_base::{GgmlType, Metadata, MetadataValue};
+use anedvd_base::{GgmlType, Metadata, MetadataArray, MetadataValue};
 use std::io::Write;
 
 struct PendingTensor {
@@ -91,7 +91,6 @@ impl GgufWriter {
         if self.metadata.contains(&key) {
             return Err(Error::DuplicateKey { key, offset: 0 });
         }
-        check_array(&key, &value)?;
         if key == ALIGNMENT_KEY {
             match value {
                 MetadataValue::U32(a) => return self.set_alignment(a),
@@ -203,23 +202,6 @@ impl GgufWriter {
     }
 }
 
-/// Arrays must be homogeneous: every element of the declared type.
-fn check_array(key: &str, value: &MetadataValue) -> Result<()> {
-    if let MetadataValue::Array(ty, items) = value {
-        for item in items {
-            if item.value_type() != *ty {
-                return Err(Error::Writer(format!(
-                    "key `{key}`: array of {} holds a {}",
-                    ty.name(),
-                    item.type_name()
-                )));
-            }
-            check_array(key, item)?;
-        }
-    }
-    Ok(())
-}
-
 fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u64).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
@@ -240,11 +222,41 @@ fn put_value(out: &mut Vec<u8>, value: &MetadataValue) {
         V::U64(v) => out.extend_from_slice(&v.to_le_bytes()),
         V::I64(v) => out.extend_from_slice(&v.to_le_bytes()),
         V::F64(v) => out.extend_from_slice(&v.to_le_bytes()),
-        V::Array(ty, items) => {
-            out.extend_from_slice(&(*ty as u32).to_le_bytes());
-            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
+        V::Array(a) => put_array(out, a),
+    }
+}
+
+fn put_array(out: &mut Vec<u8>, array: &MetadataArray) {
+    use MetadataArray as A;
+    out.extend_from_slice(&(array.elem_type() as u32).to_le_bytes());
+    out.extend_from_slice(&(array.len() as u64).to_le_bytes());
+    macro_rules! le {
+        ($v:expr) => {
+            for x in $v {
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        };
+    }
+    match array {
+        A::U8(v) => out.extend_from_slice(v),
+        A::I8(v) => le!(v),
+        A::U16(v) => le!(v),
+        A::I16(v) => le!(v),
+        A::U32(v) => le!(v),
+        A::I32(v) => le!(v),
+        A::F32(v) => le!(v),
+        A::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
+        A::String(s) => {
+            for x in s {
+                put_str(out, x);
+            }
+        }
+        A::U64(v) => le!(v),
+        A::I64(v) => le!(v),
+        A::F64(v) => le!(v),
+        A::Array(items) => {
             for item in items {
-                put_value(out, item);
+                put_array(out, item);
             }
         }
     }
@@ -254,7 +266,7 @@ fn put_value(out: &mut Vec<u8>, value: &MetadataValue) {
 mod tests {
     use super::*;
     use crate::GgufFile;
-    use anedvd_base::ValueType;
+    use anedvd_base::{PackedStrings, ValueType};
 
     fn all_values() -> Vec<(&'static str, MetadataValue)> {
         use MetadataValue as V;
@@ -273,30 +285,39 @@ mod tests {
             ("u64", V::U64(u64::MAX)),
             ("i64", V::I64(i64::MIN)),
             ("f64", V::F64(std::f64::consts::PI)),
-            ("arr.empty", V::Array(ValueType::String, vec![])),
             (
-                "arr.str",
-                V::Array(
-                    ValueType::String,
-                    vec![V::String("a".into()), V::String("".into())],
-                ),
+                "arr.empty",
+                V::Array(MetadataArray::empty(ValueType::String)),
             ),
             (
-                "arr.i32",
-                V::Array(ValueType::I32, vec![V::I32(1), V::I32(-2)]),
+                "arr.str",
+                V::Array(PackedStrings::from_strs(["a", "", "✓"]).unwrap().into()),
+            ),
+            ("arr.u8", V::Array(vec![0u8, 255].into())),
+            ("arr.i8", V::Array(vec![-128i8, 127].into())),
+            ("arr.u16", V::Array(vec![1u16, 65535].into())),
+            ("arr.i16", V::Array(vec![-32768i16, 2].into())),
+            ("arr.u32", V::Array(vec![u32::MAX].into())),
+            ("arr.i32", V::Array(vec![1i32, -2].into())),
+            ("arr.f32", V::Array(vec![-0.0f32, 1e-40, f32::MAX].into())),
+            ("arr.bool", V::Array(vec![true, false, true].into())),
+            ("arr.u64", V::Array(vec![u64::MAX, 0].into())),
+            ("arr.i64", V::Array(vec![i64::MIN].into())),
+            ("arr.f64", V::Array(vec![std::f64::consts::E].into())),
+            (
+                "arr.f32.empty",
+                V::Array(MetadataArray::empty(ValueType::F32)),
             ),
             (
                 "arr.nested",
                 V::Array(
-                    ValueType::Array,
                     vec![
-                        V::Array(ValueType::U8, vec![V::U8(1), V::U8(2)]),
-                        V::Array(ValueType::Bool, vec![]),
-                        V::Array(
-                            ValueType::Array,
-                            vec![V::Array(ValueType::F64, vec![V::F64(0.5)])],
-                        ),
-                    ],
+                        MetadataArray::from(vec![1u8, 2]),
+                        MetadataArray::empty(ValueType::Bool),
+                        MetadataArray::from(vec![MetadataArray::from(vec![0.5f64])]),
+                        MetadataArray::empty(ValueType::Array),
+                    ]
+                    .into(),
                 ),
             ),
         ]
@@ -318,7 +339,20 @@ mod tests {
             w.add_tensor("empty", GgmlType::F16, &[0, 4], vec![])
                 .unwrap();
             let bytes = w.to_bytes().unwrap();
-            let f = GgufFile::from_bytes(bytes).unwrap();
+            let f = GgufFile::from_bytes(bytes.clone()).unwrap();
+            // Writing what was read reproduces the file byte for byte.
+            let mut again = GgufWriter::new();
+            again.set_version(version).unwrap();
+            for (k, v) in f.metadata().iter() {
+                again.add_kv(k, v.clone()).unwrap();
+            }
+            for name in ["a", "b", "empty"] {
+                let t = f.tensor(name).unwrap();
+                again
+                    .add_tensor(name, t.info.dtype, &t.info.shape, t.data.to_vec())
+                    .unwrap();
+            }
+            assert_eq!(again.to_bytes().unwrap(), bytes);
             assert_eq!(f.version(), version);
             let got: Vec<_> = f
                 .metadata()
@@ -340,6 +374,35 @@ mod tests {
             assert_eq!(f.tensor_offset("a"), Some(f.data_offset()));
             assert_eq!(f.tensor_offset("b"), Some(f.data_offset() + 32));
         }
+    }
+
+    #[test]
+    fn typed_arrays_encode_as_gguf() {
+        let mut w = GgufWriter::new();
+        w.add_kv("k", MetadataValue::Array(vec![-2i16, 3].into()))
+            .unwrap();
+        w.add_kv(
+            "s",
+            MetadataValue::Array(PackedStrings::from_strs(["ab", ""]).unwrap().into()),
+        )
+        .unwrap();
+        let bytes = w.to_bytes().unwrap();
+        let mut want = Vec::new();
+        want.extend_from_slice(&1u64.to_le_bytes());
+        want.push(b'k');
+        want.extend_from_slice(&9u32.to_le_bytes());
+        want.extend_from_slice(&3u32.to_le_bytes());
+        want.extend_from_slice(&2u64.to_le_bytes());
+        want.extend_from_slice(&[0xfe, 0xff, 3, 0]);
+        want.extend_from_slice(&1u64.to_le_bytes());
+        want.push(b's');
+        want.extend_from_slice(&9u32.to_le_bytes());
+        want.extend_from_slice(&8u32.to_le_bytes());
+        want.extend_from_slice(&2u64.to_le_bytes());
+        want.extend_from_slice(&2u64.to_le_bytes());
+        want.extend_from_slice(b"ab");
+        want.extend_from_slice(&0u64.to_le_bytes());
+        assert_eq!(&bytes[24..24 + want.len()], &want[..]);
     }
 
     #[test]
@@ -365,12 +428,6 @@ mod tests {
             Err(Error::DuplicateKey { .. })
         ));
         assert!(w.add_kv("", MetadataValue::U8(1)).is_err());
-        assert!(w
-            .add_kv(
-                "mixed",
-                MetadataValue::Array(ValueType::U8, vec![MetadataValue::I8(1)])
-            )
-            .is_err());
         assert!(w.set_alignment(24).is_err());
         assert!(w.add_kv(ALIGNMENT_KEY, MetadataValue::U64(32)).is_err());
         assert!(w

@@ -134,7 +134,7 @@ fn gemma3_matches_gguf_py() {
         for (ours, theirs) in items.iter().zip(entry["first"].as_array().unwrap()) {
             match ours {
                 MetadataValue::String(s) => assert_eq!(Some(s.as_str()), theirs.as_str()),
-                MetadataValue::F32(x) => assert_eq!(Some(f64::from(*x)), theirs.as_f64()),
+                MetadataValue::F32(x) => assert_eq!(Some(f64::from(x)), theirs.as_f64()),
                 other => assert_eq!(other.as_i64(), theirs.as_i64()),
             }
         }

@@ -2,7 +2,7 @@
 //! and checks the values that script put in.
 #![allow(clippy::unwrap_used)]
 
-use anedvd_base::{GgmlType, MetadataValue as V, ValueType};
+use anedvd_base::{GgmlType, MetadataValue as V, PackedStrings, ValueType};
 use anedvd_gguf::GgufFile;
 use std::path::Path;
 
@@ -37,11 +37,11 @@ fn reads_gguf_py_output() {
         assert_eq!(
             m.get("t.arr"),
             Some(&V::Array(
-                ValueType::String,
-                vec![V::String("a".into()), V::String("bc".into())]
+                PackedStrings::from_strs(["a", "bc"]).unwrap().into()
             ))
         );
         assert_eq!(m.array("t.arr_i").unwrap().len(), 3);
+        assert_eq!(m.array("t.arr").unwrap().elem_type(), ValueType::String);
 
         let names: Vec<_> = f.tensors().iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["f32", "f16", "q8_0"]);

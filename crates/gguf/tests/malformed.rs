@@ -185,6 +185,47 @@ fn array_lengths_checked_before_allocating() {
 }
 
 #[test]
+fn bad_array_elements_name_their_offset() {
+    // A bool array holding a 2 at its third element: header 24, key 8 + 3,
+    // tags 4 + 4, length 8, then two elements.
+    let mut r = Raw::header(3, 0, 1);
+    r.str("arr").u32(9).u32(7).u64(3).bytes(&[1, 0, 2]);
+    assert!(matches!(
+        r.parse(),
+        Err(Error::BadBool {
+            value: 2,
+            offset: 53,
+            ..
+        })
+    ));
+    // Invalid UTF-8 in the second string of a string array.
+    let mut r = Raw::header(3, 0, 1);
+    r.str("arr").u32(9).u32(8).u64(2).str("ok");
+    r.u64(1).u8(0xff);
+    assert!(matches!(r.parse(), Err(Error::InvalidUtf8 { offset: 61 })));
+    // The second string claims more bytes than are left: refused before the
+    // packed buffer is allocated.
+    let mut r = Raw::header(3, 0, 1);
+    r.str("arr").u32(9).u32(8).u64(2).str("ok");
+    r.u64(u64::MAX / 2).zeros(8);
+    assert!(matches!(
+        r.parse(),
+        Err(Error::Truncated {
+            offset: 69,
+            what: "metadata string",
+            ..
+        })
+    ));
+    // Arrays of numbers parse into their typed storage.
+    let mut r = Raw::header(3, 0, 1);
+    r.str("f").u32(9).u32(6).u64(2);
+    r.bytes(&0.5f32.to_le_bytes()).bytes(&(-2f32).to_le_bytes());
+    let f = r.parse().unwrap();
+    let a = f.metadata().array("f").unwrap();
+    assert_eq!(a.as_f32_slice(), Some(&[0.5, -2.0][..]));
+}
+
+#[test]
 fn array_length_is_capped() {
     // 2^24 + 1 one-byte elements: the bytes are there, the length is refused.
     let n = (anedvd_gguf::MAX_ARRAY_LEN + 1) as usize;

@@ -3,7 +3,7 @@
 
 use crate::family::{Family, Param, SlidingDefault};
 use crate::{Error, Result};
-use anedvd_base::{Metadata, MetadataValue, WeightSource};
+use anedvd_base::{Metadata, MetadataArray, MetadataValue, WeightSource};
 use anedvd_graph::{Activation, Role, RopePairing};
 
 /// The naming a weight source uses.
@@ -226,7 +226,7 @@ impl Reader<'_> {
         }
     }
 
-    pub fn array(&self, p: Param) -> Option<(String, &[MetadataValue])> {
+    pub fn array(&self, p: Param) -> Option<(String, &MetadataArray)> {
         self.find(p).and_then(|(k, v)| v.as_array().map(|a| (k, a)))
     }
 }
@@ -447,17 +447,17 @@ fn sliding_layers(r: &Reader<'_>, n_layer: usize, has_window: bool) -> Result<Ve
                 reason: format!("{} entries for {n_layer} layers", items.len()),
             });
         }
-        return items
-            .iter()
-            .map(|v| match v {
-                MetadataValue::Bool(b) => Ok(*b),
-                MetadataValue::String(s) => Ok(s == "sliding_attention"),
-                other => Err(Error::BadValue {
-                    key: key.clone(),
-                    reason: format!("unexpected entry {other:?}"),
-                }),
-            })
-            .collect();
+        return match items {
+            MetadataArray::Bool(b) => Ok(b.clone()),
+            MetadataArray::String(s) => Ok(s.iter().map(|t| t == "sliding_attention").collect()),
+            other => Err(Error::BadValue {
+                key,
+                reason: format!(
+                    "expected bools or layer type names, found array[{}]",
+                    other.elem_type().name()
+                ),
+            }),
+        };
     }
     Ok(match r.family.quirks.sliding {
         SlidingDefault::None => vec![false; n_layer],

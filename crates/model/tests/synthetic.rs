@@ -78,13 +78,9 @@ fn hf_gemma3() -> MemorySource {
     m.insert("rope_parameters.sliding_attention.rope_theta", V::F64(1e4));
     let types = ["sliding_attention"; 5]
         .into_iter()
-        .chain(["full_attention"])
-        .map(|t| V::String(t.into()))
-        .collect();
-    m.insert(
-        "layer_types",
-        V::Array(anedvd_base::ValueType::String, types),
-    );
+        .chain(["full_attention"]);
+    let types = anedvd_base::PackedStrings::from_strs(types).unwrap();
+    m.insert("layer_types", V::Array(types.into()));
     put(&mut s, "model.embed_tokens.weight", &[D, VOCAB]);
     put(&mut s, "model.norm.weight", &[D]);
     for i in 0..6 {

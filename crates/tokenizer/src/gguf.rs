@@ -9,7 +9,7 @@ use crate::tokenizer::{FirstPiece, Front, LlamaFront, Specials, Tokenizer};
 use crate::unicode::char_to_byte;
 use crate::vocab::{parse_byte_token, TokenAttr, Vocab, EOG_TEXTS, EOT_TEXTS};
 use crate::{Error, Result};
-use anedvd_base::{Metadata, MetadataValue};
+use anedvd_base::Metadata;
 use std::fmt::Write as _;
 
 /// Pre-tokenizer settings for one `tokenizer.ggml.pre` value.
@@ -117,35 +117,17 @@ fn pre_for(name: &str) -> Option<Pre> {
     })
 }
 
-/// The elements of the string array `key`, borrowed from the metadata.
-fn strings<'a>(
-    md: &'a Metadata,
-    key: &'a str,
-) -> Result<impl Iterator<Item = Result<&'a str>> + 'a> {
-    Ok(md.array(key)?.iter().map(move |v| match v {
-        MetadataValue::String(s) => Ok(s.as_str()),
-        other => Err(Error::Metadata(anedvd_base::Error::WrongType {
-            key: key.to_string(),
-            expected: "array[string]",
-            found: format!("array[{}]", other.type_name()),
-        })),
-    }))
-}
-
 /// Packs `tokenizer.ggml.tokens` into one buffer (an empty text becomes
-/// `[EMPTY_{id}]`, as in llama.cpp).
+/// `[EMPTY_{id}]`, as in llama.cpp). The texts are read in place from the
+/// metadata's packed strings.
 fn token_texts(md: &Metadata) -> Result<PackedStrs> {
-    const KEY: &str = "tokenizer.ggml.tokens";
-    let mut n = 0usize;
-    let mut bytes = 0usize;
-    for t in strings(md, KEY)? {
-        let t = t?;
-        n += 1;
-        bytes = bytes.saturating_add(if t.is_empty() { 20 } else { t.len() });
-    }
-    let mut texts = PackedStrs::with_capacity(n, bytes);
-    for (i, t) in strings(md, KEY)?.enumerate() {
-        let t = t?;
+    let tokens = md.strings("tokenizer.ggml.tokens")?;
+    let empties = tokens.iter().filter(|t| t.is_empty()).count();
+    let bytes = tokens
+        .text_bytes()
+        .saturating_add(empties.saturating_mul(20));
+    let mut texts = PackedStrs::with_capacity(tokens.len(), bytes);
+    for (i, t) in tokens.iter().enumerate() {
         if t.is_empty() {
             texts.push_with(|b| {
                 // Writing to a String cannot fail.
@@ -158,7 +140,8 @@ fn token_texts(md: &Metadata) -> Result<PackedStrs> {
     Ok(texts)
 }
 
-/// The number array `key` (one entry per token) converted by `f`.
+/// The number array `key` (one entry per token) converted by `f`; any
+/// integer or float element type is accepted.
 fn numbers<T>(
     md: &Metadata,
     key: &str,
@@ -168,6 +151,13 @@ fn numbers<T>(
     let Some(arr) = md.opt_array(key)? else {
         return Ok(None);
     };
+    if !arr.is_numeric() {
+        return Err(Error::Metadata(anedvd_base::Error::WrongType {
+            key: key.to_string(),
+            expected: "array[number]",
+            found: format!("array[{}]", arr.elem_type().name()),
+        }));
+    }
     if arr.len() != n {
         return Err(Error::LengthMismatch {
             key: key.to_string(),
@@ -175,16 +165,11 @@ fn numbers<T>(
             found: arr.len(),
         });
     }
-    arr.iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let x = v.as_f64().ok_or_else(|| {
-                Error::Metadata(anedvd_base::Error::WrongType {
-                    key: key.to_string(),
-                    expected: "array[number]",
-                    found: format!("array[{}]", v.type_name()),
-                })
-            })?;
+    (0..n)
+        .map(|i| {
+            // In range and numeric, checked above; u64 values past i64::MAX
+            // are the only elements without an exact f64 path.
+            let x = arr.f64_at(i).unwrap_or(f64::NAN);
             f(i, x)
         })
         .collect::<Result<Vec<_>>>()
@@ -242,14 +227,14 @@ impl Tokenizer {
             }
             "gpt2" | "gemma4" => {
                 let gemma4 = kind == "gemma4";
-                let merges = strings(md, "tokenizer.ggml.merges").map_err(|e| match e {
-                    Error::Metadata(anedvd_base::Error::MissingKey { key }) => {
-                        Error::MissingMerges(key)
-                    }
-                    e => e,
+                let merges = md.strings("tokenizer.ggml.merges").map_err(|e| match e {
+                    anedvd_base::Error::MissingKey { key } => Error::MissingMerges(key),
+                    e => Error::Metadata(e),
                 })?;
-                let merges =
-                    build_merges(&vocab, merges.enumerate().map(|(i, m)| split_merge(i, m?)))?;
+                let merges = build_merges(
+                    &vocab,
+                    merges.iter().enumerate().map(|(i, m)| split_merge(i, m)),
+                )?;
                 let (rules, ignore_merges) = if gemma4 {
                     specials.add_bos = true;
                     (vec![Rule::Newlines], false)

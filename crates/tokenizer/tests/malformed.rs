@@ -1,29 +1,19 @@
 //! Malformed vocabularies and inputs give typed errors, never panics.
+#![allow(clippy::unwrap_used)]
 
-use anedvd_base::{Metadata, MetadataValue, ValueType};
+use anedvd_base::{Metadata, MetadataValue, PackedStrings};
 use anedvd_tokenizer::{Error, Tokenizer};
 
 fn strs(v: &[&str]) -> MetadataValue {
-    MetadataValue::Array(
-        ValueType::String,
-        v.iter()
-            .map(|s| MetadataValue::String(s.to_string()))
-            .collect(),
-    )
+    MetadataValue::Array(PackedStrings::from_strs(v).unwrap().into())
 }
 
 fn f32s(v: &[f32]) -> MetadataValue {
-    MetadataValue::Array(
-        ValueType::F32,
-        v.iter().map(|&x| MetadataValue::F32(x)).collect(),
-    )
+    MetadataValue::Array(v.to_vec().into())
 }
 
 fn i32s(v: &[i32]) -> MetadataValue {
-    MetadataValue::Array(
-        ValueType::I32,
-        v.iter().map(|&x| MetadataValue::I32(x)).collect(),
-    )
+    MetadataValue::Array(v.to_vec().into())
 }
 
 /// A tiny valid SentencePiece-style vocabulary.
@@ -261,16 +251,34 @@ fn empty_duplicate_and_mixed_token_texts() {
     assert_eq!(t.token_id("a"), Some(5));
     assert_eq!(t.token_text(4), Some("a"));
     assert_eq!(t.piece(4).as_deref(), Some("a"));
-    // A non-string element among the token texts is a typed error.
+    // Token texts that are not strings, or scores that are not numbers, are
+    // typed errors (arrays are homogeneous, so the whole array is refused).
     let mut md = spm();
-    let MetadataValue::Array(ty, mut items) = strs(&["<unk>", "<s>", "</s>", "<0x41>", "▁", "a"])
-    else {
-        unreachable!()
-    };
-    items.push(MetadataValue::U32(7));
-    md.insert("tokenizer.ggml.tokens", MetadataValue::Array(ty, items));
+    md.insert(
+        "tokenizer.ggml.tokens",
+        MetadataValue::Array(vec![7u32].into()),
+    );
     assert!(matches!(
         Tokenizer::from_gguf_metadata(&md),
-        Err(Error::Metadata(_))
+        Err(Error::Metadata(anedvd_base::Error::WrongType {
+            expected: "array[string]",
+            ..
+        }))
     ));
+    let mut md = spm();
+    md.insert("tokenizer.ggml.scores", strs(&["0"; 7]));
+    assert!(matches!(
+        Tokenizer::from_gguf_metadata(&md),
+        Err(Error::Metadata(anedvd_base::Error::WrongType {
+            expected: "array[number]",
+            ..
+        }))
+    ));
+    // Token types stored as another integer type are accepted.
+    let mut md = spm();
+    md.insert(
+        "tokenizer.ggml.token_type",
+        MetadataValue::Array(vec![2u8, 3, 3, 6, 1, 1, 1].into()),
+    );
+    assert!(Tokenizer::from_gguf_metadata(&md).is_ok());
 }

@@ -2,7 +2,7 @@
 //! `<0xXX>` tokens, byte-level BPE fragments) are held back until complete,
 //! and the streamed text equals `decode` of the whole sequence.
 
-use anedvd_base::{Metadata, MetadataValue, ValueType};
+use anedvd_base::{Metadata, MetadataValue, PackedStrings};
 use anedvd_tokenizer::Tokenizer;
 use std::path::Path;
 
@@ -68,14 +68,7 @@ fn invalid_bytes_become_replacement() {
 #[test]
 fn spm_leading_space_and_specials() {
     let mut md = Metadata::new();
-    let strs = |v: &[&str]| {
-        MetadataValue::Array(
-            ValueType::String,
-            v.iter()
-                .map(|s| MetadataValue::String(s.to_string()))
-                .collect(),
-        )
-    };
+    let strs = |v: &[&str]| MetadataValue::Array(PackedStrings::from_strs(v).unwrap().into());
     md.insert(
         "tokenizer.ggml.model",
         MetadataValue::String("llama".into()),
@@ -86,23 +79,11 @@ fn spm_leading_space_and_specials() {
     );
     md.insert(
         "tokenizer.ggml.token_type",
-        MetadataValue::Array(
-            ValueType::I32,
-            [2, 3, 3, 1, 1, 1, 1, 1]
-                .iter()
-                .map(|&x| MetadataValue::I32(x))
-                .collect(),
-        ),
+        MetadataValue::Array(vec![2i32, 3, 3, 1, 1, 1, 1, 1].into()),
     );
     md.insert(
         "tokenizer.ggml.scores",
-        MetadataValue::Array(
-            ValueType::F32,
-            [0.0, 0.0, 0.0, -3.0, -3.0, -3.0, -1.0, -0.5]
-                .iter()
-                .map(|&x| MetadataValue::F32(x))
-                .collect(),
-        ),
+        MetadataValue::Array(vec![0.0f32, 0.0, 0.0, -3.0, -3.0, -3.0, -1.0, -0.5].into()),
     );
     let tok = Tokenizer::from_gguf_metadata(&md).unwrap();
     let ids = tok.encode("hi hi", true, false).unwrap();

@@ -1,6 +1,6 @@
 //! Flattens a Hugging Face `config.json` into [`Metadata`] with dotted keys.
 
-use anedvd_base::{Metadata, MetadataValue, ValueType};
+use anedvd_base::{Metadata, MetadataArray, MetadataValue, PackedStrings};
 use serde_json::Value;
 
 /// Flattens a JSON object into `out`: nested objects become dotted keys
@@ -37,7 +37,7 @@ fn convert(value: &Value) -> Option<MetadataValue> {
         Value::Bool(b) => Some(MetadataValue::Bool(*b)),
         Value::String(s) => Some(MetadataValue::String(s.clone())),
         Value::Number(n) => Some(number(n)),
-        Value::Array(items) => array(items),
+        Value::Array(items) => array(items).map(MetadataValue::Array),
     }
 }
 
@@ -51,44 +51,35 @@ fn number(n: &serde_json::Number) -> MetadataValue {
     }
 }
 
-fn array(items: &[Value]) -> Option<MetadataValue> {
+fn array(items: &[Value]) -> Option<MetadataArray> {
+    use MetadataArray as A;
     if items.is_empty() {
-        return Some(MetadataValue::Array(ValueType::I64, Vec::new()));
+        return Some(A::I64(Vec::new()));
     }
     if items.iter().all(Value::is_number) {
         let nums: Vec<&serde_json::Number> = items.iter().filter_map(Value::as_number).collect();
-        let (ty, vals) = if nums.iter().all(|n| n.as_i64().is_some()) {
-            let vals = nums
-                .iter()
-                .filter_map(|n| n.as_i64())
-                .map(MetadataValue::I64);
-            (ValueType::I64, vals.collect())
-        } else if nums.iter().all(|n| n.as_u64().is_some()) {
-            let vals = nums
-                .iter()
-                .filter_map(|n| n.as_u64())
-                .map(MetadataValue::U64);
-            (ValueType::U64, vals.collect())
-        } else {
-            let vals = nums
-                .iter()
-                .filter_map(|n| n.as_f64())
-                .map(MetadataValue::F64);
-            (ValueType::F64, vals.collect())
-        };
-        return Some(MetadataValue::Array(ty, vals));
+        let ints: Option<Vec<i64>> = nums.iter().map(|n| n.as_i64()).collect();
+        let uints: Option<Vec<u64>> = nums.iter().map(|n| n.as_u64()).collect();
+        return Some(match (ints, uints) {
+            (Some(v), _) => A::I64(v),
+            (None, Some(v)) => A::U64(v),
+            (None, None) => A::F64(nums.iter().filter_map(|n| n.as_f64()).collect()),
+        });
     }
-    let ty = match items.first()? {
-        Value::Bool(_) => ValueType::Bool,
-        Value::String(_) => ValueType::String,
-        Value::Array(_) => ValueType::Array,
+    Some(match items.first()? {
+        Value::Bool(_) => A::Bool(items.iter().map(Value::as_bool).collect::<Option<_>>()?),
+        Value::String(_) => {
+            let strs: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+            A::String(PackedStrings::from_strs(strs?).ok()?)
+        }
+        Value::Array(_) => A::Array(
+            items
+                .iter()
+                .map(|v| v.as_array().and_then(|a| array(a)))
+                .collect::<Option<_>>()?,
+        ),
         _ => return None,
-    };
-    let vals = items
-        .iter()
-        .map(|v| convert(v).filter(|m| m.value_type() == ty))
-        .collect::<Option<Vec<_>>>()?;
-    Some(MetadataValue::Array(ty, vals))
+    })
 }
 
 #[cfg(test)]
@@ -105,7 +96,8 @@ mod tests {
               "rope_scaling": {"rope_type": "linear", "factor": 8.0, "deep": {"a": -1}},
               "eos_token_id": [1, 106], "mix": [1, 2.5], "strs": ["a", "b"],
               "bad": [1, "a"], "objs": [{"a": 1}], "nulls": [null], "empty": [],
-              "nested": [[1, 2], [3]], "layer_types": ["sliding_attention", "full_attention"]
+              "nested": [[1, 2], [3]], "big_arr": [18446744073709551615, 1],
+              "bools": [true, false], "mixed_bools": [true, 1], "layer_types": ["sliding_attention", "full_attention"]
             }"#,
         )
         .unwrap();
@@ -126,24 +118,28 @@ mod tests {
         assert!(!m.contains("rope_scaling"));
         assert_eq!(
             m.get("eos_token_id"),
-            Some(&V::Array(ValueType::I64, vec![V::I64(1), V::I64(106)]))
+            Some(&V::Array(vec![1i64, 106].into()))
         );
-        assert_eq!(
-            m.get("mix"),
-            Some(&V::Array(ValueType::F64, vec![V::F64(1.0), V::F64(2.5)]))
-        );
+        assert_eq!(m.get("mix"), Some(&V::Array(vec![1.0f64, 2.5].into())));
         assert_eq!(m.array("strs").unwrap().len(), 2);
         assert_eq!(m.array("layer_types").unwrap().len(), 2);
         assert!(!m.contains("bad") && !m.contains("objs") && !m.contains("nulls"));
-        assert_eq!(m.get("empty"), Some(&V::Array(ValueType::I64, vec![])));
+        assert!(!m.contains("mixed_bools"));
+        assert_eq!(m.get("empty"), Some(&V::Array(Vec::<i64>::new().into())));
+        assert_eq!(
+            m.array("strs").unwrap().as_strings().unwrap().get(1),
+            Some("b")
+        );
+        assert_eq!(m.get("big_arr"), Some(&V::Array(vec![u64::MAX, 1].into())));
+        assert_eq!(m.get("bools"), Some(&V::Array(vec![true, false].into())));
         assert_eq!(
             m.get("nested"),
             Some(&V::Array(
-                ValueType::Array,
                 vec![
-                    V::Array(ValueType::I64, vec![V::I64(1), V::I64(2)]),
-                    V::Array(ValueType::I64, vec![V::I64(3)])
+                    MetadataArray::from(vec![1i64, 2]),
+                    MetadataArray::from(vec![3i64])
                 ]
+                .into()
             ))
         );
     }

@@ -4,7 +4,7 @@
 //! with the Rust `safetensors` crate.
 #![allow(clippy::unwrap_used)]
 
-use anedvd_base::{GgmlType, MetadataValue, ValueType};
+use anedvd_base::{GgmlType, MetadataValue};
 use anedvd_weights::{open, Error, ModelFormat};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
@@ -87,14 +87,14 @@ fn config_is_flattened() {
     assert!(!m.contains("pad_token_id"));
     assert_eq!(
         m.get("eos_token_id"),
-        Some(&MetadataValue::Array(
-            ValueType::I64,
-            vec![MetadataValue::I64(1), MetadataValue::I64(106)]
-        ))
+        Some(&MetadataValue::Array(vec![1i64, 106].into()))
     );
     assert_eq!(
-        m.array("architectures").unwrap(),
-        &[MetadataValue::String("TinyForCausalLM".into())]
+        m.strings("architectures")
+            .unwrap()
+            .iter()
+            .collect::<Vec<_>>(),
+        ["TinyForCausalLM"]
     );
 }
 
