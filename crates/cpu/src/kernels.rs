@@ -193,6 +193,34 @@ pub fn softcap(x: &mut [f32], cap: f32) {
     }
 }
 
+/// Attention scores to unnormalized probabilities, in place: `x *= scale`,
+/// then `cap * tanh(x / cap)` when `cap` is set, then `exp(x - max)`;
+/// returns `(max, sum)` of the exponentials (`max` over the capped scores).
+/// SIMD where the CPU has it: every element is bit for bit
+/// [`exp_scores_scalar`]'s, the sum is accumulated in lanes (rounded
+/// differently, within a few ulp).
+pub fn exp_scores(x: &mut [f32], scale: f32, cap: Option<f32>) -> (f32, f32) {
+    match crate::qkernels::simd_exp_scores() {
+        Some(f) => f(x, scale, cap),
+        None => exp_scores_scalar(x, scale, cap),
+    }
+}
+
+/// [`exp_scores`] in plain scalar code (sum in element order).
+pub fn exp_scores_scalar(x: &mut [f32], scale: f32, cap: Option<f32>) -> (f32, f32) {
+    x.iter_mut().for_each(|v| *v *= scale);
+    if let Some(cap) = cap {
+        softcap(x, cap);
+    }
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = exp_fast(*v - max);
+        sum += *v;
+    }
+    (max, sum)
+}
+
 /// In-place softmax.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);

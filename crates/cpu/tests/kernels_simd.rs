@@ -774,3 +774,30 @@ fn token_major_matmul_is_the_transposed_matmul() {
         }
     }
 }
+
+/// Attention score exponentiation (SIMD where available) equals the scalar
+/// twin element for element and in its max, bit for bit; the lane-wise sum
+/// within a relative 1e-6.
+#[test]
+fn exp_scores_match_scalar() {
+    use anedvd_cpu::kernels::{exp_scores, exp_scores_scalar};
+    let mut rng = Rng(5);
+    for n in [0usize, 1, 15, 16, 17, 100, 333] {
+        for cap in [None, Some(50.0f32)] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| if i % 41 == 7 { -1e4 } else { rng.f() * 200.0 })
+                .collect();
+            let (mut a, mut b) = (x.clone(), x.clone());
+            let (ma, sa) = exp_scores(&mut a, 0.0625, cap);
+            let (mb, sb) = exp_scores_scalar(&mut b, 0.0625, cap);
+            assert_eq!(ma.to_bits(), mb.to_bits(), "max n={n} cap={cap:?}");
+            for i in 0..n {
+                assert_eq!(a[i].to_bits(), b[i].to_bits(), "n={n} cap={cap:?} i={i}");
+            }
+            assert!(
+                (sa - sb).abs() <= 1e-6 * sb.abs(),
+                "sum n={n}: {sa} vs {sb}"
+            );
+        }
+    }
+}

@@ -173,6 +173,22 @@ pub(crate) fn simd_gated() -> Option<GatedFn> {
     })
 }
 
+/// See [`crate::kernels::exp_scores`].
+pub(crate) type ExpScoresFn = fn(&mut [f32], f32, Option<f32>) -> (f32, f32);
+
+/// The SIMD attention score exponentiation this CPU runs, if any.
+pub(crate) fn simd_exp_scores() -> Option<ExpScoresFn> {
+    static F: std::sync::OnceLock<Option<ExpScoresFn>> = std::sync::OnceLock::new();
+    *F.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            x86_64::exp_scores_fn()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    })
+}
+
 /// `y += a * x` with `x` little-endian f16 bytes.
 pub(crate) type AxpyF16 = fn(&mut [f32], f32, &[u8]);
 /// `out[i] = sum_j p[j] * v[j * stride + 2i]` (f16 rows), lengths checked.

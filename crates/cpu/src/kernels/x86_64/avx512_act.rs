@@ -52,12 +52,19 @@ fn gelu16(g: __m512, u: __m512) -> __m512 {
     let s = _mm512_set1_ps;
     let cube = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(s(0.044_715), g), g), g);
     let arg = _mm512_mul_ps(s(0.797_884_6), _mm512_add_ps(g, cube));
-    // tanh_fast: exp of 2 * clamp(arg, -10, 10).
-    let c = _mm512_min_ps(s(10.0), _mm512_max_ps(s(-10.0), arg));
-    let t = exp16(_mm512_mul_ps(s(2.0), c));
-    let th = _mm512_div_ps(_mm512_sub_ps(t, s(1.0)), _mm512_add_ps(t, s(1.0)));
+    let th = tanh16(arg);
     let gelu = _mm512_mul_ps(_mm512_mul_ps(s(0.5), g), _mm512_add_ps(s(1.0), th));
     _mm512_mul_ps(gelu, u)
+}
+
+/// `crate::kernels::tanh_fast` on 16 lanes.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn tanh16(x: __m512) -> __m512 {
+    let s = _mm512_set1_ps;
+    let c = _mm512_min_ps(s(10.0), _mm512_max_ps(s(-10.0), x));
+    let t = exp16(_mm512_mul_ps(s(2.0), c));
+    _mm512_div_ps(_mm512_sub_ps(t, s(1.0)), _mm512_add_ps(t, s(1.0)))
 }
 
 /// `silu(g) * u` on 16 lanes.
@@ -98,4 +105,59 @@ pub(super) fn gated(act: Activation, gate: &mut [f32], up: &[f32]) {
     // SAFETY: only handed out by `super::gated_fn`, after detecting
     // AVX-512 F.
     unsafe { gated_inner(act, gate, up) }
+}
+
+#[target_feature(enable = "avx512f")]
+fn exp_scores_inner(sc: &mut [f32], scale: f32, cap: Option<f32>) -> (f32, f32) {
+    let body = sc.len() / 16 * 16;
+    let (head, tail) = sc.split_at_mut(body);
+    let sv = _mm512_set1_ps(scale);
+    let inv = cap.map(|c| 1.0 / c);
+    let mut mv = _mm512_set1_ps(f32::NEG_INFINITY);
+    for c in head.chunks_exact_mut(16) {
+        // SAFETY: `c` is 16 f32; unaligned load and store.
+        unsafe {
+            let mut v = _mm512_mul_ps(_mm512_loadu_ps(c.as_ptr()), sv);
+            if let (Some(cap), Some(inv)) = (cap, inv) {
+                let th = tanh16(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
+                v = _mm512_mul_ps(_mm512_set1_ps(cap), th);
+            }
+            _mm512_storeu_ps(c.as_mut_ptr(), v);
+            // `f32::max` ignores NaN: `vmaxps` returns its second operand
+            // when either is NaN.
+            mv = _mm512_max_ps(v, mv);
+        }
+    }
+    let mut max = _mm512_reduce_max_ps(mv);
+    for v in tail.iter_mut() {
+        *v *= scale;
+        if let (Some(cap), Some(inv)) = (cap, inv) {
+            *v = cap * crate::kernels::tanh_fast(*v * inv);
+        }
+        max = max.max(*v);
+    }
+    let m = _mm512_set1_ps(max);
+    let mut sum_v = _mm512_setzero_ps();
+    for c in head.chunks_exact_mut(16) {
+        // SAFETY: `c` is 16 f32; unaligned load and store.
+        unsafe {
+            let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), m));
+            _mm512_storeu_ps(c.as_mut_ptr(), e);
+            sum_v = _mm512_add_ps(sum_v, e);
+        }
+    }
+    let mut sum = _mm512_reduce_add_ps(sum_v);
+    for v in tail.iter_mut() {
+        *v = crate::kernels::exp_fast(*v - max);
+        sum += *v;
+    }
+    (max, sum)
+}
+
+/// `crate::kernels::exp_scores` with AVX-512 (every element bit for bit
+/// the scalar one; the sum in 16 lanes, so rounded differently).
+pub(super) fn exp_scores(sc: &mut [f32], scale: f32, cap: Option<f32>) -> (f32, f32) {
+    // SAFETY: only handed out by `super::exp_scores_fn`, after detecting
+    // AVX-512 F.
+    unsafe { exp_scores_inner(sc, scale, cap) }
 }

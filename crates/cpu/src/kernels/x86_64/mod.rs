@@ -61,3 +61,8 @@ pub(super) fn quantizers() -> Option<(fn(&[f32; 32]) -> Q8Block, fn(&[f32; QK_K]
 pub(super) fn gated_fn() -> Option<super::GatedFn> {
     is_x86_feature_detected!("avx512f").then_some(avx512_act::gated as super::GatedFn)
 }
+
+/// The AVX-512 attention score exponentiation, if the CPU has AVX-512 F.
+pub(super) fn exp_scores_fn() -> Option<super::ExpScoresFn> {
+    is_x86_feature_detected!("avx512f").then_some(avx512_act::exp_scores as super::ExpScoresFn)
+}
