@@ -58,33 +58,42 @@ impl Q8Block {
 const PAR_MIN_VALUES: usize = 16 * 1024;
 
 /// Quantizes each `N`-value chunk of `x` into the matching block of `dst`
-/// with `q`, in parallel chunks of blocks when `x` is large. Every block is
-/// computed by the same function either way, so the result does not depend
-/// on the split.
-fn quantize_blocks<B: Send, const N: usize>(
-    x: &[f32],
-    dst: &mut [B],
-    q: impl Fn(&[f32; N]) -> B + Sync,
-) {
-    let one = |(b, c): (&mut B, &[f32])| {
-        let mut a = [0.0f32; N];
-        a.copy_from_slice(c);
-        *b = q(&a);
-    };
+/// with `q` (a row quantizer: `dst.len()` blocks from as many chunks), in
+/// parallel chunks of blocks when `x` is large. Every block is computed the
+/// same way either way, so the result does not depend on the split.
+fn quantize_blocks<B: Send, const N: usize>(x: &[f32], dst: &mut [B], q: fn(&[f32], &mut [B])) {
     if x.len() < PAR_MIN_VALUES {
-        dst.iter_mut().zip(x.chunks_exact(N)).for_each(one);
-        return;
+        return q(x, dst);
     }
     let per = (PAR_MIN_VALUES / 4 / N).max(1);
     dst.par_chunks_mut(per)
         .zip(x.par_chunks(per * N))
-        .for_each(|(d, c)| d.iter_mut().zip(c.chunks_exact(N)).for_each(one));
+        .for_each(|(d, c)| q(c, d));
 }
 
-/// A block quantizer of each activation format.
-type Quantizers = (fn(&[f32; QK8]) -> Q8Block, fn(&[f32; QK_K]) -> BlockQ8K);
+/// Applies a block quantizer to every `N`-value chunk of `x`.
+fn each_block<B, const N: usize>(x: &[f32], dst: &mut [B], q: impl Fn(&[f32; N]) -> B) {
+    for (b, c) in dst.iter_mut().zip(x.chunks_exact(N)) {
+        let mut a = [0.0f32; N];
+        a.copy_from_slice(c);
+        *b = q(&a);
+    }
+}
 
-/// The fastest block quantizers this CPU runs, detected once; every one is
+/// [`Q8Block::quantize`] over a row.
+fn q8_row_scalar(x: &[f32], dst: &mut [Q8Block]) {
+    each_block(x, dst, Q8Block::quantize);
+}
+
+/// [`BlockQ8K::quantize`] over a row.
+fn q8k_row_scalar(x: &[f32], dst: &mut [BlockQ8K]) {
+    each_block(x, dst, BlockQ8K::quantize);
+}
+
+/// A row quantizer of each activation format.
+type Quantizers = (fn(&[f32], &mut [Q8Block]), fn(&[f32], &mut [BlockQ8K]));
+
+/// The fastest row quantizers this CPU runs, detected once; every one is
 /// bit for bit the scalar [`Q8Block::quantize`] / [`BlockQ8K::quantize`].
 fn quantizers() -> Quantizers {
     static Q: std::sync::OnceLock<Quantizers> = std::sync::OnceLock::new();
@@ -93,7 +102,7 @@ fn quantizers() -> Quantizers {
         if let Some(q) = super::x86_64::quantizers() {
             return q;
         }
-        (Q8Block::quantize, BlockQ8K::quantize)
+        (q8_row_scalar, q8k_row_scalar)
     })
 }
 
@@ -191,12 +200,12 @@ impl QuantizedActivation {
             ActFormat::Q8 => {
                 self.q8.clear();
                 self.q8.resize(x.len() / QK8, Q8Block::ZERO);
-                quantize_blocks(x, &mut self.q8, quantizers().0);
+                quantize_blocks::<_, QK8>(x, &mut self.q8, quantizers().0);
             }
             ActFormat::Q8K => {
                 self.q8k.clear();
                 self.q8k.resize(x.len() / QK_K, BlockQ8K::ZERO);
-                quantize_blocks(x, &mut self.q8k, quantizers().1);
+                quantize_blocks::<_, QK_K>(x, &mut self.q8k, quantizers().1);
             }
         }
         Ok(())

@@ -1,12 +1,12 @@
 //! AVX-512 activation quantizers, bit for bit the scalar ones
 //! ([`Q8Block::quantize`], [`BlockQ8K::quantize`]): the same IEEE
 //! operations per element (multiply, round, convert) in vector lanes, the
-//! per-block scalars (`d`, `1/d`, the f16 roundings) computed as the scalar
-//! code does. A block with a NaN or infinity goes to the scalar function,
+//! per-block scalars (`d`, `1/d`) computed as the scalar code does, the f16
+//! roundings with F16C (the same round-to-nearest-even for finite values). A block with a NaN or infinity goes to the scalar function,
 //! whose order-dependent NaN handling a vector max cannot reproduce.
 
 use super::super::Q8Block;
-use anedvd_quant::{f16_to_f32, f32_to_f16, BlockQ8K, QK_K};
+use anedvd_quant::{BlockQ8K, QK_K};
 use std::arch::x86_64::*;
 
 /// Loads 16 f32 from the start of `s`.
@@ -54,8 +54,19 @@ fn low_bytes(v: __m512i, dst: &mut [i8]) {
     unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(v)) };
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn q8_inner(x: &[f32; 32]) -> Q8Block {
+/// f32 → f16 → f32 with F16C (round to nearest even, as
+/// `anedvd_quant::f32_to_f16` for every finite value; overflow to infinity).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn f16_round(v: f32) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(
+        _mm_set_ss(v),
+    )))
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[inline]
+fn q8_block(x: &[f32; 32]) -> Q8Block {
     let (v0, v1) = (ld(&x[..16]), ld(&x[16..]));
     if !(finite(v0) && finite(v1)) {
         return Q8Block::quantize(x);
@@ -69,17 +80,19 @@ fn q8_inner(x: &[f32; 32]) -> Q8Block {
     let mut qs = [0i8; 32];
     low_bytes(q0, &mut qs[..16]);
     low_bytes(q1, &mut qs[16..]);
-    let sum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
+    // Finite inputs: every lane is in [-127, 127], its own low byte.
+    let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
     Q8Block {
-        d: f16_to_f32(f32_to_f16(d)),
-        s: f16_to_f32(f32_to_f16(sum as f32 * d)),
+        d: f16_round(d),
+        s: f16_round(sum as f32 * d),
         isum: sum,
         qs,
     }
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn q8k_inner(x: &[f32; QK_K]) -> BlockQ8K {
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[inline]
+fn q8k_block(x: &[f32; QK_K]) -> BlockQ8K {
     let mut m = _mm512_setzero_ps();
     for c in x.chunks_exact(16) {
         let v = ld(c);
@@ -116,16 +129,64 @@ fn q8k_inner(x: &[f32; QK_K]) -> BlockQ8K {
     out
 }
 
-/// [`Q8Block::quantize`] with AVX-512.
-pub(in super::super) fn quantize_q8(x: &[f32; 32]) -> Q8Block {
-    // SAFETY: only handed out by `super::quantizers`, after detecting
-    // AVX-512 F/BW/VL.
-    unsafe { q8_inner(x) }
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn q8_row(x: &[f32], dst: &mut [Q8Block]) {
+    for (b, c) in dst.iter_mut().zip(x.chunks_exact(32)) {
+        if let Ok(c) = <&[f32; 32]>::try_from(c) {
+            *b = q8_block(c);
+        }
+    }
 }
 
-/// [`BlockQ8K::quantize`] with AVX-512.
-pub(in super::super) fn quantize_q8k(x: &[f32; QK_K]) -> BlockQ8K {
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn q8k_row(x: &[f32], dst: &mut [BlockQ8K]) {
+    for (b, c) in dst.iter_mut().zip(x.chunks_exact(QK_K)) {
+        if let Ok(c) = <&[f32; QK_K]>::try_from(c) {
+            *b = q8k_block(c);
+        }
+    }
+}
+
+/// [`Q8Block::quantize`] with AVX-512 over each 32-value chunk of `x`.
+pub(in super::super) fn quantize_q8(x: &[f32], dst: &mut [Q8Block]) {
     // SAFETY: only handed out by `super::quantizers`, after detecting
-    // AVX-512 F/BW/VL.
-    unsafe { q8k_inner(x) }
+    // AVX2, FMA, F16C and AVX-512 F/BW/VL.
+    unsafe { q8_row(x, dst) }
+}
+
+/// [`BlockQ8K::quantize`] with AVX-512 over each 256-value chunk of `x`.
+pub(in super::super) fn quantize_q8k(x: &[f32], dst: &mut [BlockQ8K]) {
+    // SAFETY: only handed out by `super::quantizers`, after detecting
+    // AVX2, FMA, F16C and AVX-512 F/BW/VL.
+    unsafe { q8k_row(x, dst) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anedvd_quant::{f16_to_f32, f32_to_f16};
+
+    /// F16C's rounding equals ggml's software f32 → f16 on finite values:
+    /// every exponent, strided mantissas, both signs (subnormal results,
+    /// ties, overflow to infinity included).
+    #[test]
+    fn f16c_rounding_matches_software_on_finite_values() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")) {
+            return;
+        }
+        let mut bits = 0u32;
+        let mut n = 0;
+        while bits < 0x7f80_0000 {
+            for sign in [0, 0x8000_0000] {
+                let v = f32::from_bits(bits | sign);
+                // SAFETY: AVX2 and F16C were detected above.
+                let hw = unsafe { f16_round(v) };
+                let sw = f16_to_f32(f32_to_f16(v));
+                assert_eq!(hw.to_bits(), sw.to_bits(), "{v:e} ({:#x})", v.to_bits());
+                n += 1;
+            }
+            bits += 0x1f3;
+        }
+        assert!(n > 100_000);
+    }
 }

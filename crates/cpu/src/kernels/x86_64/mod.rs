@@ -18,7 +18,7 @@ mod avx512_quant;
 mod avx512_x4;
 
 use super::{Q8Block, Table};
-use anedvd_quant::{BlockQ8K, QK_K};
+use anedvd_quant::BlockQ8K;
 
 /// True if AVX2, FMA and F16C are present.
 fn has_avx2() -> bool {
@@ -49,8 +49,9 @@ pub(super) fn avx512_table(vnni: bool) -> Option<Table> {
 /// The AVX-512 activation quantizers (bit for bit the scalar ones), if the
 /// CPU has AVX-512 F/BW/VL.
 #[allow(clippy::type_complexity)]
-pub(super) fn quantizers() -> Option<(fn(&[f32; 32]) -> Q8Block, fn(&[f32; QK_K]) -> BlockQ8K)> {
-    let ok = is_x86_feature_detected!("avx512f")
+pub(super) fn quantizers() -> Option<(fn(&[f32], &mut [Q8Block]), fn(&[f32], &mut [BlockQ8K]))> {
+    let ok = has_avx2()
+        && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl");
     ok.then_some((avx512_quant::quantize_q8, avx512_quant::quantize_q8k))
