@@ -437,6 +437,9 @@ mod tests {
             n.iter().map(|v| v.type_name()).collect::<Vec<_>>(),
             ["array[bool]", "array[string]"]
         );
+        // The hostile-input memory bound in anedvd-gguf's MAX_ARRAY_LEN doc
+        // assumes a nested array costs at most 48 bytes.
+        assert!(std::mem::size_of::<MetadataArray>() <= 48);
         for id in 0..13 {
             let ty = ValueType::from_id(id).unwrap();
             assert_eq!(MetadataArray::empty(ty).elem_type(), ty);
