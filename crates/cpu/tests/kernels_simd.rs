@@ -587,7 +587,7 @@ fn every_isa_matmul_matches_generic_on_random_ragged_shapes() {
         for n_blocks in [1usize, 2, 3, 5, 8, 20] {
             let n_cols = cols_for(ty, n_blocks);
             let n_rows = [1usize, 3, 4, 7, 17, 21, 33][rng.below(7) as usize];
-            let n_tok = [1usize, 3, 4, 5, 8, 11][rng.below(6) as usize];
+            let n_tok = [1usize, 3, 4, 5, 8, 11, 32, 37][rng.below(8) as usize];
             let w = random_weights(ty, n_rows, n_cols, &mut rng, |r| r.f() * 0.05);
             let x: Vec<f32> = (0..n_cols * n_tok).map(|_| rng.f() * 3.0).collect();
             act.quantize_for(ty, &x, n_cols).unwrap();

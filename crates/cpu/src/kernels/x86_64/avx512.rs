@@ -332,6 +332,7 @@ macro_rules! kernels {
                 q6_k: rows_q6_k,
                 x4_q4_0: Some(super::super::avx512_x4::$m::rows4_q4_0),
                 x4_q5_0: Some(super::super::avx512_x4::$m::rows4_q5_0),
+                x4_q8_0: Some(super::super::avx512_x4::$m::X4_Q8_0),
                 x4_q4_k: Some(super::super::avx512_x4::$m::rows4_q4_k),
                 x4_q6_k: Some(super::super::avx512_x4::$m::rows4_q6_k),
                 panel_q4_0: Some(super::super::avx512_panel::$m::panel_q4_0),

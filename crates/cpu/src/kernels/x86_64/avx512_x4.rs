@@ -9,21 +9,22 @@
 //! AVX-512 kernels to the f32 reduction tolerance.
 
 use super::super::generic::unpack_k4_scales;
-use super::super::Q8Block;
+use super::super::{Q8Block, Rows4Q8};
 use super::avx2::{f16v, ld256, ld256i, rd16};
 use super::avx512::{dp_bw, dp_vnni, join, ld512i, unpack_q45_0};
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
 
 macro_rules! kernels_x4 {
-    ($m:ident, $feat:literal, $dp:ident, $dpw:ident, $doc:literal) => {
+    ($m:ident, $feat:literal, $dp:ident, $dpw:ident, $q8_0_x4:literal, $doc:literal) => {
         #[doc = $doc]
         pub(super) mod $m {
             use super::*;
 
-            /// Q4_0 (`FIVE = false`) / Q5_0 rows `w` (`R` rows of `rb`
-            /// bytes) against four activation rows of `nb` blocks, two
-            /// blocks per step. The weight offset (8 or 16) enters as
+            /// Q4_0 (`FIVE = false`) / Q5_0 / Q8_0 (`BB = 34`) rows `w` (`R`
+            /// rows of `rb` bytes) against four activation rows of `nb`
+            /// blocks, two blocks per step. The weight offset (8, 16, or 128
+            /// for Q8_0's `w ^ 0x80`) enters as
             /// `-OFF * sum(y)` in the first lane of each block's eight, so
             /// each block's lane sum is exactly `sum((w + OFF - OFF) * y)`.
             #[target_feature(enable = $feat)]
@@ -34,7 +35,13 @@ macro_rules! kernels_x4 {
                 y: [&[Q8Block]; 4],
                 nb: usize,
             ) -> [[f32; 4]; R] {
-                let off = if FIVE { -16 } else { -8 };
+                let off = if BB == Q8_0_BYTES {
+                    -128
+                } else if FIVE {
+                    -16
+                } else {
+                    -8
+                };
                 let mut acc = [[_mm512_setzero_ps(); 4]; R];
                 let mut b = 0;
                 while b < nb {
@@ -49,7 +56,11 @@ macro_rules! kernels_x4 {
                         } else {
                             x0
                         };
-                        u[r] = unpack_q45_0::<FIVE>(x0, x1);
+                        u[r] = if BB == Q8_0_BYTES {
+                            unpack_q8_0(x0, x1)
+                        } else {
+                            unpack_q45_0::<FIVE>(x0, x1)
+                        };
                         dw[r] = _mm512_mask_blend_ps(
                             0xff00,
                             _mm512_set1_ps(f16v(rd16(x0, 0))),
@@ -320,6 +331,23 @@ macro_rules! kernels_x4 {
                 tile_q45::<1, 22, true>
             );
             rows4!(
+                rows4_q8_0,
+                inner4_q8_0,
+                Q8Block,
+                Q8_0_BYTES,
+                tile_q45::<4, Q8_0_BYTES, false>,
+                tile_q45::<1, Q8_0_BYTES, false>
+            );
+
+            /// Q8_0's four-token kernel where this build can run it: Q8_0's
+            /// `w + 128` reaches 255, and `vpmaddubsw` (the BW build's dot)
+            /// saturates `255 * 127 * 2` at i16, so BW keeps AVX2's kernel.
+            pub(in super::super) const X4_Q8_0: Rows4Q8 = if $q8_0_x4 {
+                rows4_q8_0
+            } else {
+                super::super::avx2_x4::Q8_0
+            };
+            rows4!(
                 rows4_q4_k,
                 inner4_q4_k,
                 BlockQ8K,
@@ -337,6 +365,18 @@ macro_rules! kernels_x4 {
             );
         }
     };
+}
+
+/// Bytes per Q8_0 block (f16 scale + 32 signed weights).
+const Q8_0_BYTES: usize = 34;
+
+/// A pair of Q8_0 blocks' weights as unsigned bytes `w + 128` (`w ^ 0x80`),
+/// `[block0 | block1]`, for `vpdpbusd`.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+#[inline]
+fn unpack_q8_0(x0: &[u8], x1: &[u8]) -> __m512i {
+    let w = join(ld256(&x0[2..]), ld256(&x1[2..]));
+    _mm512_xor_si512(w, _mm512_set1_epi8(-128))
 }
 
 /// `acc + sum of 2 (i16 × i16)` per i32 lane, with VNNI.
@@ -358,6 +398,7 @@ kernels_x4!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dp_vnni,
     dpw_vnni,
+    true,
     "Four-token kernels using `vpdpbusd` / `vpdpwssd` (AVX512-VNNI)."
 );
 kernels_x4!(
@@ -365,5 +406,6 @@ kernels_x4!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
     dp_bw,
     dpw_bw,
+    false,
     "Four-token kernels using `vpmaddubsw` + `vpmaddwd` (AVX512-BW)."
 );
