@@ -195,7 +195,9 @@ impl Engine {
     /// together in one batched forward pass (backends that cannot batch run
     /// them one after another).
     pub fn new_batch(&self, n_seqs: usize, max_seq: usize) -> Result<EngineBatch> {
-        Ok(EngineBatch::new(self.executable.new_batch(n_seqs, max_seq)?))
+        Ok(EngineBatch::new(
+            self.executable.new_batch(n_seqs, max_seq)?,
+        ))
     }
 
     /// The context length the model was trained with.
