@@ -38,6 +38,16 @@ enum Kind {
 }
 
 impl Kind {
+    /// The kind numbered `k` in [`repack`]'s dispatch.
+    const fn from_u8(k: u8) -> Self {
+        match k {
+            0 => Kind::Q4_0,
+            1 => Kind::Q5_0,
+            2 => Kind::Q8_0,
+            _ => Kind::IQ4NL,
+        }
+    }
+
     /// Bytes per block.
     const fn bytes(self) -> usize {
         match self {
@@ -89,33 +99,102 @@ fn unpack(kind: Kind, xb: &[u8]) -> __m256i {
     }
 }
 
+/// The permutation indices of [`transpose16`].
+pub(super) struct TransposeIdx([__m512i; 6]);
+
+impl TransposeIdx {
+    /// Builds the six index vectors (three rounds, two each).
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn new() -> Self {
+        let v = |f: &dyn Fn(i32) -> i32| {
+            let a: [i32; 16] = std::array::from_fn(|l| f(l as i32));
+            // SAFETY: `a` is 16 readable i32; `loadu` is unaligned.
+            unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
+        };
+        // Round 1, lane `4 k + rl`: row `rl` of 4, chunk `4 h + k`.
+        let s1 = |h: i32| v(&|l| (l % 4 / 2) * 16 + (l % 2) * 8 + 4 * h + l / 4);
+        // Round 2, lane `8 kk + rl`: row `rl` of 8, chunk `2 c + kk` of the 4.
+        let s2 = |c: i32| v(&|l| (l % 8 / 4) * 16 + (2 * c + l / 8) * 4 + l % 4);
+        // Round 3, lane `r`: chunk `kk` of the pair.
+        let s3 = |kk: i32| v(&|l| (l / 8) * 16 + kk * 8 + l % 8);
+        Self([s1(0), s1(1), s2(0), s2(1), s3(0), s3(1)])
+    }
+}
+
+/// Transposes 16 rows of eight dwords (`u[r]`) into eight registers of 16
+/// dwords: result `k`, lane `r` is dword `k` of `u[r]`. Three rounds of
+/// two-source permutes (4 rows × 4 chunks, 8 rows × 2, 16 rows × 1).
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+#[inline]
+pub(super) fn transpose16(u: &[__m256i; 16], ix: &TransposeIdx) -> [__m512i; 8] {
+    let p2 = |a: __m512i, i: __m512i, b: __m512i| _mm512_permutex2var_epi32(a, i, b);
+    let z: [__m512i; 8] = std::array::from_fn(|i| {
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(u[2 * i]), u[2 * i + 1])
+    });
+    // p[j][h]: rows 4j..4j+4, chunks 4h..4h+4.
+    let p: [[__m512i; 2]; 4] =
+        std::array::from_fn(|j| [0, 1].map(|h| p2(z[2 * j], ix.0[h], z[2 * j + 1])));
+    // q[m][h][c]: rows 8m..8m+8, chunks 4h+2c and 4h+2c+1.
+    let q: [[[__m512i; 2]; 2]; 2] = std::array::from_fn(|m| {
+        [0, 1].map(|h| [0, 1].map(|c| p2(p[2 * m][h], ix.0[2 + c], p[2 * m + 1][h])))
+    });
+    std::array::from_fn(|k| {
+        let (h, c, kk) = (k / 4, k % 4 / 2, k % 2);
+        p2(q[0][h][c], ix.0[4 + kk], q[1][h][c])
+    })
+}
+
+/// Stores 64 bytes at the start of `d`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) fn st512(d: &mut [u8], v: __m512i) {
+    let d = &mut d[..64];
+    // SAFETY: `d` is 64 writable bytes; `storeu` is unaligned.
+    unsafe { _mm512_storeu_si512(d.as_mut_ptr().cast(), v) }
+}
+
 /// Repacks `n` rows (`rb` bytes each, `nb` blocks) into panels: `wq` gets
-/// `ceil(n / 16) * nb * PB` bytes, `ws` the matching `* 16` scales (both in `sc`); rows
-/// past `n` in the last panel are zero (weights and scales).
+/// `ceil(n / 16) * nb * PB` bytes, `ws` the matching `* 16` scales (both in
+/// `sc`); rows past `n` in the last panel are zero (weights and scales).
+/// Monomorphized per type so the unpacking is inlined.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelScratch) {
+fn repack_as<const K: u8>(w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelScratch) {
+    let kind = Kind::from_u8(K);
     let (wq, ws) = (&mut sc.wq, &mut sc.ws);
     let panels = n.div_ceil(PANEL);
     wq.clear();
     wq.resize(panels * nb * PB, 0);
     ws.clear();
     ws.resize(panels * nb * PANEL, 0.0);
-    // Dword `k` of a block goes to byte `64 k` of its panel block.
-    let idx = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+    let ix = TransposeIdx::new();
     let bb = kind.bytes();
-    for r in 0..n {
-        let (p, lane) = (r / PANEL, r % PANEL);
-        let row = &w[r * rb..(r + 1) * rb];
+    for p in 0..panels {
+        let rows = PANEL.min(n - p * PANEL);
         for b in 0..nb {
-            let xb = &row[b * bb..(b + 1) * bb];
-            let u = unpack(kind, xb);
-            let at = (p * nb + b) * PB + 4 * lane;
-            let dst = &mut wq[at..at + 28 * PANEL + 4];
-            // SAFETY: the eight dwords land at byte offsets 0, 64, ..., 448
-            // of `dst`, whose length is 452 (checked by the slice above).
-            unsafe { _mm256_i32scatter_epi32::<4>(dst.as_mut_ptr().cast(), idx, u) };
-            ws[(p * nb + b) * PANEL + lane] = f16v(rd16(xb, 0));
+            let blk = p * nb + b;
+            let mut u = [_mm256_setzero_si256(); PANEL];
+            for (r, ur) in u.iter_mut().enumerate().take(rows) {
+                let at = (p * PANEL + r) * rb + b * bb;
+                let xb = &w[at..at + bb];
+                *ur = unpack(kind, xb);
+                ws[blk * PANEL + r] = f16v(rd16(xb, 0));
+            }
+            let dst = &mut wq[blk * PB..(blk + 1) * PB];
+            for (k, v) in transpose16(&u, &ix).into_iter().enumerate() {
+                st512(&mut dst[64 * k..], v);
+            }
         }
+    }
+}
+
+/// [`repack_as`] for `kind`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelScratch) {
+    match kind {
+        Kind::Q4_0 => repack_as::<0>(w, rb, n, nb, sc),
+        Kind::Q5_0 => repack_as::<1>(w, rb, n, nb, sc),
+        Kind::Q8_0 => repack_as::<2>(w, rb, n, nb, sc),
+        Kind::IQ4NL => repack_as::<3>(w, rb, n, nb, sc),
     }
 }
 

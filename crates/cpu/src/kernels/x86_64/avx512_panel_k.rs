@@ -12,7 +12,9 @@ use super::super::generic::unpack_k4_scales;
 use super::super::{PanelOut, PanelScratch};
 use super::avx2::{f16v, ld256, rd16};
 use super::avx512::{dp_bw, dp_vnni};
-use super::avx512_panel::{ld512, ld512ps, store, PANEL, PB, TOKEN_CHUNK};
+use super::avx512_panel::{
+    ld512, ld512ps, st512, store, transpose16, TransposeIdx, PANEL, PB, TOKEN_CHUNK,
+};
 use super::avx512_x4::{dpw_bw, dpw_vnni};
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
@@ -110,45 +112,49 @@ fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelSc
     sc.wi.resize(panels * nb * ni, 0);
     sc.ws.clear();
     sc.ws.resize(panels * nb * nf, 0.0);
-    let idx = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+    let ix = TransposeIdx::new();
     let bb = kind.bytes();
-    for r in 0..n {
-        let (p, lane) = (r / PANEL, r % PANEL);
-        let row = &w[r * rb..(r + 1) * rb];
+    for p in 0..panels {
+        let rows = PANEL.min(n - p * PANEL);
         for b in 0..nb {
-            let xb = &row[b * bb..(b + 1) * bb];
             let blk = p * nb + b;
-            for (gi, g) in unpack(kind, xb).into_iter().enumerate() {
-                let at = blk * KB + gi * PB + 4 * lane;
-                let dst = &mut sc.wq[at..at + 28 * PANEL + 4];
-                // SAFETY: the eight dwords land at byte offsets 0, 64, ...,
-                // 448 of `dst`, whose length is 452 (checked by the slice).
-                unsafe { _mm256_i32scatter_epi32::<4>(dst.as_mut_ptr().cast(), idx, g) };
-            }
+            let mut u = [[_mm256_setzero_si256(); 8]; PANEL];
             let wi = &mut sc.wi[blk * ni..(blk + 1) * ni];
             let ws = &mut sc.ws[blk * nf..(blk + 1) * nf];
-            match kind {
-                Kind::Q4K => {
-                    let sm = unpack_k4_scales(&xb[4..16]);
-                    for s in 0..8 {
-                        wi[s * PANEL + lane] = i32::from(sm[s]);
+            for (lane, ur) in u.iter_mut().enumerate().take(rows) {
+                let at = (p * PANEL + lane) * rb + b * bb;
+                let xb = &w[at..at + bb];
+                *ur = unpack(kind, xb);
+                match kind {
+                    Kind::Q4K => {
+                        let sm = unpack_k4_scales(&xb[4..16]);
+                        for s in 0..8 {
+                            wi[s * PANEL + lane] = i32::from(sm[s]);
+                        }
+                        for q in 0..4 {
+                            let (m0, m1) = (i16::from(sm[8 + 2 * q]), i16::from(sm[9 + 2 * q]));
+                            wi[(8 + q) * PANEL + lane] = pair(m0, m1);
+                        }
+                        ws[lane] = f16v(rd16(xb, 0));
+                        ws[PANEL + lane] = f16v(rd16(xb, 2));
                     }
-                    for q in 0..4 {
-                        let (m0, m1) = (i16::from(sm[8 + 2 * q]), i16::from(sm[9 + 2 * q]));
-                        wi[(8 + q) * PANEL + lane] = pair(m0, m1);
+                    Kind::Q6K => {
+                        let s = |i: usize| i16::from(xb[192 + i] as i8);
+                        for i in 0..16 {
+                            wi[i * PANEL + lane] = i32::from(s(i));
+                        }
+                        for q in 0..8 {
+                            wi[(16 + q) * PANEL + lane] = pair(s(2 * q), s(2 * q + 1));
+                        }
+                        ws[lane] = f16v(rd16(xb, 208));
                     }
-                    ws[lane] = f16v(rd16(xb, 0));
-                    ws[PANEL + lane] = f16v(rd16(xb, 2));
                 }
-                Kind::Q6K => {
-                    let s = |i: usize| i16::from(xb[192 + i] as i8);
-                    for i in 0..16 {
-                        wi[i * PANEL + lane] = i32::from(s(i));
-                    }
-                    for q in 0..8 {
-                        wi[(16 + q) * PANEL + lane] = pair(s(2 * q), s(2 * q + 1));
-                    }
-                    ws[lane] = f16v(rd16(xb, 208));
+            }
+            let groups = sc.wq[blk * KB..(blk + 1) * KB].chunks_exact_mut(PB);
+            for (g, dst) in groups.enumerate() {
+                let col: [__m256i; PANEL] = std::array::from_fn(|r| u[r][g]);
+                for (k, v) in transpose16(&col, &ix).into_iter().enumerate() {
+                    st512(&mut dst[64 * k..], v);
                 }
             }
         }
