@@ -1,7 +1,7 @@
 //! Attention over an f16 KV cache: GQA, causal and sliding-window masks,
 //! optional score soft-cap, softmax in f32.
 
-use crate::kernels::{axpy, exp_fast, softcap};
+use crate::kernels::{axpy, exp_fast, exp_scores};
 use crate::qkernels::Kernels;
 use anedvd_graph::LayerSpec;
 use half::f16;
@@ -107,16 +107,7 @@ fn partial(
         // Each key row is decoded from f16 once for the whole group.
         kern.dot_f16_rows_multi(keys, rb, &qg[..group * hd], group, scores);
         for (sc, m) in scores.chunks_exact_mut(len).zip(ms.chunks_exact_mut(2)) {
-            sc.iter_mut().for_each(|x| *x *= spec.attn_scale);
-            if let Some(cap) = spec.attn_softcap {
-                softcap(sc, cap);
-            }
-            let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for v in sc.iter_mut() {
-                *v = exp_fast(*v - max);
-                sum += *v;
-            }
+            let (max, sum) = exp_scores(sc, spec.attn_scale, spec.attn_softcap);
             m[0] = max;
             m[1] = sum;
         }

@@ -72,6 +72,9 @@ pub struct Buffers {
     tmp3: Vec<f32>,
     sel: Vec<f32>,
     cs: Vec<(f32, f32)>,
+    /// Per distinct RoPE of the model (Gemma 3 has a local and a global
+    /// one): the cos/sin of every row of the pass, computed once per pass.
+    rope_tables: Vec<(anedvd_graph::Rope, Vec<(f32, f32)>)>,
     row_pos: Vec<usize>,
     acts: Acts,
 }
@@ -130,6 +133,7 @@ pub fn run(
         tmp3,
         sel,
         cs,
+        rope_tables,
         row_pos,
         acts,
     } = bufs;
@@ -146,6 +150,8 @@ pub fn run(
         }
     }
     put(dump, None, "inp_embd", x, n);
+    // Positions change every pass; the tables are rebuilt lazily per RoPE.
+    rope_tables.iter_mut().for_each(|(_, t)| t.clear());
     parts.resize_with(segs.len(), Vec::new);
     for (il, l) in m.layers.iter().enumerate() {
         let (qd, kvd, hd, ff) = (l.q_dim(), l.kv_dim(), l.spec.head_dim, l.spec.n_ff);
@@ -177,10 +183,13 @@ pub fn run(
         if let Some(w) = &l.k_norm {
             rms_norm_inplace(k, w, m.eps);
         }
-        for (t, &pos) in row_pos.iter().enumerate() {
-            rope_cos_sin(&l.spec.rope, pos, cs);
-            rope_row(&mut q[t * qd..(t + 1) * qd], hd, &l.spec.rope, cs);
-            rope_row(&mut k[t * kvd..(t + 1) * kvd], hd, &l.spec.rope, cs);
+        let rope = &l.spec.rope;
+        let table = rope_table(rope_tables, rope, row_pos, cs);
+        let half = rope.n_rot / 2;
+        for t in 0..n {
+            let cs_t = &table[t * half..(t + 1) * half];
+            rope_row(&mut q[t * qd..(t + 1) * qd], hd, rope, cs_t);
+            rope_row(&mut k[t * kvd..(t + 1) * kvd], hd, rope, cs_t);
         }
         put(dump, li, names::Q_ROPE, q, n);
         put(dump, li, names::K_ROPE, k, n);
@@ -260,6 +269,31 @@ pub fn run(
     }
     put(dump, None, names::RESULT_OUTPUT, out, rows);
     Ok(())
+}
+
+/// The cos/sin of `rope` for every row position of this pass (`n_rot / 2`
+/// pairs per row), computed on first use in the pass.
+fn rope_table<'a>(
+    tables: &'a mut Vec<(anedvd_graph::Rope, Vec<(f32, f32)>)>,
+    rope: &anedvd_graph::Rope,
+    row_pos: &[usize],
+    cs: &mut Vec<(f32, f32)>,
+) -> &'a [(f32, f32)] {
+    let i = match tables.iter().position(|(r, _)| r == rope) {
+        Some(i) => i,
+        None => {
+            tables.push((rope.clone(), Vec::new()));
+            tables.len() - 1
+        }
+    };
+    let table = &mut tables[i].1;
+    if table.is_empty() {
+        for &pos in row_pos {
+            rope_cos_sin(rope, pos, cs);
+            table.extend_from_slice(cs);
+        }
+    }
+    table
 }
 
 /// Attention of every segment against its own cache. One segment
