@@ -321,7 +321,8 @@ fn matmul_matches_matvec_per_token_and_row_ranges_split_cleanly() {
         for ty in TYPES {
             for n_tok in [1usize, 4, 5, 9] {
                 let n_cols = cols_for(ty, 3);
-                let n_rows = 37;
+                // More than one 128-row panel chunk, with a ragged last chunk.
+                let n_rows = 300;
                 let w = random_weights(ty, n_rows, n_cols, &mut rng, |r| r.f() * 0.05);
                 let x: Vec<f32> = (0..n_cols * n_tok).map(|_| rng.f()).collect();
                 let mut all = QuantizedActivation::new();
@@ -586,7 +587,7 @@ fn every_isa_matmul_matches_generic_on_random_ragged_shapes() {
     for ty in TYPES {
         for n_blocks in [1usize, 2, 3, 5, 8, 20] {
             let n_cols = cols_for(ty, n_blocks);
-            let n_rows = [1usize, 3, 4, 7, 17, 21, 33][rng.below(7) as usize];
+            let n_rows = [1usize, 3, 4, 7, 17, 21, 33, 261][rng.below(8) as usize];
             let n_tok = [1usize, 3, 4, 5, 8, 11, 32, 37][rng.below(8) as usize];
             let w = random_weights(ty, n_rows, n_cols, &mut rng, |r| r.f() * 0.05);
             let x: Vec<f32> = (0..n_cols * n_tok).map(|_| rng.f() * 3.0).collect();
@@ -743,7 +744,8 @@ fn token_major_matmul_is_the_transposed_matmul() {
         for ty in TYPES {
             for n_tok in [7usize, 8, 13, 70] {
                 let n_cols = cols_for(ty, 3);
-                let n_rows = 37;
+                // More than one 128-row panel chunk, with a ragged last chunk.
+                let n_rows = 300;
                 let w = random_weights(ty, n_rows, n_cols, &mut rng, |r| r.f() * 0.05);
                 let x: Vec<f32> = (0..n_cols * n_tok).map(|_| rng.f()).collect();
                 let mut act = QuantizedActivation::new();

@@ -138,6 +138,11 @@ pub(crate) struct PanelOut<'a> {
     pub out: &'a mut [f32],
     /// Token-major layout.
     pub token_major: bool,
+    /// Token-major only: the first row of this call within `out`'s rows
+    /// (a call may cover a chunk of the rows) ...
+    pub row_offset: usize,
+    /// ... and the number of rows per token in `out`.
+    pub row_stride: usize,
 }
 
 /// Scratch for [`PanelQ8`] kernels: the repacked weights and their scales.
@@ -158,10 +163,14 @@ thread_local! {
 }
 
 /// Fewest tokens for which [`PanelQ8`] kernels (which repack the weights
-/// once per call) beat the four-token kernels. At 8 (batched decode of 8
-/// sequences) the repacking took 66% of the pass on Gemma 3 270M, whose
-/// 262k-row output matrix is repacked on every call.
-const PANEL_MIN_TOKENS: usize = 32;
+/// once per call, a [`PANEL_ROW_CHUNK`] of rows at a time) beat the
+/// four-token kernels.
+const PANEL_MIN_TOKENS: usize = 8;
+
+/// Weight rows repacked at a time by the panel kernels (a multiple of 16):
+/// a few hundred KiB of repacked weights, which stay in L2 while every
+/// token of the call passes over them.
+const PANEL_ROW_CHUNK: usize = 128;
 
 /// `gate = act(gate) * up`, element-wise (see [`crate::kernels::gated`]).
 pub(crate) type GatedFn = fn(anedvd_graph::Activation, &mut [f32], &[f32]);
@@ -674,6 +683,8 @@ impl Kernels {
         let mut o = PanelOut {
             out,
             token_major: true,
+            row_offset: 0,
+            row_stride: rows.len(),
         };
         if self.has_token_major(ty, act.n_rows()) && self.run_panel(ty, w, rb, n_cols, act, &mut o)
         {
@@ -693,18 +704,45 @@ impl Kernels {
         act: &QuantizedActivation,
         o: &mut PanelOut<'_>,
     ) -> bool {
-        if act.n_rows() < PANEL_MIN_TOKENS {
+        let n_tok = act.n_rows();
+        if n_tok < PANEL_MIN_TOKENS || rb == 0 {
             return false;
         }
-        if let Some(f) = self.panel(ty) {
-            PANEL_SCRATCH.with(|s| f(w, rb, act.q8_all(), n_cols / QK8, o, &mut s.borrow_mut()));
-            return true;
+        let (f8, fk) = (self.panel(ty), self.panel_k(ty));
+        if f8.is_none() && fk.is_none() {
+            return false;
         }
-        if let Some(f) = self.panel_k(ty) {
-            PANEL_SCRATCH.with(|s| f(w, rb, act.q8k_all(), n_cols / QK_K, o, &mut s.borrow_mut()));
-            return true;
+        // Rows are repacked and used a chunk at a time, so the repacked
+        // copy stays in L2 while every token passes over it (one big copy
+        // of a large matrix went to DRAM and back, and was zeroed first).
+        for (ci, chunk) in w.chunks(PANEL_ROW_CHUNK * rb).enumerate() {
+            let r0 = ci * PANEL_ROW_CHUNK;
+            let n = chunk.len() / rb;
+            let mut part = if o.token_major {
+                PanelOut {
+                    out: &mut o.out[..],
+                    token_major: true,
+                    row_offset: o.row_offset + r0,
+                    row_stride: o.row_stride,
+                }
+            } else {
+                PanelOut {
+                    out: &mut o.out[r0 * n_tok..(r0 + n) * n_tok],
+                    token_major: false,
+                    row_offset: 0,
+                    row_stride: n,
+                }
+            };
+            PANEL_SCRATCH.with(|s| {
+                let sc = &mut s.borrow_mut();
+                match (f8, fk) {
+                    (Some(f), _) => f(chunk, rb, act.q8_all(), n_cols / QK8, &mut part, sc),
+                    (None, Some(f)) => f(chunk, rb, act.q8k_all(), n_cols / QK_K, &mut part, sc),
+                    (None, None) => {}
+                }
+            });
         }
-        false
+        true
     }
 
     /// Every activation row of `act` against the weight rows `rows`:
@@ -734,6 +772,8 @@ impl Kernels {
         let mut o = PanelOut {
             out,
             token_major: false,
+            row_offset: 0,
+            row_stride: rows.len(),
         };
         if self.run_panel(ty, w, rb, n_cols, act, &mut o) {
             return Ok(());

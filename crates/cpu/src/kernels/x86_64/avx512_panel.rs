@@ -248,7 +248,7 @@ pub(super) fn store<const T: usize>(
     }
     if o.token_major {
         for (t, v) in tmp.iter().enumerate() {
-            let at = (t0 + t) * n_rows + p * PANEL;
+            let at = (t0 + t) * o.row_stride + o.row_offset + p * PANEL;
             o.out[at..at + n].copy_from_slice(&v[..n]);
         }
     } else {
