@@ -42,8 +42,7 @@ impl EngineBatch {
     /// always leaves at least one prompt token to run (its logits start
     /// generation). Returns how many prompt tokens were reused.
     pub fn reuse_prefix(&mut self, seq: usize, prompt: &[u32]) -> usize {
-        let common = common_prefix(self.cached_tokens(seq), prompt);
-        let keep = common.min(prompt.len().saturating_sub(1));
+        let keep = reusable_prefix(self.cached_tokens(seq), prompt);
         self.truncate(seq, keep);
         keep
     }
@@ -64,6 +63,12 @@ impl EngineBatch {
         }
         Ok(out)
     }
+}
+
+/// Cached tokens a new `prompt` can keep: the common prefix, but never the
+/// whole prompt (its last token must run so its logits start generation).
+pub(crate) fn reusable_prefix(cached: &[u32], prompt: &[u32]) -> usize {
+    common_prefix(cached, prompt).min(prompt.len().saturating_sub(1))
 }
 
 /// Length of the common prefix of `a` and `b`.

@@ -126,6 +126,22 @@ pub struct Generation {
     pub top_logprobs: Vec<Vec<(u32, f32)>>,
 }
 
+/// The checks made before a prompt is run: not empty, valid sampling
+/// parameters, at most `max_seq` tokens.
+pub fn check_request(prompt: &[u32], params: &GenerateParams, max_seq: usize) -> Result<()> {
+    if prompt.is_empty() {
+        return Err(Error::EmptyPrompt);
+    }
+    params.sampling.validate().map_err(Error::BadParams)?;
+    if prompt.len() > max_seq {
+        return Err(Error::PromptTooLong {
+            prompt: prompt.len(),
+            max_seq,
+        });
+    }
+    Ok(())
+}
+
 /// Runs `prompt` through `session` (reusing its cached prefix) and generates.
 /// `on_token` sees every token as it is produced; returning
 /// `ControlFlow::Break(())` stops generation (finish reason `Cancelled`).
@@ -136,17 +152,8 @@ pub fn generate(
     params: &GenerateParams,
     mut on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
 ) -> Result<Generation> {
-    if prompt.is_empty() {
-        return Err(Error::EmptyPrompt);
-    }
-    params.sampling.validate().map_err(Error::BadParams)?;
     let max_seq = session.max_seq();
-    if prompt.len() > max_seq {
-        return Err(Error::PromptTooLong {
-            prompt: prompt.len(),
-            max_seq,
-        });
-    }
+    check_request(prompt, params, max_seq)?;
     let mut timings = Timings::default();
 
     let start = Instant::now();

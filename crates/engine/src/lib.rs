@@ -29,7 +29,8 @@ pub use anedvd_graph::BatchItem;
 pub use batch::{common_prefix, EngineBatch};
 pub use error::{Error, Result};
 pub use generate::{
-    generate, Decoding, FinishReason, GenerateParams, Generation, Step, Timings, TokenEvent,
+    check_request, generate, Decoding, FinishReason, GenerateParams, Generation, Step, Timings,
+    TokenEvent,
 };
 pub use load::{BackendChoice, Engine, LoadOptions, LoadStage, TemplateOrigin};
 pub use sampler::{Sampler, SamplingParams};

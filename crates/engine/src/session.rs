@@ -1,7 +1,7 @@
 //! A backend session plus the token ids its KV cache holds, so a new prompt
 //! that shares a prefix with the cached one only prefills the new suffix.
 
-use crate::batch::common_prefix;
+use crate::batch::reusable_prefix;
 use crate::Result;
 use anedvd_graph::{LogitsMode, Session};
 
@@ -39,8 +39,7 @@ impl EngineSession {
     /// at least one prompt token to run (its logits start generation).
     /// Returns how many prompt tokens were reused.
     pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
-        let common = common_prefix(&self.cached, prompt);
-        let keep = common.min(prompt.len().saturating_sub(1));
+        let keep = reusable_prefix(&self.cached, prompt);
         self.truncate(keep);
         keep
     }

@@ -9,7 +9,8 @@ use crate::metrics::Metrics;
 use crate::scheduler::{Event, Finish, Job, Shared, Summary, TokenInfo};
 use crate::stop::{StopMatcher, StopOutcome};
 use anedvd_engine::{
-    common_prefix, BatchItem, Decoding, EngineBatch, FinishReason, Step, Timings, TokenEvent,
+    check_request, common_prefix, BatchItem, Decoding, EngineBatch, FinishReason, Step, Timings,
+    TokenEvent,
 };
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
@@ -99,7 +100,6 @@ impl Stream {
 /// A generation holding a slot.
 struct Active<'e> {
     slot: usize,
-    prompt: Vec<u32>,
     /// Prompt tokens already in the slot's cache.
     fed: usize,
     /// The token to feed next once decoding.
@@ -108,12 +108,15 @@ struct Active<'e> {
     stream: Stream,
     started: Instant,
     decode_started: Option<Instant>,
-    timings: Timings,
 }
 
 impl Active<'_> {
+    fn prompt(&self) -> &[u32] {
+        &self.decoding.out.prompt_tokens
+    }
+
     fn prefilling(&self) -> bool {
-        self.fed < self.prompt.len()
+        self.fed < self.prompt().len()
     }
 }
 
@@ -203,8 +206,8 @@ fn admit<'e>(
             stop,
             events,
         } = job;
-        if let Err(message) = check_job(&prompt, &params, batch.max_seq()) {
-            let _ = events.try_send(Event::Error(message));
+        if let Err(e) = check_request(&prompt, &params, batch.max_seq()) {
+            let _ = events.try_send(Event::Error(e.to_string()));
             continue;
         }
         let slot = free
@@ -226,7 +229,6 @@ fn admit<'e>(
         slots[slot] = Some(Active {
             slot,
             decoding: Decoding::new(tokenizer, &prompt, &params, timings),
-            prompt,
             fed: reused,
             next: None,
             stream: Stream {
@@ -241,30 +243,9 @@ fn admit<'e>(
             },
             started: Instant::now(),
             decode_started: None,
-            timings,
         });
         st.busy += 1;
     }
-}
-
-/// The checks `generate` makes before running a prompt.
-fn check_job(
-    prompt: &[u32],
-    params: &anedvd_engine::GenerateParams,
-    max_seq: usize,
-) -> Result<(), String> {
-    if prompt.is_empty() {
-        return Err(anedvd_engine::Error::EmptyPrompt.to_string());
-    }
-    params.sampling.validate()?;
-    if prompt.len() > max_seq {
-        return Err(anedvd_engine::Error::PromptTooLong {
-            prompt: prompt.len(),
-            max_seq,
-        }
-        .to_string());
-    }
-    Ok(())
 }
 
 /// One sequence's share of a step: slot, tokens (in the step's token
@@ -290,10 +271,11 @@ fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>) -> Vec<Planned> {
             tokens.push(next);
             planned.push((a.slot, start, 1, true));
         } else if a.prefilling() && budget > 0 {
-            let take = (a.prompt.len() - a.fed).min(budget);
+            let prompt = a.prompt();
+            let take = (prompt.len() - a.fed).min(budget);
             budget -= take;
-            tokens.extend_from_slice(&a.prompt[a.fed..a.fed + take]);
-            planned.push((a.slot, start, take, a.fed + take == a.prompt.len()));
+            tokens.extend_from_slice(&prompt[a.fed..a.fed + take]);
+            planned.push((a.slot, start, take, a.fed + take == prompt.len()));
         }
     }
     planned
@@ -340,11 +322,11 @@ fn step(
         let slot = &mut slots[seq];
         let Some(a) = slot.as_mut() else { continue };
         if a.next.take().is_some() {
-            a.timings.decode_tokens += 1;
+            a.decoding.out.timings.decode_tokens += 1;
         } else {
             a.fed += n;
             if !a.prefilling() {
-                a.timings.prefill = a.started.elapsed();
+                a.decoding.out.timings.prefill = a.started.elapsed();
                 a.decode_started = Some(Instant::now());
             }
         }
@@ -414,18 +396,18 @@ fn finish(
         mut stream,
         started,
         decode_started,
-        mut timings,
         ..
     } = a;
     let tokenizer = &sh.engine.tokenizer;
-    let generation = decoding.finish(reason, |ev| stream.on_token(ev, tokenizer.is_eog(ev.id)));
+    let mut generation = decoding.finish(reason, |ev| stream.on_token(ev, tokenizer.is_eog(ev.id)));
     if stream.stopped.is_none() {
         let rest = stream.matcher.finish();
         stream.emit(rest);
     }
     if let Some(t) = decode_started {
-        timings.decode = t.elapsed();
+        generation.timings.decode = t.elapsed();
     }
+    let timings = generation.timings;
     let m = &sh.metrics;
     let prefilled = fed - timings.reused_tokens;
     m.prompt_tokens
