@@ -372,6 +372,33 @@ fn print_json(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn bench(extra: &[&str]) -> Result<()> {
+        let model = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/models/qwen2/model-f32.gguf"
+        );
+        let mut argv = vec!["bench", "--model", model, "-t", "1"];
+        argv.extend_from_slice(extra);
+        run(&Wrap::try_parse_from(argv)?.args)
+    }
+
+    #[test]
+    fn bad_flags_are_refused_with_their_names() {
+        let e = bench(&["--parallel", "2,0", "-p", "4", "-n", "2", "-r", "1"]).unwrap_err();
+        assert!(e.to_string().contains("--parallel"), "{e}");
+        let e = bench(&["-r", "0"]).unwrap_err();
+        assert!(e.to_string().contains("must be at least 1"), "{e}");
+        let e = bench(&["-p", "300", "-n", "0", "-r", "1"]).unwrap_err();
+        assert!(e.to_string().contains("context"), "{e}");
+    }
 
     #[test]
     fn stats_and_names() {
