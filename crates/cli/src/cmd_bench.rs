@@ -398,6 +398,20 @@ mod tests {
         assert!(e.to_string().contains("must be at least 1"), "{e}");
         let e = bench(&["-p", "300", "-n", "0", "-r", "1"]).unwrap_err();
         assert!(e.to_string().contains("context"), "{e}");
+        // The same model runs batched, with a depth fill.
+        bench(&[
+            "--parallel",
+            "1,3",
+            "-p",
+            "4",
+            "-n",
+            "2",
+            "-d",
+            "0,5",
+            "-r",
+            "1",
+        ])
+        .unwrap();
     }
 
     #[test]
