@@ -42,4 +42,11 @@ pub trait WeightSource: Send + Sync {
     fn tensor(&self, name: &str) -> Option<TensorRef<'_>>;
     /// A short name of the format (`"gguf"`, `"safetensors"`).
     fn format_name(&self) -> &'static str;
+    /// A hint that the caller has copied `bytes` (a range of tensor
+    /// `name`'s data) and will rarely read them again: a memory-mapped
+    /// source may drop those pages from the process (later reads fault them
+    /// back in from the file). Sources that own their bytes ignore it.
+    fn release(&self, name: &str, bytes: std::ops::Range<usize>) {
+        let _ = (name, bytes);
+    }
 }

@@ -121,6 +121,21 @@ fn main() {
                 w.len() as f64 / per / 1e9
             );
             black_box(&out);
+            if k.packs(ty) {
+                let mut p = k.new_packed(ty, rows, cols).expect("packed");
+                k.pack_rows(ty, &w, cols, p.panels_mut()).expect("pack");
+                let per = time(secs, || {
+                    k.packed_matmul(black_box(&p), 0..rows, &act, &mut out)
+                        .expect("packed")
+                });
+                println!(
+                    "| {ty} packed | {rows}x{cols} | {:.1} | {} | {:.1} | {:.2} |",
+                    w.len() as f64 / 1e6,
+                    k.name(),
+                    per * 1e6,
+                    w.len() as f64 / per / 1e9
+                );
+            }
         }
     }
     // Decode of the largest matrix on 2 threads (half the rows each), the
@@ -168,6 +183,23 @@ fn main() {
                 per * 1e6,
                 w.len() as f64 / per / 1e9
             );
+            if k.packs(ty) {
+                let mut p = k.new_packed(ty, rows, cols).expect("packed");
+                k.pack_rows(ty, &w, cols, p.panels_mut()).expect("pack");
+                let per = time(secs, || {
+                    let (o1, o2) = out.split_at_mut(half);
+                    std::thread::scope(|s| {
+                        s.spawn(|| k.packed_matmul(&p, 0..half, &act, o1).expect("packed"));
+                        s.spawn(|| k.packed_matmul(&p, half..rows, &act, o2).expect("packed"));
+                    });
+                });
+                println!(
+                    "| {ty} packed | {rows}x{cols} | 2 | {} | {:.1} | {:.2} |",
+                    k.name(),
+                    per * 1e6,
+                    w.len() as f64 / per / 1e9
+                );
+            }
         }
         black_box(&out);
     }

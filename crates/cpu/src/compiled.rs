@@ -60,6 +60,9 @@ impl Model {
     pub fn new(p: &DecoderProgram) -> Result<Self> {
         let src = p.weights.as_ref();
         let k = Kernels::detect();
+        // `ANEDVD_PACK=0` keeps every matrix in the file's layout (A/B runs).
+        let pack = std::env::var("ANEDVD_PACK").map_or(true, |v| v != "0" && v != "off");
+        let packed = |m: Matrix| if pack { m.packed(src) } else { Ok(m) };
         let offset = p.norm.weight_offset;
         let norm = |name: &str, len: usize| -> Result<Vec<f32>> {
             let mut v = vector(src, name, len)?;
@@ -89,21 +92,24 @@ impl Model {
                 bk: opt_vec(Role::AttnKBias, kv)?,
                 bv: opt_vec(Role::AttnVBias, kv)?,
                 bo: opt_vec(Role::AttnOutputBias, d)?,
-                wq: Matrix::new(src, need(Role::AttnQ)?, k)?,
-                wk: Matrix::new(src, need(Role::AttnK)?, k)?,
-                wv: Matrix::new(src, need(Role::AttnV)?, k)?,
-                wo: Matrix::new(src, need(Role::AttnOutput)?, k)?,
-                gate: Matrix::new(src, need(Role::FfnGate)?, k)?,
-                up: Matrix::new(src, need(Role::FfnUp)?, k)?,
-                down: Matrix::new(src, need(Role::FfnDown)?, k)?,
+                wq: packed(Matrix::new(src, need(Role::AttnQ)?, k)?)?,
+                wk: packed(Matrix::new(src, need(Role::AttnK)?, k)?)?,
+                wv: packed(Matrix::new(src, need(Role::AttnV)?, k)?)?,
+                wo: packed(Matrix::new(src, need(Role::AttnOutput)?, k)?)?,
+                gate: packed(Matrix::new(src, need(Role::FfnGate)?, k)?)?,
+                up: packed(Matrix::new(src, need(Role::FfnUp)?, k)?)?,
+                down: packed(Matrix::new(src, need(Role::FfnDown)?, k)?)?,
                 spec: l.clone(),
             });
         }
         let token_embd = Matrix::new(src, &p.token_embd, k)?;
-        let output = match &p.output {
+        // The embedding table stays in the file's layout (rows are looked
+        // up one at a time); a tied output projection gets its own packed
+        // copy.
+        let output = packed(match &p.output {
             Some(o) => Matrix::new(src, o, k)?,
             None => token_embd.clone(),
-        };
+        })?;
         Ok(Model {
             weights: p.weights.clone(),
             n_embd: p.n_embd,

@@ -4,12 +4,13 @@
 //! parallelized over output rows.
 
 use crate::kernels::{dot, dot_f32_bytes};
-use crate::qkernels::{ActFormat, Kernels, QuantizedActivation};
+use crate::qkernels::{ActFormat, Kernels, PackedWeights, QuantizedActivation};
 use anedvd_base::{GgmlType, WeightSource};
 use anedvd_graph::{Error, Result};
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::sync::Arc;
 
 thread_local! {
     static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -74,6 +75,9 @@ pub struct Matrix {
     /// The quantized kernels, when they implement `dtype` for this width;
     /// `None` keeps the decode-row-then-f32-dot path.
     kernels: Option<Kernels>,
+    /// The weights repacked for the kernels at load ([`Matrix::packed`]);
+    /// products then read these instead of the source's bytes.
+    packed: Option<Arc<PackedWeights>>,
 }
 
 fn backend_err(tensor: &str, message: impl std::fmt::Display) -> Error {
@@ -127,10 +131,16 @@ impl Acts {
 /// Rows per parallel task for a matrix-vector product: a few tasks per
 /// thread (so a preempted thread does not hold the others up), each a
 /// contiguous run of weight rows no longer than ~1.5 MB.
+/// Packed matrices take whole 16-row panels.
 fn decode_rows_per_task(m: &Matrix) -> usize {
     let threads = rayon::current_num_threads().max(1);
     let cap = ((3 << 19) / m.row_bytes.max(1)).max(16);
-    m.n_out.div_ceil(threads * 4).clamp(16, cap)
+    let per = m.n_out.div_ceil(threads * 4).clamp(16, cap);
+    if m.packed.is_some() {
+        per.div_ceil(16) * 16
+    } else {
+        per
+    }
 }
 
 /// Rows per parallel task for a batched product: multiples of the kernels'
@@ -176,6 +186,7 @@ impl Matrix {
             n_out,
             row_bytes,
             kernels: fits.then_some(kernels),
+            packed: None,
         };
         let mut row = vec![0.0; n_in];
         if n_out > 0 {
@@ -188,6 +199,38 @@ impl Matrix {
             })?;
         }
         Ok(m)
+    }
+
+    /// This matrix with its weights repacked for the kernels, where they
+    /// multiply its type faster packed ([`Kernels::packs`]); otherwise
+    /// unchanged. The source is told to release its bytes as each part is
+    /// packed (a mapped file drops the pages, so the two copies are never
+    /// both resident); row lookups ([`Self::row`]) still read the source.
+    pub fn packed(mut self, source: &dyn WeightSource) -> Result<Self> {
+        let Some(k) = self.kernels.filter(|k| k.packs(self.dtype)) else {
+            return Ok(self);
+        };
+        let data = self.data(source)?;
+        let mut p = k
+            .new_packed(self.dtype, self.n_out, self.n_in)
+            .map_err(|e| backend_err(&self.name, e))?;
+        // A few hundred KB of rows per job; their pages are released as
+        // soon as the job has packed them.
+        let panels_per_job = ((1 << 18) / p.panel_bytes().max(1)).max(1);
+        let (pb, rb, rows_per_job) = (p.panel_bytes(), self.row_bytes, panels_per_job * 16);
+        p.panels_mut()
+            .par_chunks_mut(panels_per_job * pb)
+            .enumerate()
+            .try_for_each(|(i, dst)| {
+                let r0 = i * rows_per_job;
+                let bytes = r0 * rb..((r0 + rows_per_job).min(self.n_out)) * rb;
+                k.pack_rows(self.dtype, &data[bytes.clone()], self.n_in, dst)
+                    .map_err(|e| backend_err(&self.name, e))?;
+                source.release(&self.name, bytes);
+                Ok(())
+            })?;
+        self.packed = Some(Arc::new(p));
+        Ok(self)
     }
 
     /// The activation format this matrix's kernel reads (`None`: plain f32
@@ -223,6 +266,11 @@ impl Matrix {
         out: &mut [f32],
     ) -> Result<()> {
         let rows = r0..r0 + out.len();
+        if let (Some(k), Some(p), Some(f)) = (self.kernels, &self.packed, self.act_format()) {
+            return k
+                .packed_matmul(p, rows, acts.slot(f), out)
+                .map_err(|e| backend_err(&self.name, e));
+        }
         if let (Some(k), Some(f)) = (self.kernels, self.act_format()) {
             return k
                 .matvec(self.dtype, data, rows, self.n_in, acts.slot(f), out)
@@ -250,8 +298,10 @@ impl Matrix {
     /// True if this matrix's batched products come token-major from the
     /// kernels ([`Kernels::has_token_major`]).
     fn token_major(&self, n_tok: usize) -> bool {
-        self.kernels
-            .is_some_and(|k| k.has_token_major(self.dtype, n_tok))
+        self.packed.is_some()
+            || self
+                .kernels
+                .is_some_and(|k| k.has_token_major(self.dtype, n_tok))
     }
 
     /// Products of rows `r0..` with every token: weight-row-major,
@@ -267,6 +317,11 @@ impl Matrix {
         o: &mut [f32],
     ) -> Result<()> {
         let rows = r0..r0 + o.len() / n_tok;
+        if let (Some(k), Some(p), Some(f)) = (self.kernels, &self.packed, self.act_format()) {
+            return k
+                .packed_matmul(p, rows, acts.slot(f), o)
+                .map_err(|e| backend_err(&self.name, e));
+        }
         if let (Some(k), Some(f)) = (self.kernels, self.act_format()) {
             let r = if self.token_major(n_tok) {
                 k.matmul_token_major(self.dtype, data, rows, self.n_in, acts.slot(f), o)

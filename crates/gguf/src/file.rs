@@ -158,4 +158,16 @@ impl WeightSource for GgufFile {
     fn format_name(&self) -> &'static str {
         "gguf"
     }
+
+    fn release(&self, name: &str, bytes: std::ops::Range<usize>) {
+        let (Storage::Mmap(map), Some(t)) = (&self.storage, self.tensor(name)) else {
+            return;
+        };
+        if bytes.start > bytes.end || bytes.end > t.data.len() {
+            return;
+        }
+        // The tensor's offset inside the map.
+        let at = t.data.as_ptr() as usize - map.as_ptr() as usize;
+        crate::mmap::release(map, at + bytes.start..at + bytes.end);
+    }
 }

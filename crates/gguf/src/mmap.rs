@@ -15,3 +15,33 @@ pub fn map_readonly(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     // validated against its length before use.
     unsafe { memmap2::Mmap::map(file) }
 }
+
+/// Drops the pages wholly inside `range` (byte offsets into `map`) from this
+/// process (`MADV_DONTNEED`); later reads fault them back in from the file.
+/// Pages only partly inside `range` stay. Unix only; elsewhere, and on any
+/// error, nothing happens (it is only a memory hint).
+#[allow(unsafe_code)]
+pub fn release(map: &memmap2::Mmap, range: std::ops::Range<usize>) {
+    #[cfg(unix)]
+    {
+        const PAGE: usize = 4096;
+        let base = map.as_ptr() as usize;
+        let end = range.end.min(map.len());
+        // Page-aligned addresses inside the range (the map itself starts on
+        // a page boundary; larger pages only make the kernel round further).
+        let first = (base + range.start).div_ceil(PAGE) * PAGE - base;
+        let last = (base + end) / PAGE * PAGE - base;
+        if first < last {
+            // SAFETY: the map is read-only and private (`map_readonly`), so
+            // dropping its pages loses nothing: the next read of any byte in
+            // the range faults it in again from the file, the same bytes the
+            // map showed before. No reference into the map becomes dangling;
+            // only residency changes.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first)
+            };
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (map, range);
+}

@@ -90,10 +90,12 @@
 mod aarch64;
 mod act;
 pub mod generic;
+mod packed;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
 pub use act::{ActFormat, Q8Block, QuantizedActivation, QK8};
+pub use packed::PackedWeights;
 
 use anedvd_base::GgmlType;
 use anedvd_quant::{BlockQ8K, QK_K};
@@ -125,6 +127,14 @@ pub(crate) type Rows4Q8K = fn(&[u8], usize, [&[BlockQ8K]; 4], &mut [f32]);
 /// each) with every token of `a` (`nb` blocks each, tokens back to back) on
 /// repacked weight panels: `out[r * n_tok + t] = W[r] · a[t]`.
 pub(crate) type PanelQ8 = fn(&[u8], usize, &[Q8Block], usize, &mut PanelOut<'_>, &mut PanelScratch);
+
+/// Packs whole weight rows of a type (`rb` bytes, `nb` blocks each) into
+/// panels of a [`PackedWeights`] (see `packed`).
+pub(crate) type PackFn = fn(GgmlType, &[u8], usize, usize, &mut [u8]);
+/// Products of `n_rows` packed rows of a type (whole panels, `nb` blocks
+/// per row) with every token of the activations, token-major:
+/// `out[t * n_rows + r]`.
+pub(crate) type PackedQ8 = fn(GgmlType, &[u8], usize, usize, &[Q8Block], &mut [f32]);
 
 /// [`PanelQ8`] for the Q8_K-activation types.
 pub(crate) type PanelQ8K =
@@ -251,6 +261,12 @@ pub(crate) struct Table {
     pub panel_iq4_nl: Option<PanelQ8>,
     pub panel_q4_k: Option<PanelQ8K>,
     pub panel_q6_k: Option<PanelQ8K>,
+    /// The legacy types into the packed layout (every table; SIMD where it
+    /// has one).
+    pub pack: PackFn,
+    /// Packed products; `Some` only where they beat the file layout (the
+    /// table then asks for packing at load, [`Kernels::packs`]).
+    pub packed: Option<PackedQ8>,
     pub axpy_f16: AxpyF16,
     pub wsum_f16: WsumF16,
     pub dot_f16_multi: DotF16Multi,
@@ -286,6 +302,8 @@ impl Table {
         panel_iq4_nl: None,
         panel_q4_k: None,
         panel_q6_k: None,
+        pack: packed::pack,
+        packed: None,
         axpy_f16: generic::axpy_f16,
         wsum_f16: generic::wsum_f16,
         dot_f16_multi: generic::dot_f16_multi,

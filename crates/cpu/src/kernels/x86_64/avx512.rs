@@ -351,6 +351,8 @@ macro_rules! kernels {
 const PANELS_VNNI: Table = Table {
     panel_q8_0: Some(super::avx512_panel::vnni::panel_q8_0),
     panel_iq4_nl: Some(super::avx512_panel::vnni::panel_iq4_nl),
+    pack: super::avx512_packed::pack,
+    packed: Some(super::avx512_packed::packed_products),
     ..avx2::TABLE
 };
 

@@ -218,7 +218,7 @@ pub(super) fn ld512ps(s: &[f32]) -> __m512 {
 
 /// Four activation bytes `4k..4k+4` of `y` as one i32.
 #[inline(always)]
-fn quad(y: &Q8Block, k: usize) -> i32 {
+pub(super) fn quad(y: &Q8Block, k: usize) -> i32 {
     i32::from_le_bytes([
         y.qs[4 * k] as u8,
         y.qs[4 * k + 1] as u8,

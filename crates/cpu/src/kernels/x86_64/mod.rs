@@ -12,6 +12,7 @@ mod avx2_x4;
 mod avx512;
 mod avx512_act;
 mod avx512_attn;
+mod avx512_packed;
 mod avx512_panel;
 mod avx512_panel_k;
 mod avx512_quant;

@@ -1,0 +1,358 @@
+//! Weights repacked once, at load, into the 16-row panel layout of the
+//! AVX-512 prefill kernels, so that batched products (several sequences
+//! decoding together, prefill) stop repacking on every call. A batched
+//! decode pass of Gemma 3 270M spent ~60% of its time repacking its 262k-row
+//! Q8_0 output matrix (see docs/BENCHMARKS.md); llama.cpp repacks some types
+//! at load for the same reason.
+//!
+//! The legacy 32-weight block types are packed (Q8_0, Q4_0, Q5_0,
+//! IQ4_NL): each panel block holds exactly what the 16 rows' blocks held,
+//! rearranged (`16 × block bytes`), so the packed copy replaces the file's
+//! bytes in memory (the loader drops the mapped pages,
+//! `WeightSource::release`) and single-token decoding reads as many bytes
+//! as before.
+//!
+//! Layout of one panel (16 rows, `nb` blocks of 32 weights): `nb` weight
+//! parts, then `nb` × 16 f16 block scales (row `r` at byte `2 r`). The
+//! kernels read a block's 32 weights of the 16 rows as eight 64-byte
+//! registers: register `k` holds weights `4k..4k+4` of each row (row `r` at
+//! byte `4 r`) as unsigned bytes `u = w + off` (Q8_0 and IQ4_NL: 128, Q5_0:
+//! 16, Q4_0: 8), so one `vpdpbusd` with four broadcast activation bytes
+//! advances all 16 rows; the offset is taken back as `-off * sum(y)` per
+//! block. The weight part of a block is:
+//! - Q8_0 (512 bytes): the eight registers.
+//! - Q4_0, IQ4_NL (256 bytes): four 64-byte groups; byte `4 r + j` of group
+//!   `q` is row `r`'s quant byte `4 q + j`, whose low nibble is weight
+//!   `4 q + j` (register `q`) and high nibble weight `16 + 4 q + j`
+//!   (register `q + 4`), as in the file. IQ4_NL maps nibbles through its
+//!   table.
+//! - Q5_0 (320 bytes): Q4_0's 256, then eight 64-bit masks: bit `4 r + j`
+//!   of mask `k` is the fifth bit of weight `4 k + j` of row `r`.
+//!
+//! Rows past the matrix's end in the last panel are zero (weights and
+//! scales, so they add nothing).
+//!
+//! [`pack`] and [`packed_products`] are the scalar twins of the AVX-512
+//! VNNI code: the packed bytes are identical and, because both accumulate
+//! each block with one fused multiply-add in block order, so are the
+//! results.
+
+use super::{ActFormat, KernelError};
+use super::{Kernels, Q8Block, QuantizedActivation, QK8};
+use anedvd_base::GgmlType;
+use std::ops::Range;
+
+/// Rows per panel.
+pub(crate) const PANEL_ROWS: usize = 16;
+
+/// Bytes of one block of one row in the file (and of 1/16 of a panel
+/// block), for the packed types; `None` for the others.
+fn block_bytes(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q8_0 => Some(34),
+        GgmlType::Q5_0 => Some(22),
+        GgmlType::Q4_0 | GgmlType::IQ4NL => Some(18),
+        _ => None,
+    }
+}
+
+/// Bytes of the weight part of one panel block.
+pub(crate) fn weight_part(ty: GgmlType) -> usize {
+    block_bytes(ty).map_or(0, |b| PANEL_ROWS * (b - 2))
+}
+
+/// The byte offset that makes a type's weights unsigned.
+pub(crate) fn offset(ty: GgmlType) -> i32 {
+    match ty {
+        GgmlType::Q4_0 => 8,
+        GgmlType::Q5_0 => 16,
+        _ => 128,
+    }
+}
+
+/// The bytes per block and block count of `ty` rows of `n_cols`, if `ty`
+/// has a packed layout and `n_cols` is whole blocks.
+fn geometry(ty: GgmlType, n_cols: usize) -> Result<(usize, usize), KernelError> {
+    match block_bytes(ty) {
+        Some(bb) if n_cols > 0 && n_cols.is_multiple_of(QK8) => Ok((bb, n_cols / QK8)),
+        _ => Err(KernelError::Shape(format!(
+            "no packed layout for {ty} rows of {n_cols}"
+        ))),
+    }
+}
+
+/// A matrix's weights in the panel layout of its type (see the module
+/// documentation), 64-byte aligned.
+pub struct PackedWeights {
+    ty: GgmlType,
+    n_rows: usize,
+    n_cols: usize,
+    buf: Vec<u8>,
+    /// Offset of the first (64-byte aligned) byte in `buf`.
+    start: usize,
+}
+
+impl std::fmt::Debug for PackedWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PackedWeights({} {}x{}, {} bytes)",
+            self.ty,
+            self.n_rows,
+            self.n_cols,
+            self.len()
+        )
+    }
+}
+
+impl PackedWeights {
+    /// A zeroed buffer for `n_rows` rows of `n_cols` weights of type `ty`.
+    fn zeroed(ty: GgmlType, n_rows: usize, n_cols: usize) -> Result<Self, KernelError> {
+        let (bb, nb) = geometry(ty, n_cols)?;
+        let len = n_rows
+            .div_ceil(PANEL_ROWS)
+            .checked_mul(nb * bb * PANEL_ROWS)
+            .ok_or_else(|| KernelError::Shape(format!("{n_rows} x {n_cols} is too large")))?;
+        // `vec![0; n]` takes fresh zero pages from the allocator (no writes).
+        let buf = vec![0u8; len + 63];
+        let start = buf.as_ptr().align_offset(64).min(63);
+        Ok(Self {
+            ty,
+            n_rows,
+            n_cols,
+            buf,
+            start,
+        })
+    }
+
+    /// The weight type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Rows of the packed matrix.
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+
+    /// Bytes of packed data.
+    pub fn len(&self) -> usize {
+        self.buf.len() - 63
+    }
+
+    /// True for a matrix of no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes per panel of 16 rows.
+    pub fn panel_bytes(&self) -> usize {
+        geometry(self.ty, self.n_cols).map_or(0, |(bb, nb)| nb * bb * PANEL_ROWS)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let len = self.len();
+        &self.buf[self.start..self.start + len]
+    }
+
+    /// The packed bytes, whole panels back to back, for
+    /// [`Kernels::pack_rows`] (split at multiples of [`Self::panel_bytes`]).
+    pub fn panels_mut(&mut self) -> &mut [u8] {
+        let len = self.len();
+        &mut self.buf[self.start..self.start + len]
+    }
+}
+
+impl Kernels {
+    /// True if this table multiplies `ty` faster from weights packed once
+    /// ([`Self::pack`]) than from the file's layout; a loader should then
+    /// pack. (Every table can run packed weights; only AVX-512 VNNI gains.)
+    pub fn packs(&self, ty: GgmlType) -> bool {
+        block_bytes(ty).is_some() && self.table.packed.is_some()
+    }
+
+    /// A zeroed packed matrix of `n_rows` rows of `n_cols` weights of type
+    /// `ty`, to fill with [`Self::pack_rows`] panel by panel.
+    pub fn new_packed(
+        &self,
+        ty: GgmlType,
+        n_rows: usize,
+        n_cols: usize,
+    ) -> Result<PackedWeights, KernelError> {
+        PackedWeights::zeroed(ty, n_rows, n_cols)
+    }
+
+    /// Packs the whole rows `rows` (type `ty`, `n_cols` wide; at most 16
+    /// times as many as `dst` has panels) into `dst`, a run of whole panels
+    /// of a [`PackedWeights`] ([`PackedWeights::panels_mut`]).
+    pub fn pack_rows(
+        &self,
+        ty: GgmlType,
+        rows: &[u8],
+        n_cols: usize,
+        dst: &mut [u8],
+    ) -> Result<(), KernelError> {
+        let (bb, nb) = geometry(ty, n_cols)?;
+        let (rb, pb) = (nb * bb, nb * bb * PANEL_ROWS);
+        let n = rows.len() / rb;
+        if !rows.len().is_multiple_of(rb)
+            || !dst.len().is_multiple_of(pb)
+            || n.div_ceil(PANEL_ROWS) > dst.len() / pb
+        {
+            return Err(KernelError::Shape(format!(
+                "{} bytes of {rb}-byte rows into {} bytes of {pb}-byte panels",
+                rows.len(),
+                dst.len()
+            )));
+        }
+        (self.table.pack)(ty, rows, rb, nb, dst);
+        Ok(())
+    }
+
+    /// Products of the packed rows `rows` (starting on a panel: a multiple
+    /// of 16) with every activation row of `act`, token-major:
+    /// `out[t * rows.len() + i] = W[rows.start + i] · act[t]`.
+    pub fn packed_matmul(
+        &self,
+        w: &PackedWeights,
+        rows: Range<usize>,
+        act: &QuantizedActivation,
+        out: &mut [f32],
+    ) -> Result<(), KernelError> {
+        if act.format() != ActFormat::Q8 || act.n_cols() != w.n_cols {
+            return Err(KernelError::Shape(format!(
+                "packed {} weights of {} columns need Q8 activations of that width, got {:?} of {}",
+                w.ty,
+                w.n_cols,
+                act.format(),
+                act.n_cols()
+            )));
+        }
+        if !rows.start.is_multiple_of(PANEL_ROWS) || rows.start > rows.end || rows.end > w.n_rows {
+            return Err(KernelError::Shape(format!(
+                "rows {rows:?} of a packed {}-row matrix (must start on a multiple of 16)",
+                w.n_rows
+            )));
+        }
+        if out.len() != rows.len() * act.n_rows() {
+            return Err(KernelError::Shape(format!(
+                "output of {} for {} rows x {} activations",
+                out.len(),
+                rows.len(),
+                act.n_rows()
+            )));
+        }
+        if rows.is_empty() || act.n_rows() == 0 {
+            return Ok(());
+        }
+        let pb = w.panel_bytes();
+        let panels = &w.bytes()[rows.start / PANEL_ROWS * pb..rows.end.div_ceil(PANEL_ROWS) * pb];
+        let f = self.table.packed.unwrap_or(packed_products);
+        f(w.ty, panels, w.n_cols / QK8, rows.len(), act.q8_all(), out);
+        Ok(())
+    }
+}
+
+/// Packs rows `src` of a packed type `ty` (`rb` bytes, `nb` blocks each)
+/// into the panels `dst` (`ceil(rows / 16)` panels).
+pub(crate) fn pack(ty: GgmlType, src: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
+    let Some(bb) = block_bytes(ty) else { return };
+    dst.fill(0);
+    let n = src.len() / rb.max(1);
+    let wp = weight_part(ty);
+    for (p, d) in dst.chunks_exact_mut(nb * bb * PANEL_ROWS).enumerate() {
+        let (dw, ds) = d.split_at_mut(nb * wp);
+        for r in (0..PANEL_ROWS).take_while(|r| p * PANEL_ROWS + r < n) {
+            let row = p * PANEL_ROWS + r;
+            for b in 0..nb {
+                let x = &src[row * rb + b * bb..row * rb + (b + 1) * bb];
+                ds[b * 32 + 2 * r..b * 32 + 2 * r + 2].copy_from_slice(&x[..2]);
+                let w = &mut dw[b * wp..(b + 1) * wp];
+                match ty {
+                    GgmlType::Q8_0 => {
+                        for j in 0..QK8 {
+                            w[64 * (j / 4) + 4 * r + j % 4] = x[2 + j] ^ 0x80;
+                        }
+                    }
+                    _ => {
+                        let qs = if ty == GgmlType::Q5_0 {
+                            &x[6..]
+                        } else {
+                            &x[2..]
+                        };
+                        for j in 0..16 {
+                            w[64 * (j / 4) + 4 * r + j % 4] = qs[j];
+                        }
+                        if ty == GgmlType::Q5_0 {
+                            let qh = u32::from_le_bytes([x[2], x[3], x[4], x[5]]);
+                            for k in 0..8 {
+                                let at = 256 + 8 * k;
+                                let mut m =
+                                    u64::from_le_bytes(w[at..at + 8].try_into().unwrap_or([0; 8]));
+                                m |= u64::from((qh >> (4 * k)) & 0xf) << (4 * r);
+                                w[at..at + 8].copy_from_slice(&m.to_le_bytes());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Unsigned weight `j` (`w + offset(ty)`) of row `r` in a packed block's
+/// weight part `w`.
+fn packed_weight(ty: GgmlType, w: &[u8], r: usize, j: usize) -> i32 {
+    if ty == GgmlType::Q8_0 {
+        return i32::from(w[64 * (j / 4) + 4 * r + j % 4]);
+    }
+    let byte = w[64 * (j % 16 / 4) + 4 * r + j % 4];
+    let nib = if j < 16 { byte & 0xf } else { byte >> 4 };
+    match ty {
+        GgmlType::IQ4NL => i32::from(super::generic::KVALUES_IQ4NL[usize::from(nib)]) + 128,
+        GgmlType::Q5_0 => {
+            let at = 256 + 8 * (j / 4);
+            let mask = u64::from_le_bytes(w[at..at + 8].try_into().unwrap_or([0; 8]));
+            i32::from(nib) | (((mask >> (4 * r + j % 4)) & 1) as i32) << 4
+        }
+        _ => i32::from(nib),
+    }
+}
+
+/// Products of `n_rows` packed rows of `ty` (`panels`, `nb` blocks per row)
+/// with every token of `a` (`nb` blocks each), token-major:
+/// `out[t * n_rows + r]`.
+pub(crate) fn packed_products(
+    ty: GgmlType,
+    panels: &[u8],
+    nb: usize,
+    n_rows: usize,
+    a: &[Q8Block],
+    out: &mut [f32],
+) {
+    let (Some(bb), wp, off) = (block_bytes(ty), weight_part(ty), offset(ty)) else {
+        return;
+    };
+    let n_tok = a.len() / nb.max(1);
+    for (p, d) in panels.chunks_exact(nb * bb * PANEL_ROWS).enumerate() {
+        let (dw, ds) = d.split_at(nb * wp);
+        for r in 0..PANEL_ROWS.min(n_rows.saturating_sub(p * PANEL_ROWS)) {
+            for t in 0..n_tok {
+                let mut sum = 0.0f32;
+                for (b, y) in a[t * nb..(t + 1) * nb].iter().enumerate() {
+                    let w = &dw[b * wp..(b + 1) * wp];
+                    let mut sumi = -off * y.isum;
+                    for (j, q) in y.qs.iter().enumerate() {
+                        sumi += packed_weight(ty, w, r, j) * i32::from(*q);
+                    }
+                    let d = anedvd_quant::f16_to_f32(u16::from_le_bytes([
+                        ds[b * 32 + 2 * r],
+                        ds[b * 32 + 2 * r + 1],
+                    ]));
+                    sum = (sumi as f32).mul_add(d * y.d, sum);
+                }
+                out[t * n_rows + p * PANEL_ROWS + r] = sum;
+            }
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! AVX-512 VNNI kernels for the legacy types packed once at load (layout
+//! in `kernels/packed.rs`): the packing itself (the per-call panel repack's
+//! transpose, with the file's nibbles and f16 scales kept as they are) and
+//! the products, `avx512_panel`'s panel loop reading the packed bytes in
+//! place and unpacking each block once for up to four tokens. Scalar twins:
+//! `packed::pack`, `packed::packed_products` (bit for bit).
+
+use super::super::generic::KVALUES_IQ4NL;
+use super::super::packed::{offset, weight_part};
+use super::super::{PanelOut, Q8Block};
+use super::avx2::{ld128, ld256};
+use super::avx512_panel::{ld512, quad, st512, store, transpose16, TransposeIdx, PANEL};
+use anedvd_base::GgmlType;
+use std::arch::x86_64::*;
+
+/// Tokens per chunk (activations of one chunk stay in L2).
+const TOKEN_CHUNK: usize = 64;
+/// Bytes of packed data prefetched ahead of the block being read (4 KB was
+/// best of 1-16 KB on the 262k-row Q8_0 output matrix, 1 and 2 threads).
+const PREFETCH_AHEAD: usize = 4096;
+
+/// The packed types, as const generic parameters.
+const Q8_0: u8 = 0;
+const Q4_0: u8 = 1;
+const Q5_0: u8 = 2;
+const IQ4NL: u8 = 3;
+
+/// `ty`'s number for the const generic functions below.
+fn kind(ty: GgmlType) -> Option<u8> {
+    match ty {
+        GgmlType::Q8_0 => Some(Q8_0),
+        GgmlType::Q4_0 => Some(Q4_0),
+        GgmlType::Q5_0 => Some(Q5_0),
+        GgmlType::IQ4NL => Some(IQ4NL),
+        _ => None,
+    }
+}
+
+/// The type numbered `K`.
+const fn ty_of(k: u8) -> GgmlType {
+    match k {
+        Q8_0 => GgmlType::Q8_0,
+        Q4_0 => GgmlType::Q4_0,
+        Q5_0 => GgmlType::Q5_0,
+        _ => GgmlType::IQ4NL,
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_as<const K: u8>(src: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
+    let ty = ty_of(K);
+    let (bb, wp) = (ty.block_bytes() as usize, weight_part(ty));
+    let n = src.len() / rb;
+    let ix = TransposeIdx::new();
+    for (p, d) in dst.chunks_exact_mut(nb * bb * PANEL).enumerate() {
+        let rows = PANEL.min(n.saturating_sub(p * PANEL));
+        let (dw, ds) = d.split_at_mut(nb * wp);
+        ds.fill(0);
+        for b in 0..nb {
+            let w = &mut dw[b * wp..(b + 1) * wp];
+            let mut u = [_mm256_setzero_si256(); PANEL];
+            let mut masks = [0u64; 8];
+            for (r, ur) in u.iter_mut().enumerate().take(rows) {
+                let at = (p * PANEL + r) * rb + b * bb;
+                let x = &src[at..at + bb];
+                ds[b * 32 + 2 * r..b * 32 + 2 * r + 2].copy_from_slice(&x[..2]);
+                *ur = match K {
+                    Q8_0 => _mm256_xor_si256(ld256(&x[2..]), _mm256_set1_epi8(-128)),
+                    Q5_0 => {
+                        let qh = u32::from_le_bytes([x[2], x[3], x[4], x[5]]);
+                        for (k, m) in masks.iter_mut().enumerate() {
+                            *m |= u64::from((qh >> (4 * k)) & 0xf) << (4 * r);
+                        }
+                        _mm256_zextsi128_si256(ld128(&x[6..]))
+                    }
+                    _ => _mm256_zextsi128_si256(ld128(&x[2..])),
+                };
+            }
+            let t = transpose16(&u, &ix);
+            let regs = if K == Q8_0 { 8 } else { 4 };
+            for (k, v) in t.into_iter().enumerate().take(regs) {
+                st512(&mut w[64 * k..], v);
+            }
+            if K == Q5_0 {
+                for (k, m) in masks.iter().enumerate() {
+                    w[256 + 8 * k..256 + 8 * k + 8].copy_from_slice(&m.to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// One block's weight part `w` as eight registers of unsigned bytes
+/// (register `k`: weights `4k..4k+4` of the 16 rows).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn unpack<const K: u8>(w: &[u8]) -> [__m512i; 8] {
+    if K == Q8_0 {
+        return [0, 1, 2, 3, 4, 5, 6, 7].map(|k| ld512(&w[64 * k..]));
+    }
+    let m4 = _mm512_set1_epi8(0x0f);
+    let g = [0, 1, 2, 3].map(|q| ld512(&w[64 * q..]));
+    let mut v = [_mm512_setzero_si512(); 8];
+    for q in 0..4 {
+        v[q] = _mm512_and_si512(g[q], m4);
+        v[q + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(g[q]), m4);
+    }
+    if K == Q5_0 {
+        let c16 = _mm512_set1_epi8(0x10);
+        for (k, vk) in v.iter_mut().enumerate() {
+            let m =
+                u64::from_le_bytes(w[256 + 8 * k..256 + 8 * k + 8].try_into().unwrap_or([0; 8]));
+            *vk = _mm512_mask_add_epi8(*vk, m, *vk, c16);
+        }
+    }
+    if K == IQ4NL {
+        let t = KVALUES_IQ4NL;
+        let kv = _mm512_broadcast_i32x4(_mm_setr_epi8(
+            t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13],
+            t[14], t[15],
+        ));
+        for vk in v.iter_mut() {
+            *vk = _mm512_xor_si512(_mm512_shuffle_epi8(kv, *vk), _mm512_set1_epi8(-128));
+        }
+    }
+    v
+}
+
+/// One packed panel (`nb` blocks: weight parts `pw`, f16 scales `ps`)
+/// against `T` tokens: lane `r` of result `t` is row `r` · token `t`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn panel<const K: u8, const T: usize>(
+    pw: &[u8],
+    ps: &[u8],
+    nb: usize,
+    y: [&[Q8Block]; T],
+) -> [__m512; T] {
+    let (wp, off) = (weight_part(ty_of(K)), offset(ty_of(K)));
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        // Single-token products stream the weights from memory, and two
+        // streams per panel (weights, scales) are more than the hardware
+        // prefetcher follows at full speed (packed decode was 5-25% slower
+        // than the file layout without this). Prefetching never faults, so
+        // running past the end of the panels is harmless.
+        let ahead = pw.as_ptr().wrapping_add(b * (wp + 32) + PREFETCH_AHEAD);
+        for l in (0..wp + 32).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l).cast());
+        }
+        let w = unpack::<K>(&pw[b * wp..(b + 1) * wp]);
+        let dw = _mm512_cvtph_ps(ld256(&ps[32 * b..]));
+        for t in 0..T {
+            let yb = &y[t][b];
+            let mut i0 = _mm512_set1_epi32(-off * yb.isum);
+            let mut i1 = _mm512_setzero_si512();
+            for k in 0..4 {
+                i0 = _mm512_dpbusd_epi32(i0, w[2 * k], _mm512_set1_epi32(quad(yb, 2 * k)));
+                i1 = _mm512_dpbusd_epi32(i1, w[2 * k + 1], _mm512_set1_epi32(quad(yb, 2 * k + 1)));
+            }
+            let s = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+            acc[t] = _mm512_fmadd_ps(s, _mm512_mul_ps(dw, _mm512_set1_ps(yb.d)), acc[t]);
+        }
+    }
+    acc
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn products_as<const K: u8>(
+    panels: &[u8],
+    nb: usize,
+    n_rows: usize,
+    a: &[Q8Block],
+    out: &mut [f32],
+) {
+    let n_tok = a.len() / nb;
+    let ty = ty_of(K);
+    let (pb, wp) = (nb * ty.block_bytes() as usize * PANEL, nb * weight_part(ty));
+    if out.len() < n_rows * n_tok {
+        return;
+    }
+    let mut o = PanelOut {
+        out,
+        token_major: true,
+        row_offset: 0,
+        row_stride: n_rows,
+    };
+    let row = |t: usize| &a[t * nb..(t + 1) * nb];
+    let n_panels = n_rows.div_ceil(PANEL).min(panels.len() / pb);
+    for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
+        let c1 = (c0 + TOKEN_CHUNK).min(n_tok);
+        for p in 0..n_panels {
+            let (pw, ps) = panels[p * pb..(p + 1) * pb].split_at(wp);
+            let mut t = c0;
+            while t + 4 <= c1 {
+                let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
+                store(panel::<K, 4>(pw, ps, nb, y), &mut o, n_rows, p, n_tok, t);
+                t += 4;
+            }
+            match c1 - t {
+                3 => {
+                    let y = [row(t), row(t + 1), row(t + 2)];
+                    store(panel::<K, 3>(pw, ps, nb, y), &mut o, n_rows, p, n_tok, t);
+                }
+                2 => {
+                    let y = [row(t), row(t + 1)];
+                    store(panel::<K, 2>(pw, ps, nb, y), &mut o, n_rows, p, n_tok, t);
+                }
+                1 => store(
+                    panel::<K, 1>(pw, ps, nb, [row(t)]),
+                    &mut o,
+                    n_rows,
+                    p,
+                    n_tok,
+                    t,
+                ),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Packs rows of `ty` (see `packed::pack`).
+pub(super) fn pack(ty: GgmlType, src: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
+    let Some(k) = kind(ty) else { return };
+    if nb == 0 || rb < nb * ty.block_bytes() as usize {
+        return;
+    }
+    // SAFETY: only reachable through the AVX-512 VNNI table, which
+    // `avx512_table(true)` returns after detecting every feature that
+    // `pack_as` and `products_as` are compiled for.
+    unsafe {
+        match k {
+            Q8_0 => pack_as::<Q8_0>(src, rb, nb, dst),
+            Q4_0 => pack_as::<Q4_0>(src, rb, nb, dst),
+            Q5_0 => pack_as::<Q5_0>(src, rb, nb, dst),
+            _ => pack_as::<IQ4NL>(src, rb, nb, dst),
+        }
+    }
+}
+
+/// Packed products (see `packed::packed_products`).
+pub(super) fn packed_products(
+    ty: GgmlType,
+    panels: &[u8],
+    nb: usize,
+    n_rows: usize,
+    a: &[Q8Block],
+    out: &mut [f32],
+) {
+    let Some(k) = kind(ty) else { return };
+    if nb == 0 {
+        return;
+    }
+    // SAFETY: as in `pack`.
+    unsafe {
+        match k {
+            Q8_0 => products_as::<Q8_0>(panels, nb, n_rows, a, out),
+            Q4_0 => products_as::<Q4_0>(panels, nb, n_rows, a, out),
+            Q5_0 => products_as::<Q5_0>(panels, nb, n_rows, a, out),
+            _ => products_as::<IQ4NL>(panels, nb, n_rows, a, out),
+        }
+    }
+}
