@@ -42,6 +42,12 @@ pub trait WeightSource: Send + Sync {
     fn tensor(&self, name: &str) -> Option<TensorRef<'_>>;
     /// A short name of the format (`"gguf"`, `"safetensors"`).
     fn format_name(&self) -> &'static str;
+    /// A hint that the caller is about to read `bytes` (a range of tensor
+    /// `name`'s data) once, front to back: a memory-mapped source may map
+    /// them in one call instead of one page fault at a time.
+    fn will_read(&self, name: &str, bytes: std::ops::Range<usize>) {
+        let _ = (name, bytes);
+    }
     /// A hint that the caller has copied `bytes` (a range of tensor
     /// `name`'s data) and will rarely read them again: a memory-mapped
     /// source may drop those pages from the process (later reads fault them

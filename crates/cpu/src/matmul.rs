@@ -214,9 +214,11 @@ impl Matrix {
         let mut p = k
             .new_packed(self.dtype, self.n_out, self.n_in)
             .map_err(|e| backend_err(&self.name, e))?;
-        // A few hundred KB of rows per job; their pages are released as
-        // soon as the job has packed them.
-        let panels_per_job = ((1 << 18) / p.panel_bytes().max(1)).max(1);
+        // About 2 MB of rows per job: each is mapped in with one call
+        // before packing and released right after (so the file's copy and
+        // the packed one are never both resident), and few calls keep the
+        // TLB shootdowns of the releases cheap.
+        let panels_per_job = ((2 << 20) / p.panel_bytes().max(1)).max(1);
         let (pb, rb, rows_per_job) = (p.panel_bytes(), self.row_bytes, panels_per_job * 16);
         p.panels_mut()
             .par_chunks_mut(panels_per_job * pb)
@@ -224,6 +226,7 @@ impl Matrix {
             .try_for_each(|(i, dst)| {
                 let r0 = i * rows_per_job;
                 let bytes = r0 * rb..((r0 + rows_per_job).min(self.n_out)) * rb;
+                source.will_read(&self.name, bytes.clone());
                 k.pack_rows(self.dtype, &data[bytes.clone()], self.n_in, dst)
                     .map_err(|e| backend_err(&self.name, e))?;
                 source.release(&self.name, bytes);

@@ -159,15 +159,35 @@ impl WeightSource for GgufFile {
         "gguf"
     }
 
+    fn will_read(&self, name: &str, bytes: std::ops::Range<usize>) {
+        if let Some((map, range)) = self.mapped_range(name, bytes) {
+            crate::mmap::populate(map, range);
+        }
+    }
+
     fn release(&self, name: &str, bytes: std::ops::Range<usize>) {
+        if let Some((map, range)) = self.mapped_range(name, bytes) {
+            crate::mmap::release(map, range);
+        }
+    }
+}
+
+impl GgufFile {
+    /// The map and the offsets in it of `bytes` of tensor `name`'s data,
+    /// if this file is mapped and the range lies inside the tensor.
+    fn mapped_range(
+        &self,
+        name: &str,
+        bytes: std::ops::Range<usize>,
+    ) -> Option<(&memmap2::Mmap, std::ops::Range<usize>)> {
         let (Storage::Mmap(map), Some(t)) = (&self.storage, self.tensor(name)) else {
-            return;
+            return None;
         };
         if bytes.start > bytes.end || bytes.end > t.data.len() {
-            return;
+            return None;
         }
         // The tensor's offset inside the map.
         let at = t.data.as_ptr() as usize - map.as_ptr() as usize;
-        crate::mmap::release(map, at + bytes.start..at + bytes.end);
+        Some((map, at + bytes.start..at + bytes.end))
     }
 }

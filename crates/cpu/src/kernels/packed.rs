@@ -87,9 +87,45 @@ pub struct PackedWeights {
     ty: GgmlType,
     n_rows: usize,
     n_cols: usize,
-    buf: Vec<u8>,
-    /// Offset of the first (64-byte aligned) byte in `buf`.
-    start: usize,
+    buf: Buffer,
+    len: usize,
+}
+
+/// Zeroed, page-aligned memory: an anonymous map asking for transparent
+/// huge pages where the OS has them (one fault and fewer TLB misses per
+/// 2 MB instead of per 4 KB: packing the 178 MB output matrix of Gemma 3
+/// 270M spent more time faulting pages in than packing), else a `Vec`.
+enum Buffer {
+    Map(memmap2::MmapMut),
+    Vec { bytes: Vec<u8>, start: usize },
+}
+
+impl Buffer {
+    fn zeroed(len: usize) -> Self {
+        if let Ok(m) = memmap2::MmapMut::map_anon(len.max(1)) {
+            #[cfg(target_os = "linux")]
+            let _ = m.advise(memmap2::Advice::HugePage);
+            return Buffer::Map(m);
+        }
+        // `vec![0; n]` takes fresh zero pages from the allocator (no writes).
+        let bytes = vec![0u8; len + 63];
+        let start = bytes.as_ptr().align_offset(64).min(63);
+        Buffer::Vec { bytes, start }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Buffer::Map(m) => m,
+            Buffer::Vec { bytes, start } => &bytes[*start..],
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Buffer::Map(m) => m,
+            Buffer::Vec { bytes, start } => &mut bytes[*start..],
+        }
+    }
 }
 
 impl std::fmt::Debug for PackedWeights {
@@ -113,15 +149,12 @@ impl PackedWeights {
             .div_ceil(PANEL_ROWS)
             .checked_mul(nb * bb * PANEL_ROWS)
             .ok_or_else(|| KernelError::Shape(format!("{n_rows} x {n_cols} is too large")))?;
-        // `vec![0; n]` takes fresh zero pages from the allocator (no writes).
-        let buf = vec![0u8; len + 63];
-        let start = buf.as_ptr().align_offset(64).min(63);
         Ok(Self {
             ty,
             n_rows,
             n_cols,
-            buf,
-            start,
+            buf: Buffer::zeroed(len),
+            len,
         })
     }
 
@@ -137,7 +170,7 @@ impl PackedWeights {
 
     /// Bytes of packed data.
     pub fn len(&self) -> usize {
-        self.buf.len() - 63
+        self.len
     }
 
     /// True for a matrix of no rows.
@@ -151,15 +184,13 @@ impl PackedWeights {
     }
 
     fn bytes(&self) -> &[u8] {
-        let len = self.len();
-        &self.buf[self.start..self.start + len]
+        &self.buf.bytes()[..self.len]
     }
 
     /// The packed bytes, whole panels back to back, for
     /// [`Kernels::pack_rows`] (split at multiples of [`Self::panel_bytes`]).
     pub fn panels_mut(&mut self) -> &mut [u8] {
-        let len = self.len();
-        &mut self.buf[self.start..self.start + len]
+        &mut self.buf.bytes_mut()[..self.len]
     }
 }
 
