@@ -219,7 +219,7 @@ impl BatchSession for CpuBatch {
         }
     }
 
-    fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&[f32]> {
+    fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]> {
         let n_vocab = self.model.n_vocab;
         validate_batch(items, self.seqs.len(), self.max_seq, n_vocab, |s| {
             self.position(s)
@@ -262,7 +262,7 @@ impl BatchSession for CpuBatch {
         for item in items {
             self.seqs[item.seq].pos += item.tokens.len();
         }
-        Ok(&self.logits)
+        Ok(&mut self.logits)
     }
 }
 

@@ -56,7 +56,7 @@ impl EngineBatch {
     }
 
     /// Runs one batched forward pass; see [`BatchSession::forward`].
-    pub fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&[f32]> {
+    pub fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]> {
         let out = self.inner.forward(items)?;
         for item in items {
             self.cached[item.seq].extend_from_slice(item.tokens);

@@ -265,15 +265,36 @@ impl Sampler {
 
 /// Index of the largest logit (first on ties; NaN never wins).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    let mut best_v = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best_v {
-            best = i;
-            best_v = v;
+    // Sixteen independent lanes (each keeps its first maximum) so the loop
+    // vectorizes: a batched server samples a 262k-entry row per sequence per
+    // step on its one scheduling thread. Then the best lane, ties to the
+    // lower index: the first maximum, as a plain scan finds it. NaN never
+    // wins; with no value above -inf the answer is 0.
+    const LANES: usize = 16;
+    let mut best = [f32::NEG_INFINITY; LANES];
+    let mut at = [0u32; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for (c, chunk) in chunks.enumerate() {
+        for (l, &v) in chunk.iter().enumerate() {
+            let take = v > best[l];
+            best[l] = if take { v } else { best[l] };
+            at[l] = if take { (c * LANES + l) as u32 } else { at[l] };
         }
     }
-    best as u32
+    let (mut best_v, mut best_i) = (f32::NEG_INFINITY, 0u32);
+    for (&v, &i) in best.iter().zip(&at) {
+        if v > best_v || (v == best_v && v > f32::NEG_INFINITY && i < best_i) {
+            (best_v, best_i) = (v, i);
+        }
+    }
+    let base = logits.len() - tail.len();
+    for (j, &v) in tail.iter().enumerate() {
+        if v > best_v {
+            (best_v, best_i) = (v, (base + j) as u32);
+        }
+    }
+    best_i
 }
 
 /// The log-probability of token `id` under the softmax of `logits` (`-inf` if
@@ -319,6 +340,45 @@ pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The plain scan the lane-wise `argmax` must equal.
+    fn argmax_scan(logits: &[f32]) -> u32 {
+        let (mut best, mut best_v) = (0usize, f32::NEG_INFINITY);
+        for (i, &v) in logits.iter().enumerate() {
+            if v > best_v {
+                (best, best_v) = (i, v);
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_equals_the_first_maximum_of_a_scan() {
+        let mut state = 7u64;
+        let mut next = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        };
+        for len in (0..70).chain([1000, 262_144]) {
+            for _ in 0..20 {
+                // Few distinct values: many ties across lanes and chunks.
+                let mut v: Vec<f32> = (0..len).map(|_| (next() % 7) as f32 - 3.0).collect();
+                for x in v.iter_mut() {
+                    match next() % 16 {
+                        0 => *x = f32::NAN,
+                        1 => *x = f32::NEG_INFINITY,
+                        _ => {}
+                    }
+                }
+                assert_eq!(argmax(&v), argmax_scan(&v), "{v:?}");
+            }
+        }
+        assert_eq!(argmax(&[f32::NAN; 40]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 40]), 0);
+        let mut late = vec![0.0f32; 33];
+        late[32] = 1.0;
+        assert_eq!(argmax(&late), 32);
+    }
 
     #[test]
     fn token_logprob_is_log_softmax() {

@@ -29,7 +29,9 @@ pub trait BatchSession: Send {
     /// Appends every item's tokens to its sequence. Returns one `n_vocab` row
     /// per item with `logits` set, in item order. Everything is checked
     /// before anything is appended: an error leaves every sequence as it was.
-    fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&[f32]>;
+    /// The rows are the caller's to modify (sampling penalties work in place,
+    /// so a batch of large vocabularies needs no copy).
+    fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]>;
 }
 
 /// Checks a batch against `n_seqs` sequences of capacity `max_seq`:
@@ -112,7 +114,7 @@ impl BatchSession for SequentialBatch {
         }
     }
 
-    fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&[f32]> {
+    fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]> {
         validate_batch(
             items,
             self.sessions.len(),
@@ -139,6 +141,6 @@ impl BatchSession for SequentialBatch {
                 }
             }
         }
-        Ok(&self.logits)
+        Ok(&mut self.logits)
     }
 }

@@ -126,7 +126,6 @@ pub(crate) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
     let tokenizer = &engine.tokenizer;
     let mut slots: Vec<Option<Active<'_>>> = (0..batch.n_seqs()).map(|_| None).collect();
     let mut draining: Vec<Outbox> = Vec::new();
-    let mut logits: Vec<f32> = Vec::new();
     let mut tokens: Vec<u32> = Vec::new();
     let mut last_used = vec![0u64; slots.len()];
     loop {
@@ -163,7 +162,6 @@ pub(crate) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
             &mut batch,
             &mut slots,
             &items,
-            &mut logits,
             &mut draining,
         );
     }
@@ -281,44 +279,58 @@ fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>) -> Vec<Planned> {
     planned
 }
 
+/// One sequence's part of a pass.
+struct Fed {
+    seq: usize,
+    /// Tokens fed.
+    n: usize,
+    /// Whether its logits come back.
+    wants: bool,
+    /// Whether it has positions left after the pass.
+    room: bool,
+}
+
 /// Runs one forward pass over `items` and advances every sequence in it.
 fn step(
     sh: &Shared,
     batch: &mut EngineBatch,
     slots: &mut [Option<Active<'_>>],
     items: &[BatchItem<'_>],
-    logits: &mut Vec<f32>,
     draining: &mut Vec<Outbox>,
 ) {
-    // Copy what is needed of the plan: `items` borrows the slots.
-    let fed: Vec<(usize, usize, bool)> = items
+    // Copy what is needed of the plan (`items` borrows the slots), with
+    // whether each sequence still has room after this pass (the rows borrow
+    // `batch` until every sequence is sampled).
+    let max_seq = batch.max_seq();
+    let fed: Vec<Fed> = items
         .iter()
-        .map(|i| (i.seq, i.tokens.len(), i.logits))
+        .map(|i| Fed {
+            seq: i.seq,
+            n: i.tokens.len(),
+            wants: i.logits,
+            room: batch.position(i.seq) + i.tokens.len() < max_seq,
+        })
         .collect();
     let started = Instant::now();
-    let result = batch.forward(items).map(|rows| {
-        logits.clear();
-        logits.extend_from_slice(rows);
-    });
+    let result = batch.forward(items);
     let elapsed = started.elapsed();
-    if let Err(e) = result {
-        let message = e.to_string();
-        for &(seq, _, _) in &fed {
-            if let Some(a) = slots[seq].take() {
-                // The slot may hold a partial prefill; start it clean.
-                batch.truncate(seq, 0);
-                let mut out = a.stream.out;
-                out.queue.push_back(Event::Error(message.clone()));
-                draining.push(out);
-                sh.lock().busy -= 1;
-            }
+    let logits = match result {
+        Ok(rows) => rows,
+        Err(e) => {
+            fail_all(sh, batch, slots, &fed, &e.to_string(), draining);
+            return;
         }
-        return;
-    }
+    };
     account_time(&sh.metrics, slots, &fed, elapsed);
     let n_vocab = sh.engine.vocab_size();
     let mut row = 0;
-    for &(seq, n, wants) in &fed {
+    for &Fed {
+        seq,
+        n,
+        wants,
+        room,
+    } in &fed
+    {
         let slot = &mut slots[seq];
         let Some(a) = slot.as_mut() else { continue };
         if a.next.take().is_some() {
@@ -335,7 +347,6 @@ fn step(
         }
         let logits_row = &mut logits[row * n_vocab..(row + 1) * n_vocab];
         row += 1;
-        let room = batch.position(seq) < batch.max_seq();
         let tokenizer = &sh.engine.tokenizer;
         let Active {
             decoding, stream, ..
@@ -354,18 +365,39 @@ fn step(
     }
 }
 
+/// Ends every sequence of a failed pass with `message` (their slots may
+/// hold partial prefills, so they start clean).
+fn fail_all(
+    sh: &Shared,
+    batch: &mut EngineBatch,
+    slots: &mut [Option<Active<'_>>],
+    fed: &[Fed],
+    message: &str,
+    draining: &mut Vec<Outbox>,
+) {
+    for f in fed {
+        if let Some(a) = slots[f.seq].take() {
+            batch.truncate(f.seq, 0);
+            let mut out = a.stream.out;
+            out.queue.push_back(Event::Error(message.to_string()));
+            draining.push(out);
+            sh.lock().busy -= 1;
+        }
+    }
+}
+
 /// Splits the step's time between prefill and decode by token share.
 fn account_time(
     metrics: &Metrics,
     slots: &[Option<Active<'_>>],
-    fed: &[(usize, usize, bool)],
+    fed: &[Fed],
     elapsed: Duration,
 ) {
     let (mut prefill, mut decode) = (0usize, 0usize);
-    for &(seq, n, _) in fed {
-        match &slots[seq] {
-            Some(a) if a.next.is_some() => decode += n,
-            Some(_) => prefill += n,
+    for f in fed {
+        match &slots[f.seq] {
+            Some(a) if a.next.is_some() => decode += f.n,
+            Some(_) => prefill += f.n,
             None => {}
         }
     }

@@ -12,8 +12,10 @@
 //! `WeightSource::release`) and single-token decoding reads as many bytes
 //! as before.
 //!
-//! Layout of one panel (16 rows, `nb` blocks of 32 weights): `nb` weight
-//! parts, then `nb` × 16 f16 block scales (row `r` at byte `2 r`). The
+//! Layout of one panel (16 rows, `nb` blocks of 32 weights): `nb` × 16 f16
+//! block scales (row `r` at byte `2 r`), then `nb` weight parts (scales
+//! first, so that reading panels front to back is one stream that the
+//! kernels prefetch ahead of). The
 //! kernels read a block's 32 weights of the 16 rows as eight 64-byte
 //! registers: register `k` holds weights `4k..4k+4` of each row (row `r` at
 //! byte `4 r`) as unsigned bytes `u = w + off` (Q8_0 and IQ4_NL: 128, Q5_0:
@@ -292,7 +294,7 @@ pub(crate) fn pack(ty: GgmlType, src: &[u8], rb: usize, nb: usize, dst: &mut [u8
     let n = src.len() / rb.max(1);
     let wp = weight_part(ty);
     for (p, d) in dst.chunks_exact_mut(nb * bb * PANEL_ROWS).enumerate() {
-        let (dw, ds) = d.split_at_mut(nb * wp);
+        let (ds, dw) = d.split_at_mut(nb * 32);
         for r in (0..PANEL_ROWS).take_while(|r| p * PANEL_ROWS + r < n) {
             let row = p * PANEL_ROWS + r;
             for b in 0..nb {
@@ -366,7 +368,7 @@ pub(crate) fn packed_products(
     };
     let n_tok = a.len() / nb.max(1);
     for (p, d) in panels.chunks_exact(nb * bb * PANEL_ROWS).enumerate() {
-        let (dw, ds) = d.split_at(nb * wp);
+        let (ds, dw) = d.split_at(nb * 32);
         for r in 0..PANEL_ROWS.min(n_rows.saturating_sub(p * PANEL_ROWS)) {
             for t in 0..n_tok {
                 let mut sum = 0.0f32;
