@@ -356,7 +356,9 @@ mod tests {
     fn argmax_equals_the_first_maximum_of_a_scan() {
         let mut state = 7u64;
         let mut next = || {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (state >> 33) as u32
         };
         for len in (0..70).chain([1000, 262_144]) {

@@ -157,13 +157,7 @@ pub(crate) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
                 logits,
             })
             .collect();
-        step(
-            &sh,
-            &mut batch,
-            &mut slots,
-            &items,
-            &mut draining,
-        );
+        step(&sh, &mut batch, &mut slots, &items, &mut draining);
     }
 }
 
@@ -387,12 +381,7 @@ fn fail_all(
 }
 
 /// Splits the step's time between prefill and decode by token share.
-fn account_time(
-    metrics: &Metrics,
-    slots: &[Option<Active<'_>>],
-    fed: &[Fed],
-    elapsed: Duration,
-) {
+fn account_time(metrics: &Metrics, slots: &[Option<Active<'_>>], fed: &[Fed], elapsed: Duration) {
     let (mut prefill, mut decode) = (0usize, 0usize);
     for f in fed {
         match &slots[f.seq] {

@@ -22,7 +22,10 @@
 //! Prefill batches of at least `PANEL_MIN_TOKENS` tokens on AVX-512 go
 //! through panel kernels: each call's weight rows are unpacked to unsigned
 //! bytes and interleaved 16 rows per 4-weight chunk, so one `vpdpbusd` with
-//! four broadcast activation bytes advances 16 rows (lane = row).
+//! four broadcast activation bytes advances 16 rows (lane = row). On
+//! AVX-512 VNNI the legacy types (Q8_0, Q4_0, Q5_0, IQ4_NL) are instead
+//! packed once at load into that layout ([`PackedWeights`], `packed.rs`)
+//! and every product of theirs, single-token too, reads the packed panels.
 //!
 //! # How to call it from a matvec loop
 //!
@@ -174,8 +177,11 @@ thread_local! {
 
 /// Fewest tokens for which [`PanelQ8`] kernels (which repack the weights
 /// once per call, a [`PANEL_ROW_CHUNK`] of rows at a time) beat the
-/// four-token kernels.
-const PANEL_MIN_TOKENS: usize = 8;
+/// four-token kernels. Measured on Gemma 3 270M batched decode (its Q4_K
+/// and Q6_K matrices; the legacy types are packed at load): from 4 tokens
+/// the panels win (x4 ~415 -> ~470 t/s, x6 ~500 -> ~595), at 2 and 3 they
+/// lose (x2 ~340 -> ~280).
+const PANEL_MIN_TOKENS: usize = 4;
 
 /// Weight rows repacked at a time by the panel kernels (a multiple of 16):
 /// a few hundred KiB of repacked weights, which stay in L2 while every
