@@ -103,13 +103,16 @@ impl Model {
             });
         }
         let token_embd = Matrix::new(src, &p.token_embd, k)?;
-        // The embedding table stays in the file's layout (rows are looked
-        // up one at a time); a tied output projection gets its own packed
-        // copy.
-        let output = packed(match &p.output {
-            Some(o) => Matrix::new(src, o, k)?,
-            None => token_embd.clone(),
-        })?;
+        // A tied embedding table is packed once and serves both the output
+        // projection and the row lookups (which then never touch the file's
+        // released pages: random token ids would fault most of them back in).
+        let (token_embd, output) = match &p.output {
+            Some(o) => (token_embd, packed(Matrix::new(src, o, k)?)?),
+            None => {
+                let tied = packed(token_embd)?;
+                (tied.clone(), tied)
+            }
+        };
         Ok(Model {
             weights: p.weights.clone(),
             n_embd: p.n_embd,

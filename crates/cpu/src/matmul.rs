@@ -249,8 +249,12 @@ impl Matrix {
             .ok_or_else(|| Error::MissingTensor(self.name.clone()))
     }
 
-    /// Decodes row `r` into `dst`.
+    /// Decodes row `r` into `dst` (from the packed copy when there is one,
+    /// so the file's released pages stay released).
     pub fn row(&self, source: &dyn WeightSource, r: usize, dst: &mut [f32]) -> Result<()> {
+        if let Some(p) = &self.packed {
+            return p.decode_row(r, dst).map_err(|e| backend_err(&self.name, e));
+        }
         let data = self.data(source)?;
         let start = r * self.row_bytes;
         let bytes = data

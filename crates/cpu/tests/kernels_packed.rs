@@ -163,3 +163,25 @@ fn packed_shapes_are_checked() {
     act.quantize_for(GgmlType::F32, &[0.5; 32], 32).unwrap();
     assert!(k.packed_matmul(&p, 0..20, &act, &mut out).is_err());
 }
+
+#[test]
+fn packed_rows_decode_to_the_files_dequantized_rows() {
+    let mut rng = Rng(23);
+    for k in Kernels::available() {
+        for ty in PACKED {
+            let (n_rows, n_cols) = (35, cols_for(ty, 3));
+            let w = random_weights(ty, n_rows, n_cols, &mut rng, |r| r.f() * 0.05);
+            let p = pack(&k, ty, &w, n_rows, n_cols);
+            let rb = w.len() / n_rows;
+            let (mut got, mut want) = (vec![0.0; n_cols], vec![0.0; n_cols]);
+            for r in 0..n_rows {
+                p.decode_row(r, &mut got).unwrap();
+                anedvd_quant::dequantize(ty, &w[r * rb..(r + 1) * rb], &mut want).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{} {ty} row {r}", k.name());
+            }
+            assert!(p.decode_row(n_rows, &mut got).is_err());
+            assert!(p.decode_row(0, &mut got[..n_cols - 1]).is_err());
+        }
+    }
+}

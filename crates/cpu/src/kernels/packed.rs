@@ -180,6 +180,35 @@ impl PackedWeights {
         self.len() == 0
     }
 
+    /// Decodes row `r` to f32 (`dst.len()` must be the row width): the
+    /// values `anedvd_quant::dequantize` gives for the file's row, so
+    /// embedding lookups of a tied table can read the packed copy and
+    /// leave the file's pages released.
+    pub fn decode_row(&self, r: usize, dst: &mut [f32]) -> Result<(), KernelError> {
+        if r >= self.n_rows || dst.len() != self.n_cols {
+            return Err(KernelError::Shape(format!(
+                "row {r} of {} into {} values (rows of {})",
+                self.n_rows,
+                dst.len(),
+                self.n_cols
+            )));
+        }
+        let (ty, nb, wp) = (self.ty, self.n_cols / QK8, weight_part(self.ty));
+        let pb = self.panel_bytes();
+        let panel = &self.bytes()[r / PANEL_ROWS * pb..(r / PANEL_ROWS + 1) * pb];
+        let (ds, dw) = panel.split_at(nb * 32);
+        let lane = r % PANEL_ROWS;
+        for (b, out) in dst.chunks_exact_mut(QK8).enumerate() {
+            let at = b * 32 + 2 * lane;
+            let d = anedvd_quant::f16_to_f32(u16::from_le_bytes([ds[at], ds[at + 1]]));
+            let w = &dw[b * wp..(b + 1) * wp];
+            for (j, y) in out.iter_mut().enumerate() {
+                *y = (packed_weight(ty, w, lane, j) - offset(ty)) as f32 * d;
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes per panel of 16 rows.
     pub fn panel_bytes(&self) -> usize {
         geometry(self.ty, self.n_cols).map_or(0, |(bb, nb)| nb * bb * PANEL_ROWS)

@@ -127,21 +127,35 @@ impl TransposeIdx {
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 #[inline]
 pub(super) fn transpose16(u: &[__m256i; 16], ix: &TransposeIdx) -> [__m512i; 8] {
-    let p2 = |a: __m512i, i: __m512i, b: __m512i| _mm512_permutex2var_epi32(a, i, b);
-    let z: [__m512i; 8] = std::array::from_fn(|i| {
-        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(u[2 * i]), u[2 * i + 1])
-    });
+    // Plain loops, no closures: closures here were compiled as separate
+    // functions passing vectors through memory (perf showed them apart).
+    let zero = _mm512_setzero_si512();
+    let mut z = [zero; 8];
+    for (i, zi) in z.iter_mut().enumerate() {
+        *zi = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(u[2 * i]), u[2 * i + 1]);
+    }
     // p[j][h]: rows 4j..4j+4, chunks 4h..4h+4.
-    let p: [[__m512i; 2]; 4] =
-        std::array::from_fn(|j| [0, 1].map(|h| p2(z[2 * j], ix.0[h], z[2 * j + 1])));
+    let mut p = [[zero; 2]; 4];
+    for j in 0..4 {
+        for h in 0..2 {
+            p[j][h] = _mm512_permutex2var_epi32(z[2 * j], ix.0[h], z[2 * j + 1]);
+        }
+    }
     // q[m][h][c]: rows 8m..8m+8, chunks 4h+2c and 4h+2c+1.
-    let q: [[[__m512i; 2]; 2]; 2] = std::array::from_fn(|m| {
-        [0, 1].map(|h| [0, 1].map(|c| p2(p[2 * m][h], ix.0[2 + c], p[2 * m + 1][h])))
-    });
-    std::array::from_fn(|k| {
+    let mut q = [[[zero; 2]; 2]; 2];
+    for m in 0..2 {
+        for h in 0..2 {
+            for c in 0..2 {
+                q[m][h][c] = _mm512_permutex2var_epi32(p[2 * m][h], ix.0[2 + c], p[2 * m + 1][h]);
+            }
+        }
+    }
+    let mut out = [zero; 8];
+    for (k, o) in out.iter_mut().enumerate() {
         let (h, c, kk) = (k / 4, k % 4 / 2, k % 2);
-        p2(q[0][h][c], ix.0[4 + kk], q[1][h][c])
-    })
+        *o = _mm512_permutex2var_epi32(q[0][h][c], ix.0[4 + kk], q[1][h][c]);
+    }
+    out
 }
 
 /// Stores 64 bytes at the start of `d`.
