@@ -126,6 +126,8 @@ impl TransposeIdx {
 /// two-source permutes (4 rows × 4 chunks, 8 rows × 2, 16 rows × 1).
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 #[inline]
+// Index loops mirror the permutation rounds' arithmetic.
+#[allow(clippy::needless_range_loop)]
 pub(super) fn transpose16(u: &[__m256i; 16], ix: &TransposeIdx) -> [__m512i; 8] {
     // Plain loops, no closures: closures here were compiled as separate
     // functions passing vectors through memory (perf showed them apart).
