@@ -15,8 +15,7 @@
 //! Layout of one panel (16 rows, `nb` blocks of 32 weights): `nb` × 16 f16
 //! block scales (row `r` at byte `2 r`), then `nb` weight parts (scales
 //! first, so that reading panels front to back is one stream that the
-//! kernels prefetch ahead of). The
-//! kernels read a block's 32 weights of the 16 rows as eight 64-byte
+//! kernels prefetch ahead of). The kernels read a block's 32 weights of the 16 rows as eight 64-byte
 //! registers: register `k` holds weights `4k..4k+4` of each row (row `r` at
 //! byte `4 r`) as unsigned bytes `u = w + off` (Q8_0 and IQ4_NL: 128, Q5_0:
 //! 16, Q4_0: 8), so one `vpdpbusd` with four broadcast activation bytes
@@ -227,8 +226,8 @@ impl PackedWeights {
 
 impl Kernels {
     /// True if this table multiplies `ty` faster from weights packed once
-    /// ([`Self::pack`]) than from the file's layout; a loader should then
-    /// pack. (Every table can run packed weights; only AVX-512 VNNI gains.)
+    /// ([`Self::new_packed`], [`Self::pack_rows`]) than from the file's
+    /// layout; a loader should then pack. (Every table can run packed weights; only AVX-512 VNNI gains.)
     pub fn packs(&self, ty: GgmlType) -> bool {
         block_bytes(ty).is_some() && self.table.packed.is_some()
     }
