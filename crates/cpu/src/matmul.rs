@@ -205,7 +205,9 @@ impl Matrix {
     /// multiply its type faster packed ([`Kernels::packs`]); otherwise
     /// unchanged. The source is told to release its bytes as each part is
     /// packed (a mapped file drops the pages, so the two copies are never
-    /// both resident); row lookups ([`Self::row`]) still read the source.
+    /// both resident); row lookups ([`Self::row`]) then decode the packed
+    /// copy. Reading released bytes stays correct (the pages fault back in),
+    /// only slower and larger.
     pub fn packed(mut self, source: &dyn WeightSource) -> Result<Self> {
         let Some(k) = self.kernels.filter(|k| k.packs(self.dtype)) else {
             return Ok(self);
