@@ -39,7 +39,7 @@
 //! results.
 
 use super::{ActFormat, KernelError};
-use super::{Kernels, Q8Block, QuantizedActivation, QK8};
+use super::{Kernels, PanelOut, Q8Block, QuantizedActivation, QK8};
 use anedvd_base::GgmlType;
 use std::ops::Range;
 
@@ -309,7 +309,20 @@ impl Kernels {
         let pb = w.panel_bytes();
         let panels = &w.bytes()[rows.start / PANEL_ROWS * pb..rows.end.div_ceil(PANEL_ROWS) * pb];
         let f = self.table.packed.unwrap_or(packed_products);
-        f(w.ty, panels, w.n_cols / QK8, rows.len(), act.q8_all(), out);
+        let mut o = PanelOut {
+            out,
+            token_major: true,
+            row_offset: 0,
+            row_stride: rows.len(),
+        };
+        f(
+            w.ty,
+            panels,
+            w.n_cols / QK8,
+            rows.len(),
+            act.q8_all(),
+            &mut o,
+        );
         Ok(())
     }
 }
@@ -381,15 +394,15 @@ fn packed_weight(ty: GgmlType, w: &[u8], r: usize, j: usize) -> i32 {
 }
 
 /// Products of `n_rows` packed rows of `ty` (`panels`, `nb` blocks per row)
-/// with every token of `a` (`nb` blocks each), token-major:
-/// `out[t * n_rows + r]`.
+/// with every token of `a` (`nb` blocks each), into `o` (token-major:
+/// `out[t * row_stride + row_offset + r]`; else `out[r * n_tok + t]`).
 pub(crate) fn packed_products(
     ty: GgmlType,
     panels: &[u8],
     nb: usize,
     n_rows: usize,
     a: &[Q8Block],
-    out: &mut [f32],
+    o: &mut PanelOut<'_>,
 ) {
     let (Some(bb), wp, off) = (block_bytes(ty), weight_part(ty), offset(ty)) else {
         return;
@@ -412,7 +425,13 @@ pub(crate) fn packed_products(
                     ]));
                     sum = (sumi as f32).mul_add(d * y.d, sum);
                 }
-                out[t * n_rows + p * PANEL_ROWS + r] = sum;
+                let row = p * PANEL_ROWS + r;
+                let at = if o.token_major {
+                    t * o.row_stride + o.row_offset + row
+                } else {
+                    row * n_tok + t
+                };
+                o.out[at] = sum;
             }
         }
     }

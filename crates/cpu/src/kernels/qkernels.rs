@@ -135,9 +135,8 @@ pub(crate) type PanelQ8 = fn(&[u8], usize, &[Q8Block], usize, &mut PanelOut<'_>,
 /// panels of a [`PackedWeights`] (see `packed`).
 pub(crate) type PackFn = fn(GgmlType, &[u8], usize, usize, &mut [u8]);
 /// Products of `n_rows` packed rows of a type (whole panels, `nb` blocks
-/// per row) with every token of the activations, token-major:
-/// `out[t * n_rows + r]`.
-pub(crate) type PackedQ8 = fn(GgmlType, &[u8], usize, usize, &[Q8Block], &mut [f32]);
+/// per row) with every token of the activations, into a [`PanelOut`].
+pub(crate) type PackedQ8 = fn(GgmlType, &[u8], usize, usize, &[Q8Block], &mut PanelOut<'_>);
 
 /// [`PanelQ8`] for the Q8_K-activation types.
 pub(crate) type PanelQ8K =

@@ -335,8 +335,6 @@ macro_rules! kernels {
                 x4_q8_0: Some(super::super::avx512_x4::$m::X4_Q8_0),
                 x4_q4_k: Some(super::super::avx512_x4::$m::rows4_q4_k),
                 x4_q6_k: Some(super::super::avx512_x4::$m::rows4_q6_k),
-                panel_q4_0: Some(super::super::avx512_panel::$m::panel_q4_0),
-                panel_q5_0: Some(super::super::avx512_panel::$m::panel_q5_0),
                 panel_q4_k: Some(super::super::avx512_panel_k::$m::panel_q4_k),
                 dot_f16_multi: super::super::avx512_attn::dot_f16_multi,
                 wsum_f16_multi: super::super::avx512_attn::wsum_f16_multi,
@@ -347,12 +345,23 @@ macro_rules! kernels {
     };
 }
 
-/// The panel kernels only the VNNI build has (see `avx512_panel`).
+/// The VNNI build's legacy-type kernels: weights packed at load
+/// (`avx512_packed`), and per call in the same layout where they were not.
 const PANELS_VNNI: Table = Table {
-    panel_q8_0: Some(super::avx512_panel::vnni::panel_q8_0),
-    panel_iq4_nl: Some(super::avx512_panel::vnni::panel_iq4_nl),
+    panel_q4_0: Some(super::avx512_packed::panel_q4_0),
+    panel_q5_0: Some(super::avx512_packed::panel_q5_0),
+    panel_q8_0: Some(super::avx512_packed::panel_q8_0),
+    panel_iq4_nl: Some(super::avx512_packed::panel_iq4_nl),
     pack: super::avx512_packed::pack,
     packed: Some(super::avx512_packed::packed_products),
+    ..avx2::TABLE
+};
+
+/// The BW build's legacy-type panel kernels (repacked per call; Q4_0 and
+/// Q5_0 only, see `avx512_panel`).
+const PANELS_BW: Table = Table {
+    panel_q4_0: Some(super::avx512_panel::bw::panel_q4_0),
+    panel_q5_0: Some(super::avx512_panel::bw::panel_q5_0),
     ..avx2::TABLE
 };
 
@@ -367,6 +376,6 @@ kernels!(
     bw,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
     dp_bw,
-    avx2::TABLE,
+    PANELS_BW,
     "Kernels using `vpmaddubsw` + `vpmaddwd` (AVX512-BW)."
 );

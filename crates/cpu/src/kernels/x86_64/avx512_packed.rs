@@ -7,7 +7,7 @@
 
 use super::super::generic::KVALUES_IQ4NL;
 use super::super::packed::{offset, weight_part};
-use super::super::{PanelOut, Q8Block};
+use super::super::{PanelOut, PanelScratch, Q8Block};
 use super::avx2::{ld128, ld256};
 use super::avx512_panel::{ld512, quad, st512, store, transpose16, TransposeIdx, PANEL};
 use anedvd_base::GgmlType;
@@ -172,20 +172,14 @@ fn products_as<const K: u8>(
     nb: usize,
     n_rows: usize,
     a: &[Q8Block],
-    out: &mut [f32],
+    o: &mut PanelOut<'_>,
 ) {
     let n_tok = a.len() / nb;
     let ty = ty_of(K);
     let pb = nb * ty.block_bytes() as usize * PANEL;
-    if out.len() < n_rows * n_tok {
+    if o.out.len() < n_rows * n_tok {
         return;
     }
-    let mut o = PanelOut {
-        out,
-        token_major: true,
-        row_offset: 0,
-        row_stride: n_rows,
-    };
     let row = |t: usize| &a[t * nb..(t + 1) * nb];
     let n_panels = n_rows.div_ceil(PANEL).min(panels.len() / pb);
     for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
@@ -195,26 +189,19 @@ fn products_as<const K: u8>(
             let mut t = c0;
             while t + 4 <= c1 {
                 let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                store(panel::<K, 4>(pw, ps, nb, y), &mut o, n_rows, p, n_tok, t);
+                store(panel::<K, 4>(pw, ps, nb, y), o, n_rows, p, n_tok, t);
                 t += 4;
             }
             match c1 - t {
                 3 => {
                     let y = [row(t), row(t + 1), row(t + 2)];
-                    store(panel::<K, 3>(pw, ps, nb, y), &mut o, n_rows, p, n_tok, t);
+                    store(panel::<K, 3>(pw, ps, nb, y), o, n_rows, p, n_tok, t);
                 }
                 2 => {
                     let y = [row(t), row(t + 1)];
-                    store(panel::<K, 2>(pw, ps, nb, y), &mut o, n_rows, p, n_tok, t);
+                    store(panel::<K, 2>(pw, ps, nb, y), o, n_rows, p, n_tok, t);
                 }
-                1 => store(
-                    panel::<K, 1>(pw, ps, nb, [row(t)]),
-                    &mut o,
-                    n_rows,
-                    p,
-                    n_tok,
-                    t,
-                ),
+                1 => store(panel::<K, 1>(pw, ps, nb, [row(t)]), o, n_rows, p, n_tok, t),
                 _ => {}
             }
         }
@@ -247,7 +234,7 @@ pub(super) fn packed_products(
     nb: usize,
     n_rows: usize,
     a: &[Q8Block],
-    out: &mut [f32],
+    o: &mut PanelOut<'_>,
 ) {
     let Some(k) = kind(ty) else { return };
     if nb == 0 {
@@ -256,10 +243,57 @@ pub(super) fn packed_products(
     // SAFETY: as in `pack`.
     unsafe {
         match k {
-            Q8_0 => products_as::<Q8_0>(panels, nb, n_rows, a, out),
-            Q4_0 => products_as::<Q4_0>(panels, nb, n_rows, a, out),
-            Q5_0 => products_as::<Q5_0>(panels, nb, n_rows, a, out),
-            _ => products_as::<IQ4NL>(panels, nb, n_rows, a, out),
+            Q8_0 => products_as::<Q8_0>(panels, nb, n_rows, a, o),
+            Q4_0 => products_as::<Q4_0>(panels, nb, n_rows, a, o),
+            Q5_0 => products_as::<Q5_0>(panels, nb, n_rows, a, o),
+            _ => products_as::<IQ4NL>(panels, nb, n_rows, a, o),
         }
     }
 }
+
+/// The per-call panel kernel (`qkernels::PanelQ8`) of `ty` for weights
+/// that were not packed at load (`ANEDVD_PACK=0`, tables used directly):
+/// packs the call's rows into `sc` in the same layout, then runs the packed
+/// products, so there is one layout and one product loop.
+fn per_call(
+    ty: GgmlType,
+    w: &[u8],
+    rb: usize,
+    a: &[Q8Block],
+    nb: usize,
+    o: &mut PanelOut<'_>,
+    sc: &mut PanelScratch,
+) {
+    let bb = ty.block_bytes() as usize;
+    if rb == 0 || nb == 0 || rb < nb * bb {
+        return;
+    }
+    let n_rows = w.len() / rb;
+    // `pack` writes every byte of the panels it is given.
+    sc.wq.resize(n_rows.div_ceil(PANEL) * nb * bb * PANEL, 0);
+    pack(ty, &w[..n_rows * rb], rb, nb, &mut sc.wq);
+    packed_products(ty, &sc.wq, nb, n_rows, a, o);
+}
+
+macro_rules! per_call_kernels {
+    ($($name:ident => $ty:expr),*) => {$(
+        /// Per-call panel kernel (see `per_call`).
+        pub(super) fn $name(
+            w: &[u8],
+            rb: usize,
+            a: &[Q8Block],
+            nb: usize,
+            o: &mut PanelOut<'_>,
+            sc: &mut PanelScratch,
+        ) {
+            per_call($ty, w, rb, a, nb, o, sc)
+        }
+    )*};
+}
+
+per_call_kernels!(
+    panel_q8_0 => GgmlType::Q8_0,
+    panel_q4_0 => GgmlType::Q4_0,
+    panel_q5_0 => GgmlType::Q5_0,
+    panel_iq4_nl => GgmlType::IQ4NL
+);

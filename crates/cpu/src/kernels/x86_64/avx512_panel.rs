@@ -1,5 +1,8 @@
-//! AVX-512 prefill kernels for the legacy 32-weight block types (Q4_0, Q5_0,
-//! Q8_0, IQ4_NL) on repacked weight panels.
+//! AVX-512 prefill kernels for the legacy 32-weight block types on weight
+//! panels repacked per call: the shared panel helpers (transpose, stores),
+//! and the AVX512-BW kernels for Q4_0 and Q5_0. (The VNNI build packs these
+//! types at load and runs `avx512_packed`, which packs per call too where
+//! weights were not packed at load.)
 //!
 //! The weight rows of one call are first unpacked to unsigned bytes
 //! (`u = w + OFF`) and interleaved 16 rows at a time: for block `b` of a
@@ -15,10 +18,9 @@
 //! Tokens are taken in chunks that keep their activations in L2 while every
 //! panel of the call passes over them.
 
-use super::super::generic::KVALUES_IQ4NL;
 use super::super::{PanelOut, PanelScratch, Q8Block};
-use super::avx2::{f16v, ld128, ld256, rd16, rd32};
-use super::avx512::{dp_bw, dp_vnni};
+use super::avx2::{f16v, ld128, rd16, rd32};
+use super::avx512::dp_bw;
 use std::arch::x86_64::*;
 
 /// Rows per panel (one i32 lane each).
@@ -33,8 +35,6 @@ pub(super) const TOKEN_CHUNK: usize = 64;
 enum Kind {
     Q4_0,
     Q5_0,
-    Q8_0,
-    IQ4NL,
 }
 
 impl Kind {
@@ -42,18 +42,15 @@ impl Kind {
     const fn from_u8(k: u8) -> Self {
         match k {
             0 => Kind::Q4_0,
-            1 => Kind::Q5_0,
-            2 => Kind::Q8_0,
-            _ => Kind::IQ4NL,
+            _ => Kind::Q5_0,
         }
     }
 
     /// Bytes per block.
     const fn bytes(self) -> usize {
         match self {
-            Kind::Q4_0 | Kind::IQ4NL => 18,
+            Kind::Q4_0 => 18,
             Kind::Q5_0 => 22,
-            Kind::Q8_0 => 34,
         }
     }
 
@@ -62,7 +59,6 @@ impl Kind {
         match self {
             Kind::Q4_0 => 8,
             Kind::Q5_0 => 16,
-            Kind::Q8_0 | Kind::IQ4NL => 128,
         }
     }
 }
@@ -85,16 +81,6 @@ fn unpack(kind: Kind, xb: &[u8]) -> __m256i {
             // Bit j of `qh` is the fifth bit of weight j.
             let hi = _mm256_maskz_set1_epi8(rd32(xb, 2), 0x10);
             _mm256_or_si256(nib(&xb[6..]), hi)
-        }
-        Kind::Q8_0 => _mm256_xor_si256(ld256(&xb[2..]), _mm256_set1_epi8(-128)),
-        Kind::IQ4NL => {
-            let k = KVALUES_IQ4NL;
-            let kv = _mm256_broadcastsi128_si256(_mm_setr_epi8(
-                k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12],
-                k[13], k[14], k[15],
-            ));
-            let w = _mm256_shuffle_epi8(kv, nib(&xb[2..]));
-            _mm256_xor_si256(w, _mm256_set1_epi8(-128))
         }
     }
 }
@@ -209,8 +195,6 @@ fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelSc
     match kind {
         Kind::Q4_0 => repack_as::<0>(w, rb, n, nb, sc),
         Kind::Q5_0 => repack_as::<1>(w, rb, n, nb, sc),
-        Kind::Q8_0 => repack_as::<2>(w, rb, n, nb, sc),
-        Kind::IQ4NL => repack_as::<3>(w, rb, n, nb, sc),
     }
 }
 
@@ -378,16 +362,6 @@ macro_rules! panel_kernels {
     };
 }
 
-panel_kernels!(
-    vnni,
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    dp_vnni,
-    "Panel kernels using `vpdpbusd` (AVX512-VNNI).",
-    panel_q4_0 => Kind::Q4_0,
-    panel_q5_0 => Kind::Q5_0,
-    panel_q8_0 => Kind::Q8_0,
-    panel_iq4_nl => Kind::IQ4NL
-);
 panel_kernels!(
     bw,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
