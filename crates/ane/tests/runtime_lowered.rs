@@ -11,7 +11,6 @@ use std::sync::Arc;
 use anedvd_ane::lower::{lower, LowerOptions, Variant};
 use anedvd_ane::runtime::{ProgramSource, Runtime, SimDriver};
 use anedvd_base::WeightSource;
-use anedvd_graph::Role;
 use anedvd_mil::sim::{Simulator, Tensor};
 
 fn program() -> anedvd_graph::DecoderProgram {
@@ -58,19 +57,15 @@ fn lowered_qkv_matches_f32_matmul_over_gguf_tensors() {
     let k = l.kernel("blk.0.qkv").unwrap();
     let d = p.n_embd;
     // Reference: [Wq; Wk; Wv] x + [bq; bk; bv], read from the file here.
-    let layer = &p.layers[0];
+    let a = p.layers[0].attention().unwrap();
     let mut wts = Vec::new();
     let mut bias = Vec::new();
-    for (wr, br) in [
-        (Role::AttnQ, Role::AttnQBias),
-        (Role::AttnK, Role::AttnKBias),
-        (Role::AttnV, Role::AttnVBias),
-    ] {
-        let (m, cols) = f32_tensor(p.weights.as_ref(), layer.tensor(wr).unwrap());
+    for (wr, br) in [(&a.wq, &a.bias.q), (&a.wk, &a.bias.k), (&a.wv, &a.bias.v)] {
+        let (m, cols) = f32_tensor(p.weights.as_ref(), wr);
         assert_eq!(cols, d);
         let rows = m.len() / d;
         wts.extend(m);
-        match layer.tensor(br) {
+        match br {
             Some(b) => bias.extend(f32_tensor(p.weights.as_ref(), b).0),
             None => bias.extend(vec![0.0; rows]),
         }

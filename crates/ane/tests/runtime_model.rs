@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anedvd_ane::lower::{lower, KernelKind, LowerOptions, Variant};
 use anedvd_ane::runtime::{ProgramSource, Programs, Runtime, SimDriver};
 use anedvd_base::WeightSource;
-use anedvd_graph::{DecoderProgram, Role, RopePairing};
+use anedvd_graph::{DecoderProgram, NormPlacement, RopePairing};
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/models/qwen2")
@@ -87,20 +87,22 @@ fn forward(
                 .collect()
         })
         .collect();
-    for (i, l) in p.layers.iter().enumerate() {
-        for role in [
-            Role::AttnQNorm,
-            Role::AttnKNorm,
-            Role::PostAttnNorm,
-            Role::PostFfnNorm,
-        ] {
-            assert!(
-                l.tensor(role).is_none(),
-                "this test does not model {role:?}"
-            );
-        }
-        assert!(l.attn_softcap.is_none() && l.sliding_window.is_none());
-        let g = f32s(src, l.tensor(Role::AttnNorm).unwrap());
+    for (i, b) in p.layers.iter().enumerate() {
+        let l = b.attention().unwrap();
+        let NormPlacement::Pre {
+            mixer: attn_norm,
+            ffn: ffn_norm,
+        } = &b.norms
+        else {
+            panic!("this test does not model sandwich norms");
+        };
+        assert!(
+            l.q_norm.is_none() && l.k_norm.is_none(),
+            "this test does not model q/k norms"
+        );
+        assert!(l.softcap.is_none() && l.window.is_none());
+        let rope_spec = l.rope.as_ref().unwrap();
+        let g = f32s(src, attn_norm);
         let xn: Vec<Vec<f32>> = h.iter().map(|r| rms_norm(r, &g, eps, off)).collect();
         let qkv = from_cols(
             &progs
@@ -115,8 +117,8 @@ fn forward(
         let mut k: Vec<Vec<f32>> = qkv.iter().map(|r| r[qd..qd + kvd].to_vec()).collect();
         let v: Vec<Vec<f32>> = qkv.iter().map(|r| r[qd + kvd..].to_vec()).collect();
         for t in 0..n {
-            rope(&mut q[t], t, hd, &l.rope);
-            rope(&mut k[t], t, hd, &l.rope);
+            rope(&mut q[t], t, hd, rope_spec);
+            rope(&mut k[t], t, hd, rope_spec);
         }
         let mut ctx = vec![vec![0f32; qd]; n];
         for t in 0..n {
@@ -126,7 +128,7 @@ fn forward(
                 let s: Vec<f32> = (0..=t)
                     .map(|j| {
                         let kk = &k[j][kh * hd..(kh + 1) * hd];
-                        qh.iter().zip(kk).map(|(a, b)| a * b).sum::<f32>() * l.attn_scale
+                        qh.iter().zip(kk).map(|(a, b)| a * b).sum::<f32>() * l.scale
                     })
                     .collect();
                 let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
@@ -149,7 +151,7 @@ fn forward(
         for (hr, or) in h.iter_mut().zip(&o) {
             hr.iter_mut().zip(or).for_each(|(a, b)| *a += b);
         }
-        let g = f32s(src, l.tensor(Role::FfnNorm).unwrap());
+        let g = f32s(src, ffn_norm);
         let xn: Vec<Vec<f32>> = h.iter().map(|r| rms_norm(r, &g, eps, off)).collect();
         let f = from_cols(
             &progs

@@ -3,11 +3,9 @@
 //! driver by `ane --driver sim|ane`) against the CPU reference.
 
 use crate::common::{default_threads, ModelArgs};
+use anedvd_ane::backend::selftest::{argmax, cosine, max_rel};
 use anedvd_ane::lower::{self, CostModel, KernelKind, LowerOptions, Variant};
-use anedvd_ane_sim::selftest::{argmax, cosine, max_rel};
-use anedvd_ane_sim::{
-    AneBackend, AneExecutable, AneSimBackend, DriverKind, DEFAULT_COMPILE_BUDGET,
-};
+use anedvd_ane::{AneBackend, AneExecutable, AneSimBackend, DriverKind, DEFAULT_COMPILE_BUDGET};
 use anedvd_base::WeightSource;
 use anedvd_cpu::CpuBackend;
 use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode, RopePairing};
@@ -365,7 +363,7 @@ fn verify_in(
         "native" => CpuBackend::new(threads)?.compile(program)?,
         "exact" => {
             let mut exact = program.clone();
-            exact.weights = Arc::new(anedvd_ane_sim::reference::dequantized(
+            exact.weights = Arc::new(anedvd_ane::backend::reference::dequantized(
                 program.weights.as_ref(),
             )?);
             CpuBackend::new(threads)?.compile(&exact)?
@@ -486,7 +484,7 @@ fn verify_in(
 pub fn run_check(a: &CheckArgs) -> Result<()> {
     let options = a.lowering.options()?;
     let Loaded { program, .. } = load(&a.model, false)?;
-    let checks = anedvd_ane_sim::check::check_layer0(&program, &options, a.tolerance)?;
+    let checks = anedvd_ane::backend::check::check_layer0(&program, &options, a.tolerance)?;
     println!(
         "{:<8} {:<16} {:>12} {:>10} {:>6}  result",
         "variant", "kernel", "max abs", "max rel", "NaN"
@@ -601,7 +599,7 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
 
 /// `anedvd selftest`.
 pub fn run_selftest(a: &SelftestArgs) -> Result<()> {
-    let results = anedvd_ane_sim::selftest::run(a.seed)?;
+    let results = anedvd_ane::backend::selftest::run(a.seed)?;
     let mut failed = 0;
     println!("tiny random transformers (2 layers, n_embd 64, vocab 256, 20-token prompt), ane-sim vs cpu:");
     for r in &results {

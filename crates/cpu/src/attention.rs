@@ -1,9 +1,15 @@
-//! Attention over an f16 KV cache: GQA, causal and sliding-window masks,
-//! optional score soft-cap, softmax in f32.
+//! The host side of attention, shared by every backend that runs attention
+//! on the CPU (this crate's decoder and the ANE backend, whose programs
+//! stop at the q/k/v projection): q/k norm and RoPE ([`encode_positions`]),
+//! an f16 KV cache ([`KvCache`]), and attention over it ([`attend`]: GQA,
+//! causal and sliding-window masks, optional score soft-cap, softmax in f32).
+//!
+//! One step of an attention mixer over rows at positions `pos0..` is:
+//! `encode_positions`, then `KvCache::store`, then `attend`.
 
-use crate::kernels::{axpy, exp_fast, exp_scores};
+use crate::kernels::{axpy, exp_fast, exp_scores, rms_norm_inplace, rope_cos_sin, rope_row};
 use crate::qkernels::Kernels;
-use anedvd_graph::LayerSpec;
+use anedvd_graph::{Attention, Rope};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
@@ -68,6 +74,73 @@ impl KvCache {
     }
 }
 
+/// The cos/sin of each distinct RoPE of a model (Gemma 3 has a local and a
+/// global one) at every row position of a pass, computed once per pass.
+#[derive(Default)]
+pub struct RopeTables {
+    tables: Vec<(Rope, Vec<(f32, f32)>)>,
+    cs: Vec<(f32, f32)>,
+}
+
+impl RopeTables {
+    /// Forgets the positions of the previous pass (keeps allocations).
+    pub fn new_pass(&mut self) {
+        self.tables.iter_mut().for_each(|(_, t)| t.clear());
+    }
+
+    /// `n_rot / 2` pairs per entry of `row_pos`, computed on first use in
+    /// the pass.
+    pub fn get(&mut self, rope: &Rope, row_pos: &[usize]) -> &[(f32, f32)] {
+        let i = match self.tables.iter().position(|(r, _)| r == rope) {
+            Some(i) => i,
+            None => {
+                self.tables.push((rope.clone(), Vec::new()));
+                self.tables.len() - 1
+            }
+        };
+        let table = &mut self.tables[i].1;
+        if table.is_empty() {
+            for &pos in row_pos {
+                rope_cos_sin(rope, pos, &mut self.cs);
+                table.extend_from_slice(&self.cs);
+            }
+        }
+        table
+    }
+}
+
+/// Per-head q/k RMS norms (`(q_norm, k_norm)` weights, if any) and RoPE
+/// (none for a NoPE layer), in place, on rows of queries `q` (`q_dim`
+/// wide) and keys `k` (`kv_dim` wide) at positions `row_pos`.
+pub fn encode_positions(
+    attn: &Attention,
+    (q_norm, k_norm): (Option<&[f32]>, Option<&[f32]>),
+    eps: f32,
+    q: &mut [f32],
+    k: &mut [f32],
+    tables: &mut RopeTables,
+    row_pos: &[usize],
+) {
+    if let Some(w) = q_norm {
+        rms_norm_inplace(q, w, eps);
+    }
+    if let Some(w) = k_norm {
+        rms_norm_inplace(k, w, eps);
+    }
+    let Some(rope) = &attn.rope else { return };
+    let (qd, kvd, hd) = (attn.q_dim(), attn.kv_dim(), attn.head_dim);
+    let table = tables.get(rope, row_pos);
+    let half = rope.n_rot / 2;
+    for (t, cs_t) in table
+        .chunks_exact(half.max(1))
+        .take(row_pos.len())
+        .enumerate()
+    {
+        rope_row(&mut q[t * qd..(t + 1) * qd], hd, rope, cs_t);
+        rope_row(&mut k[t * kvd..(t + 1) * kvd], hd, rope, cs_t);
+    }
+}
+
 /// First key position a query at `pos` may see.
 pub fn first_visible(pos: usize, window: Option<usize>) -> usize {
     match window {
@@ -87,7 +160,7 @@ const MIN_SPLIT: usize = 256;
 #[allow(clippy::too_many_arguments)]
 fn partial(
     kern: &Kernels,
-    spec: &LayerSpec,
+    spec: &Attention,
     cache: &KvCache,
     qg: &[f32],
     kvh: usize,
@@ -107,7 +180,7 @@ fn partial(
         // Each key row is decoded from f16 once for the whole group.
         kern.dot_f16_rows_multi(keys, rb, &qg[..group * hd], group, scores);
         for (sc, m) in scores.chunks_exact_mut(len).zip(ms.chunks_exact_mut(2)) {
-            let (max, sum) = exp_scores(sc, spec.attn_scale, spec.attn_softcap);
+            let (max, sum) = exp_scores(sc, spec.scale, spec.softcap);
             m[0] = max;
             m[1] = sum;
         }
@@ -131,7 +204,7 @@ fn partial(
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     kern: &Kernels,
-    spec: &LayerSpec,
+    spec: &Attention,
     cache: &KvCache,
     q: &[f32],
     pos0: usize,
@@ -144,7 +217,7 @@ pub fn attend(
     let n_kv = spec.n_head_kv;
     let threads = rayon::current_num_threads().max(1);
     let last = pos0 + n_tok - 1;
-    let longest = last + 1 - first_visible(last, spec.sliding_window);
+    let longest = last + 1 - first_visible(last, spec.window);
     let n_split = if n_tok * n_kv < threads {
         (longest / MIN_SPLIT).clamp(1, 2 * threads)
     } else {
@@ -159,7 +232,7 @@ pub fn attend(
         .for_each(|(idx, o)| {
             let (t, kvh) = (idx / n_kv, idx % n_kv);
             let pos = pos0 + t;
-            let lo = first_visible(pos, spec.sliding_window);
+            let lo = first_visible(pos, spec.window);
             // Query rows of this group are contiguous, like the output rows.
             let qg = &q[idx * group * hd..(idx + 1) * group * hd];
             let mut ms = [0.0f32; 32];
@@ -183,7 +256,7 @@ pub fn attend(
 #[allow(clippy::too_many_arguments)]
 fn attend_split(
     kern: &Kernels,
-    spec: &LayerSpec,
+    spec: &Attention,
     cache: &KvCache,
     q: &[f32],
     pos0: usize,
@@ -201,7 +274,7 @@ fn attend_split(
     part.resize(n_task * n_split * stride, 0.0);
     let range = |idx: usize, c: usize| {
         let pos = pos0 + idx / n_kv;
-        let lo = first_visible(pos, spec.sliding_window);
+        let lo = first_visible(pos, spec.window);
         let len = pos + 1 - lo;
         let per = len.div_ceil(n_split);
         (lo + c * per).min(pos + 1)..(lo + (c + 1) * per).min(pos + 1)
@@ -254,24 +327,25 @@ fn attend_split(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use anedvd_graph::{Rope, RopePairing};
+    use anedvd_graph::AttentionBias;
 
-    fn spec(window: Option<usize>) -> LayerSpec {
-        LayerSpec {
+    fn spec(window: Option<usize>) -> Attention {
+        Attention {
             n_head: 2,
             n_head_kv: 1,
             head_dim: 2,
-            n_ff: 1,
-            attn_scale: 1.0,
-            attn_softcap: None,
-            sliding_window: window,
-            rope: Rope {
-                pairing: RopePairing::Neox,
-                n_rot: 0,
-                inv_freq: vec![],
-                attn_factor: 1.0,
-            },
-            tensors: vec![],
+            scale: 1.0,
+            softcap: None,
+            window,
+            rope: None,
+            kv_source: None,
+            wq: String::new(),
+            wk: String::new(),
+            wv: String::new(),
+            wo: String::new(),
+            bias: AttentionBias::default(),
+            q_norm: None,
+            k_norm: None,
         }
     }
 
@@ -291,7 +365,7 @@ mod tests {
         let (hd, n) = (8usize, 1000usize);
         let mut sp = spec(None);
         sp.head_dim = hd;
-        sp.attn_scale = 0.3;
+        sp.scale = 0.3;
         let f = |i: usize, k: f32| ((i as f32) * k).sin() * 2.0;
         // Keys grow with position so each split range has its own maximum.
         let k: Vec<f32> = (0..n * hd)

@@ -3,13 +3,20 @@
 
 use crate::matmul::{vector, Matrix};
 use crate::qkernels::Kernels;
+use crate::NAME;
 use anedvd_base::WeightSource;
-use anedvd_graph::{Activation, DecoderProgram, Error, LayerSpec, Result, Role};
+use anedvd_graph::{
+    Activation, Attention, Block, DecoderProgram, DenseFfn, Error, FeedForward, Mixer, Result,
+};
 use std::sync::Arc;
 
-/// One compiled layer.
+/// One compiled layer: attention mixer, dense gated FFN, pre or sandwich
+/// norms (the variants this backend runs).
 pub struct Layer {
-    pub spec: LayerSpec,
+    /// The attention block as described (head counts, scale, window, RoPE).
+    pub attn: Attention,
+    pub n_ff: usize,
+    pub activation: Activation,
     pub attn_norm: Vec<f32>,
     pub ffn_norm: Vec<f32>,
     pub post_attn_norm: Option<Vec<f32>>,
@@ -31,10 +38,10 @@ pub struct Layer {
 
 impl Layer {
     pub fn q_dim(&self) -> usize {
-        self.spec.n_head * self.spec.head_dim
+        self.attn.q_dim()
     }
     pub fn kv_dim(&self) -> usize {
-        self.spec.n_head_kv * self.spec.head_dim
+        self.attn.kv_dim()
     }
 }
 
@@ -45,7 +52,6 @@ pub struct Model {
     pub n_vocab: usize,
     pub n_ctx_train: usize,
     pub eps: f32,
-    pub activation: Activation,
     pub embd_scale: f32,
     pub final_softcap: Option<f32>,
     pub token_embd: Matrix,
@@ -57,11 +63,10 @@ pub struct Model {
 }
 
 impl Model {
-    pub fn new(p: &DecoderProgram) -> Result<Self> {
+    /// Compiles `p` for kernels `k`; `pack` packs the weight types that
+    /// have a packed layout on `k` once, here.
+    pub fn new(p: &DecoderProgram, k: Kernels, pack: bool) -> Result<Self> {
         let src = p.weights.as_ref();
-        let k = Kernels::detect();
-        // `ANEDVD_PACK=0` keeps every matrix in the file's layout (A/B runs).
-        let pack = std::env::var("ANEDVD_PACK").map_or(true, |v| v != "0" && v != "off");
         let packed = |m: Matrix| if pack { m.packed(src) } else { Ok(m) };
         let offset = p.norm.weight_offset;
         let norm = |name: &str, len: usize| -> Result<Vec<f32>> {
@@ -69,37 +74,88 @@ impl Model {
             v.iter_mut().for_each(|x| *x += offset);
             Ok(v)
         };
+        let opt_norm =
+            |name: &Option<String>, len: usize| name.as_deref().map(|n| norm(n, len)).transpose();
+        let opt_vec = |name: &Option<String>, len: usize| {
+            name.as_deref().map(|n| vector(src, n, len)).transpose()
+        };
+        let matrix = |name: &str| packed(Matrix::new(src, name, k)?);
+        let d = p.n_embd;
         let mut layers = Vec::with_capacity(p.layers.len());
-        for (i, l) in p.layers.iter().enumerate() {
-            let need = |role: Role| {
-                l.tensor(role).ok_or_else(|| {
-                    Error::InvalidProgram(format!("layer {i}: no tensor bound to {role}"))
-                })
+        for (i, block) in p.layers.iter().enumerate() {
+            // Every variant is matched here with no catch-all: a new one is a
+            // compile error until this backend runs or refuses it.
+            let Block {
+                norms,
+                mixer,
+                ffn,
+                per_layer_input,
+            } = block;
+            if per_layer_input.is_some() {
+                return Err(Error::unsupported(NAME, "per-layer", "input embeddings", i));
+            }
+            let attn = match mixer {
+                Mixer::Attention(a) => a,
+                Mixer::ShortConv(_) => {
+                    return Err(Error::unsupported(NAME, "mixer", mixer.kind(), i))
+                }
             };
-            let opt_norm =
-                |role: Role, len: usize| l.tensor(role).map(|n| norm(n, len)).transpose();
-            let opt_vec =
-                |role: Role, len: usize| l.tensor(role).map(|n| vector(src, n, len)).transpose();
-            let (d, q, kv) = (p.n_embd, l.n_head * l.head_dim, l.n_head_kv * l.head_dim);
+            let dense = match ffn {
+                FeedForward::Dense(f) => f,
+                FeedForward::Moe(_) => {
+                    return Err(Error::unsupported(NAME, "feed-forward", ffn.kind(), i))
+                }
+            };
+            let Attention {
+                n_head: _,
+                n_head_kv: _,
+                head_dim,
+                scale: _,
+                softcap: _,
+                window: _,
+                rope: _,
+                kv_source,
+                wq,
+                wk,
+                wv,
+                wo,
+                bias,
+                q_norm,
+                k_norm,
+            } = attn;
+            if kv_source.is_some() {
+                return Err(Error::unsupported(NAME, "attention", "shared K/V", i));
+            }
+            let DenseFfn {
+                n_ff,
+                activation,
+                gate,
+                up,
+                down,
+            } = dense;
+            let ((attn_norm, post_attn_norm), (ffn_norm, post_ffn_norm)) = norms.split();
+            let (q, kv) = (attn.q_dim(), attn.kv_dim());
             layers.push(Layer {
-                attn_norm: norm(need(Role::AttnNorm)?, d)?,
-                ffn_norm: norm(need(Role::FfnNorm)?, d)?,
-                post_attn_norm: opt_norm(Role::PostAttnNorm, d)?,
-                post_ffn_norm: opt_norm(Role::PostFfnNorm, d)?,
-                q_norm: opt_norm(Role::AttnQNorm, l.head_dim)?,
-                k_norm: opt_norm(Role::AttnKNorm, l.head_dim)?,
-                bq: opt_vec(Role::AttnQBias, q)?,
-                bk: opt_vec(Role::AttnKBias, kv)?,
-                bv: opt_vec(Role::AttnVBias, kv)?,
-                bo: opt_vec(Role::AttnOutputBias, d)?,
-                wq: packed(Matrix::new(src, need(Role::AttnQ)?, k)?)?,
-                wk: packed(Matrix::new(src, need(Role::AttnK)?, k)?)?,
-                wv: packed(Matrix::new(src, need(Role::AttnV)?, k)?)?,
-                wo: packed(Matrix::new(src, need(Role::AttnOutput)?, k)?)?,
-                gate: packed(Matrix::new(src, need(Role::FfnGate)?, k)?)?,
-                up: packed(Matrix::new(src, need(Role::FfnUp)?, k)?)?,
-                down: packed(Matrix::new(src, need(Role::FfnDown)?, k)?)?,
-                spec: l.clone(),
+                attn_norm: norm(attn_norm, d)?,
+                ffn_norm: norm(ffn_norm, d)?,
+                post_attn_norm: post_attn_norm.map(|n| norm(n, d)).transpose()?,
+                post_ffn_norm: post_ffn_norm.map(|n| norm(n, d)).transpose()?,
+                q_norm: opt_norm(q_norm, *head_dim)?,
+                k_norm: opt_norm(k_norm, *head_dim)?,
+                bq: opt_vec(&bias.q, q)?,
+                bk: opt_vec(&bias.k, kv)?,
+                bv: opt_vec(&bias.v, kv)?,
+                bo: opt_vec(&bias.o, d)?,
+                wq: matrix(wq)?,
+                wk: matrix(wk)?,
+                wv: matrix(wv)?,
+                wo: matrix(wo)?,
+                gate: matrix(gate)?,
+                up: matrix(up)?,
+                down: matrix(down)?,
+                n_ff: *n_ff,
+                activation: *activation,
+                attn: attn.clone(),
             });
         }
         let token_embd = Matrix::new(src, &p.token_embd, k)?;
@@ -119,7 +175,6 @@ impl Model {
             n_vocab: p.n_vocab,
             n_ctx_train: p.n_ctx_train,
             eps: p.norm.eps,
-            activation: p.activation,
             embd_scale: p.embd_scale,
             final_softcap: p.final_softcap,
             token_embd,

@@ -2,9 +2,9 @@
 //! sequences: the matrix products run once over every row, while RoPE, the
 //! KV store and attention run per sequence segment against its own cache.
 
-use crate::attention::{attend, KvCache};
+use crate::attention::{attend, encode_positions, KvCache, RopeTables};
 use crate::compiled::Model;
-use crate::kernels::{gated, rms_norm, rms_norm_inplace, rope_cos_sin, rope_row, softcap};
+use crate::kernels::{add, gated, rms_norm, softcap};
 use crate::matmul::{matmul_group, Acts};
 use anedvd_graph::dump::Dump;
 use anedvd_graph::intermediate as names;
@@ -27,7 +27,7 @@ impl SeqState {
             kv: model
                 .layers
                 .iter()
-                .map(|l| KvCache::new(l.spec.n_head_kv, l.spec.head_dim))
+                .map(|l| KvCache::new(l.attn.n_head_kv, l.attn.head_dim))
                 .collect(),
         }
     }
@@ -71,31 +71,15 @@ pub struct Buffers {
     tmp2: Vec<f32>,
     tmp3: Vec<f32>,
     sel: Vec<f32>,
-    cs: Vec<(f32, f32)>,
-    /// Per distinct RoPE of the model (Gemma 3 has a local and a global
-    /// one): the cos/sin of every row of the pass, computed once per pass.
-    rope_tables: Vec<(anedvd_graph::Rope, Vec<(f32, f32)>)>,
+    rope_tables: RopeTables,
     row_pos: Vec<usize>,
     acts: Acts,
-}
-
-fn add(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
 }
 
 fn add_bias(x: &mut [f32], bias: Option<&Vec<f32>>) {
     if let Some(b) = bias {
         for row in x.chunks_exact_mut(b.len()) {
             add(row, b);
-        }
-    }
-}
-
-fn put(dump: &mut Option<Dump>, layer: Option<usize>, name: &str, data: &[f32], rows: usize) {
-    if let Some(d) = dump.as_mut() {
-        match layer {
-            Some(i) => d.put(&names::layer_name(i, name), data, rows),
-            None => d.put(name, data, rows),
         }
     }
 }
@@ -132,7 +116,6 @@ pub fn run(
         tmp2,
         tmp3,
         sel,
-        cs,
         rope_tables,
         row_pos,
         acts,
@@ -149,16 +132,16 @@ pub fn run(
             row.iter_mut().for_each(|v| *v *= m.embd_scale);
         }
     }
-    put(dump, None, "inp_embd", x, n);
+    Dump::put_opt(dump, None, "inp_embd", x, n);
     // Positions change every pass; the tables are rebuilt lazily per RoPE.
-    rope_tables.iter_mut().for_each(|(_, t)| t.clear());
+    rope_tables.new_pass();
     parts.resize_with(segs.len(), Vec::new);
     for (il, l) in m.layers.iter().enumerate() {
-        let (qd, kvd, hd, ff) = (l.q_dim(), l.kv_dim(), l.spec.head_dim, l.spec.n_ff);
+        let (qd, kvd, ff) = (l.q_dim(), l.kv_dim(), l.n_ff);
         let li = Some(il);
         h.resize(n * d, 0.0);
         rms_norm(x, &l.attn_norm, m.eps, h);
-        put(dump, li, names::ATTN_NORM, h, n);
+        Dump::put_opt(dump, li, names::ATTN_NORM, h, n);
 
         q.resize(n * qd, 0.0);
         k.resize(n * kvd, 0.0);
@@ -174,25 +157,13 @@ pub fn run(
         add_bias(q, l.bq.as_ref());
         add_bias(k, l.bk.as_ref());
         add_bias(v, l.bv.as_ref());
-        put(dump, li, names::Q, q, n);
-        put(dump, li, names::K, k, n);
-        put(dump, li, names::V, v, n);
-        if let Some(w) = &l.q_norm {
-            rms_norm_inplace(q, w, m.eps);
-        }
-        if let Some(w) = &l.k_norm {
-            rms_norm_inplace(k, w, m.eps);
-        }
-        let rope = &l.spec.rope;
-        let table = rope_table(rope_tables, rope, row_pos, cs);
-        let half = rope.n_rot / 2;
-        for t in 0..n {
-            let cs_t = &table[t * half..(t + 1) * half];
-            rope_row(&mut q[t * qd..(t + 1) * qd], hd, rope, cs_t);
-            rope_row(&mut k[t * kvd..(t + 1) * kvd], hd, rope, cs_t);
-        }
-        put(dump, li, names::Q_ROPE, q, n);
-        put(dump, li, names::K_ROPE, k, n);
+        Dump::put_opt(dump, li, names::Q, q, n);
+        Dump::put_opt(dump, li, names::K, k, n);
+        Dump::put_opt(dump, li, names::V, v, n);
+        let qk_norms = (l.q_norm.as_deref(), l.k_norm.as_deref());
+        encode_positions(&l.attn, qk_norms, m.eps, q, k, rope_tables, row_pos);
+        Dump::put_opt(dump, li, names::Q_ROPE, q, n);
+        Dump::put_opt(dump, li, names::K_ROPE, k, n);
 
         let mut r0 = 0;
         for seg in segs {
@@ -206,7 +177,7 @@ pub fn run(
         }
         att.resize(n * qd, 0.0);
         attend_segments(m, l, seqs, segs, q, att, parts, il);
-        put(dump, li, names::KQV_OUT, att, n);
+        Dump::put_opt(dump, li, names::KQV_OUT, att, n);
 
         o.resize(n * d, 0.0);
         acts.prepare(att, n, &[&l.wo])?;
@@ -219,18 +190,18 @@ pub fn run(
             }
             None => o,
         };
-        put(dump, li, names::ATTN_OUT, attn_out, n);
+        Dump::put_opt(dump, li, names::ATTN_OUT, attn_out, n);
         add(x, attn_out);
-        put(dump, li, names::FFN_INP, x, n);
+        Dump::put_opt(dump, li, names::FFN_INP, x, n);
 
         rms_norm(x, &l.ffn_norm, m.eps, h);
-        put(dump, li, names::FFN_NORM, h, n);
+        Dump::put_opt(dump, li, names::FFN_NORM, h, n);
         g.resize(n * ff, 0.0);
         u.resize(n * ff, 0.0);
         acts.prepare(h, n, &[&l.gate, &l.up])?;
         matmul_group(src, &mut [(&l.gate, g, tmp), (&l.up, u, tmp2)], h, n, acts)?;
-        gated(m.activation, g, u);
-        put(dump, li, names::FFN_ACT, g, n);
+        gated(l.activation, g, u);
+        Dump::put_opt(dump, li, names::FFN_ACT, g, n);
         acts.prepare(g, n, &[&l.down])?;
         l.down.matmul(src, g, n, acts, o, tmp)?;
         let ffn_out: &[f32] = match &l.post_ffn_norm {
@@ -240,9 +211,9 @@ pub fn run(
             }
             None => o,
         };
-        put(dump, li, names::FFN_OUT, ffn_out, n);
+        Dump::put_opt(dump, li, names::FFN_OUT, ffn_out, n);
         add(x, ffn_out);
-        put(dump, li, names::OUT, x, n);
+        Dump::put_opt(dump, li, names::OUT, x, n);
     }
     let rows = logit_rows.len();
     if rows == 0 {
@@ -260,40 +231,15 @@ pub fn run(
     };
     h.resize(rows * d, 0.0);
     rms_norm(picked, &m.output_norm, m.eps, h);
-    put(dump, None, names::RESULT_NORM, h, rows);
+    Dump::put_opt(dump, None, names::RESULT_NORM, h, rows);
     let out = &mut out[..rows * m.n_vocab];
     acts.prepare(h, rows, &[&m.output])?;
     m.output.matmul(src, h, rows, acts, out, tmp)?;
     if let Some(cap) = m.final_softcap {
         softcap(out, cap);
     }
-    put(dump, None, names::RESULT_OUTPUT, out, rows);
+    Dump::put_opt(dump, None, names::RESULT_OUTPUT, out, rows);
     Ok(())
-}
-
-/// The cos/sin of `rope` for every row position of this pass (`n_rot / 2`
-/// pairs per row), computed on first use in the pass.
-fn rope_table<'a>(
-    tables: &'a mut Vec<(anedvd_graph::Rope, Vec<(f32, f32)>)>,
-    rope: &anedvd_graph::Rope,
-    row_pos: &[usize],
-    cs: &mut Vec<(f32, f32)>,
-) -> &'a [(f32, f32)] {
-    let i = match tables.iter().position(|(r, _)| r == rope) {
-        Some(i) => i,
-        None => {
-            tables.push((rope.clone(), Vec::new()));
-            tables.len() - 1
-        }
-    };
-    let table = &mut tables[i].1;
-    if table.is_empty() {
-        for &pos in row_pos {
-            rope_cos_sin(rope, pos, cs);
-            table.extend_from_slice(cs);
-        }
-    }
-    table
 }
 
 /// Attention of every segment against its own cache. One segment
@@ -315,7 +261,7 @@ fn attend_segments(
         let n = seg.tokens.len();
         attend(
             &m.kernels,
-            &l.spec,
+            &l.attn,
             cache,
             q,
             seg.pos0,
@@ -339,7 +285,7 @@ fn attend_segments(
         let cache = &seqs[seg.seq].kv[il];
         attend(
             &m.kernels,
-            &l.spec,
+            &l.attn,
             cache,
             qs,
             seg.pos0,

@@ -44,6 +44,11 @@ pub fn dot_f32_bytes(row: &[u8], x: &[f32]) -> f32 {
     s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
+/// `x += y` elementwise (residual adds).
+pub fn add(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}
+
 /// `y += a * x`.
 #[inline]
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {

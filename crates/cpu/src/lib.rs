@@ -21,7 +21,7 @@
 //! # Ok(()) }
 //! ```
 
-mod attention;
+pub mod attention;
 mod compiled;
 mod forward;
 pub mod kernels;
@@ -34,29 +34,76 @@ use anedvd_graph::{Backend, BatchSession, DecoderProgram, Error, Executable, Res
 use std::sync::Arc;
 
 pub use matmul::decode_row;
+pub use qkernels::IsaCap;
+
+/// The backend's name in messages.
+pub const NAME: &str = "cpu";
+
+/// How the CPU backend runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Threads (0 = one per logical CPU).
+    pub threads: usize,
+    /// Most capable instruction set to use.
+    pub isa: IsaCap,
+    /// Pack the weight types that have a packed panel layout at load
+    /// (AVX-512 VNNI: Q8_0, Q4_0, Q5_0, IQ4_NL).
+    pub pack: bool,
+}
+
+impl Default for CpuOptions {
+    /// All threads, the best ISA, packing on — unless the A/B overrides
+    /// `ANEDVD_KERNELS=generic|avx2|avx512` or `ANEDVD_PACK=0` say otherwise.
+    fn default() -> Self {
+        CpuOptions {
+            threads: 0,
+            isa: IsaCap::from_env().unwrap_or_default(),
+            pack: std::env::var("ANEDVD_PACK").map_or(true, |v| v != "0" && v != "off"),
+        }
+    }
+}
 
 /// The CPU backend with its own thread pool.
 pub struct CpuBackend {
     pool: Arc<rayon::ThreadPool>,
     threads: usize,
+    kernels: qkernels::Kernels,
+    pack: bool,
 }
 
 impl CpuBackend {
-    /// A backend running on `threads` threads (0 = one per logical CPU).
+    /// A backend running on `threads` threads (0 = one per logical CPU),
+    /// otherwise with [`CpuOptions::default`].
     pub fn new(threads: usize) -> Result<Self> {
+        Self::with_options(CpuOptions {
+            threads,
+            ..CpuOptions::default()
+        })
+    }
+
+    /// A backend with `options`.
+    pub fn with_options(options: CpuOptions) -> Result<Self> {
+        let threads = options.threads;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("anedvd-cpu-{i}"))
             .build()
             .map_err(|e| Error::Backend {
-                backend: "cpu".into(),
+                backend: NAME.into(),
                 message: format!("thread pool: {e}"),
             })?;
         let threads = pool.current_num_threads();
         Ok(Self {
             pool: Arc::new(pool),
             threads,
+            kernels: qkernels::Kernels::capped(options.isa),
+            pack: options.pack,
         })
+    }
+
+    /// The kernel table in use (`avx512vnni`, `avx2`, ...).
+    pub fn kernels_name(&self) -> &'static str {
+        self.kernels.name()
     }
 
     /// Threads in the pool.
@@ -67,12 +114,12 @@ impl CpuBackend {
 
 impl Backend for CpuBackend {
     fn name(&self) -> &str {
-        "cpu"
+        NAME
     }
 
     fn compile(&self, program: &DecoderProgram) -> Result<Box<dyn Executable>> {
         program.validate()?;
-        let model = compiled::Model::new(program)?;
+        let model = compiled::Model::new(program, self.kernels, self.pack)?;
         Ok(Box::new(CpuExecutable {
             model: Arc::new(model),
             pool: self.pool.clone(),

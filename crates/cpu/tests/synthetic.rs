@@ -169,8 +169,26 @@ const PROMPT: [u32; 9] = [1, 5, 9, 30, 2, 39, 17, 8, 8];
 fn norm_pairing_on_permuted_rows_equals_neox_on_hf_rows() {
     let hf = program(llama(2, false, 7), &ConfigOverrides::default());
     let gg = program(llama(2, true, 7), &ConfigOverrides::default());
-    assert_eq!(hf.layers[0].rope.pairing, RopePairing::Neox);
-    assert_eq!(gg.layers[0].rope.pairing, RopePairing::Norm);
+    assert_eq!(
+        hf.layers[0]
+            .attention()
+            .unwrap()
+            .rope
+            .as_ref()
+            .unwrap()
+            .pairing,
+        RopePairing::Neox
+    );
+    assert_eq!(
+        gg.layers[0]
+            .attention()
+            .unwrap()
+            .rope
+            .as_ref()
+            .unwrap()
+            .pairing,
+        RopePairing::Norm
+    );
     let a = run(&hf, &PROMPT, LogitsMode::All);
     let b = run(&gg, &PROMPT, LogitsMode::All);
     assert!(max_diff(&a, &b) < 1e-4, "{}", max_diff(&a, &b));
@@ -238,7 +256,7 @@ fn sliding_window_limits_what_a_position_sees() {
     let a = run(&p, &[1, 2, 3, 4, 5, 6], LogitsMode::Last);
     let b = run(&p, &[7, 2, 3, 4, 5, 6], LogitsMode::Last);
     assert!(max_diff(&a, &b) > 1e-4, "full attention must see token 0");
-    p.layers[0].sliding_window = Some(5);
+    p.layers[0].attention_mut().unwrap().window = Some(5);
     let a = run(&p, &[1, 2, 3, 4, 5, 6], LogitsMode::Last);
     let b = run(&p, &[7, 2, 3, 4, 5, 6], LogitsMode::Last);
     assert!(

@@ -24,7 +24,7 @@ pub mod sampler;
 mod session;
 pub mod stats;
 
-pub use anedvd_ane_sim::DriverKind;
+pub use anedvd_ane::DriverKind;
 pub use anedvd_graph::BatchItem;
 pub use batch::{common_prefix, EngineBatch};
 pub use error::{Error, Result};

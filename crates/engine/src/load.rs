@@ -3,7 +3,7 @@
 use crate::batch::EngineBatch;
 use crate::session::EngineSession;
 use crate::{Error, Result};
-use anedvd_ane_sim::{AneBackend, AneSimBackend, DriverKind, LowerOptions};
+use anedvd_ane::{AneBackend, AneSimBackend, DriverKind, LowerOptions};
 use anedvd_base::WeightSource;
 use anedvd_chat::{builtin_for, template_from_hf_files, ChatTemplate, Message, RenderOptions};
 use anedvd_graph::{Backend, Executable};

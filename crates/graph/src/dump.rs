@@ -47,6 +47,23 @@ impl Dump {
         }
     }
 
+    /// Records `data` under `blk.{layer}.{name}` (or `name` when `layer` is
+    /// `None`) if a dump is active; does nothing otherwise.
+    pub fn put_opt(
+        dump: &mut Option<Dump>,
+        layer: Option<usize>,
+        name: &str,
+        data: &[f32],
+        rows: usize,
+    ) {
+        if let Some(d) = dump.as_mut() {
+            match layer {
+                Some(i) => d.put(&crate::intermediate::layer_name(i, name), data, rows),
+                None => d.put(name, data, rows),
+            }
+        }
+    }
+
     /// Writes every `.npy` file and `index.json`.
     pub fn finish(self) -> Result<()> {
         let mut items = Vec::new();

@@ -45,6 +45,18 @@ pub enum Error {
         /// The backend's name.
         backend: String,
     },
+    /// A block variant (or a feature of one) this backend does not run.
+    #[error("backend {backend} does not support {part} {variant} (layer {layer})")]
+    Unsupported {
+        /// The backend's name.
+        backend: String,
+        /// Which part of the block (`mixer`, `feed-forward`, `attention`, ...).
+        part: &'static str,
+        /// The variant or feature (`short_conv`, `moe`, `shared K/V`, ...).
+        variant: String,
+        /// The layer.
+        layer: usize,
+    },
     /// The program's hyperparameters are inconsistent.
     #[error("invalid program: {0}")]
     InvalidProgram(String),
@@ -67,6 +79,23 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+}
+
+impl Error {
+    /// [`Error::Unsupported`] for `backend`.
+    pub fn unsupported(
+        backend: &str,
+        part: &'static str,
+        variant: impl Into<String>,
+        layer: usize,
+    ) -> Error {
+        Error::Unsupported {
+            backend: backend.to_string(),
+            part,
+            variant: variant.into(),
+            layer,
+        }
+    }
 }
 
 /// Result alias for this crate.

@@ -1,9 +1,11 @@
 //! Backend-neutral description of a decoder-only transformer, and the traits
 //! every backend implements.
 //!
-//! A [`DecoderProgram`] is fully resolved: every layer carries its own head
-//! counts, attention scale, sliding window and RoPE frequencies, and binds each
-//! tensor [`Role`] to a tensor name in a [`WeightSource`](anedvd_base::WeightSource).
+//! A [`DecoderProgram`] is fully resolved: every layer is a [`Block`] of typed
+//! variants (a [`Mixer`]: attention with its own head counts, scale, window and
+//! RoPE, or a short convolution; a [`FeedForward`]: dense or a mixture of
+//! experts; a [`NormPlacement`]), each naming its tensors in a
+//! [`WeightSource`](anedvd_base::WeightSource).
 //! A backend therefore never needs to know which model family it runs, and this
 //! crate knows nothing about file formats or family names (the `model` crate
 //! builds programs from family tables).
@@ -22,6 +24,7 @@
 //! ```
 
 mod batch;
+mod block;
 pub mod dump;
 mod error;
 pub mod intermediate;
@@ -30,7 +33,11 @@ mod program;
 mod traits;
 
 pub use batch::{validate_batch, BatchItem, BatchSession, SequentialBatch};
+pub use block::{
+    Activation, Attention, AttentionBias, Block, DenseFfn, ExpertTensors, FeedForward, Mixer,
+    MoeFfn, NormPlacement, PerLayerInput, SharedExpert, ShortConv,
+};
 pub use error::{Error, Result};
 pub use memory::MemorySource;
-pub use program::{Activation, DecoderProgram, LayerSpec, NormSpec, Role, Rope, RopePairing};
+pub use program::{DecoderProgram, NormSpec, Role, Rope, RopePairing};
 pub use traits::{Backend, Executable, LogitsMode, Session};

@@ -1,12 +1,17 @@
-//! The resolved decoder description: hyperparameters per layer and tensor
-//! names bound to roles.
+//! The resolved decoder description: global hyperparameters, the layer
+//! blocks, and the weight source they name tensors in.
 
+use crate::block::{
+    Attention, AttentionBias, Block, DenseFfn, ExpertTensors, FeedForward, Mixer, MoeFfn,
+    NormPlacement, PerLayerInput, SharedExpert, ShortConv,
+};
 use crate::{Error, Result};
 use anedvd_base::WeightSource;
 use std::sync::Arc;
 
-/// What a tensor does in the decoder. Names follow `docs/glossary.md` (the
-/// GGUF tensor-name stems).
+/// What a tensor does in the decoder, as family tables name it. Names follow
+/// `docs/glossary.md` (the GGUF tensor-name stems). Backends never see roles:
+/// the `model` crate resolves them into the typed fields of [`Block`].
 #[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Role {
@@ -96,16 +101,6 @@ impl std::fmt::Display for Role {
     }
 }
 
-/// Feed-forward activation; the feed-forward block is always gated:
-/// `down(act(gate(x)) * up(x))`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// `x * sigmoid(x)`.
-    Silu,
-    /// GELU, tanh approximation (`gelu_pytorch_tanh`).
-    GeluTanh,
-}
-
 /// Which elements RoPE rotates together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopePairing {
@@ -153,40 +148,6 @@ pub struct NormSpec {
     pub weight_offset: f32,
 }
 
-/// One decoder layer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LayerSpec {
-    /// Query heads.
-    pub n_head: usize,
-    /// Key/value heads (GQA when fewer than `n_head`).
-    pub n_head_kv: usize,
-    /// Dimension of each head (for q, k and v).
-    pub head_dim: usize,
-    /// Feed-forward hidden width.
-    pub n_ff: usize,
-    /// Multiplier on q·k before the soft-cap and softmax.
-    pub attn_scale: f32,
-    /// `cap * tanh(score / cap)` applied to attention scores, if set.
-    pub attn_softcap: Option<f32>,
-    /// Sliding window: a query at position `p` sees keys at `j` with
-    /// `p - j < window`. `None` is full causal attention.
-    pub sliding_window: Option<usize>,
-    /// RoPE of this layer.
-    pub rope: Rope,
-    /// Tensor names bound to per-layer roles.
-    pub tensors: Vec<(Role, String)>,
-}
-
-impl LayerSpec {
-    /// The tensor bound to `role`, if any.
-    pub fn tensor(&self, role: Role) -> Option<&str> {
-        self.tensors
-            .iter()
-            .find(|(r, _)| *r == role)
-            .map(|(_, n)| n.as_str())
-    }
-}
-
 /// A decoder-only transformer, resolved and bound to a weight source.
 #[derive(Clone)]
 pub struct DecoderProgram {
@@ -200,8 +161,6 @@ pub struct DecoderProgram {
     pub n_ctx_train: usize,
     /// Norm parameters.
     pub norm: NormSpec,
-    /// Feed-forward activation.
-    pub activation: Activation,
     /// Multiplier applied to token embeddings (`sqrt(n_embd)` for Gemma).
     pub embd_scale: f32,
     /// `cap * tanh(logit / cap)` on the final logits, if set.
@@ -213,7 +172,7 @@ pub struct DecoderProgram {
     /// Output projection; `None` means tied to `token_embd`.
     pub output: Option<String>,
     /// The layers, in order.
-    pub layers: Vec<LayerSpec>,
+    pub layers: Vec<Block>,
     /// Where tensor bytes come from.
     pub weights: Arc<dyn WeightSource>,
 }
@@ -226,7 +185,6 @@ impl std::fmt::Debug for DecoderProgram {
             .field("n_vocab", &self.n_vocab)
             .field("n_ctx_train", &self.n_ctx_train)
             .field("norm", &self.norm)
-            .field("activation", &self.activation)
             .field("embd_scale", &self.embd_scale)
             .field("final_softcap", &self.final_softcap)
             .field("token_embd", &self.token_embd)
@@ -238,108 +196,258 @@ impl std::fmt::Debug for DecoderProgram {
     }
 }
 
-impl DecoderProgram {
-    /// The shape (ggml `ne` order) a tensor in `role` must have in `layer`
-    /// (`layer` is ignored for global roles).
-    pub fn expected_shape(&self, role: Role, layer: &LayerSpec) -> Vec<u64> {
-        let d = self.n_embd as u64;
-        let q = (layer.n_head * layer.head_dim) as u64;
-        let kv = (layer.n_head_kv * layer.head_dim) as u64;
-        let ff = layer.n_ff as u64;
-        use Role::*;
-        match role {
-            TokenEmbd | Output => vec![d, self.n_vocab as u64],
-            OutputNorm | AttnNorm | PostAttnNorm | FfnNorm | PostFfnNorm | AttnOutputBias => {
-                vec![d]
-            }
-            AttnQ => vec![d, q],
-            AttnK | AttnV => vec![d, kv],
-            AttnOutput => vec![q, d],
-            AttnQBias => vec![q],
-            AttnKBias | AttnVBias => vec![kv],
-            AttnQNorm | AttnKNorm => vec![layer.head_dim as u64],
-            FfnGate | FfnUp => vec![d, ff],
-            FfnDown => vec![ff, d],
+/// Shape checks of one program against its weight source.
+struct Checker<'a> {
+    p: &'a DecoderProgram,
+}
+
+impl Checker<'_> {
+    /// `name` exists with exactly `expected` (ggml `ne` order).
+    fn shape(&self, name: &str, expected: &[u64]) -> Result<()> {
+        let t = self
+            .p
+            .weights
+            .tensor(name)
+            .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+        if t.info.shape != expected {
+            return Err(Error::Shape {
+                tensor: name.to_string(),
+                expected: expected.to_vec(),
+                found: t.info.shape.clone(),
+            });
         }
+        Ok(())
     }
 
-    /// Checks hyperparameters for consistency and every bound tensor for
-    /// presence and shape. Required per layer: attention norm, q/k/v/output
-    /// projections, ffn norm, gate/up/down.
+    fn opt(&self, name: &Option<String>, expected: &[u64]) -> Result<()> {
+        name.as_deref().map_or(Ok(()), |n| self.shape(n, expected))
+    }
+
+    fn dense(&self, i: usize, f: &DenseFfn) -> Result<()> {
+        let DenseFfn {
+            n_ff,
+            activation: _,
+            gate,
+            up,
+            down,
+        } = f;
+        let (d, ff) = (self.p.n_embd as u64, *n_ff as u64);
+        if *n_ff == 0 {
+            return Err(invalid(i, "n_ff must be positive"));
+        }
+        self.shape(gate, &[d, ff])?;
+        self.shape(up, &[d, ff])?;
+        self.shape(down, &[ff, d])
+    }
+
+    fn attention(&self, i: usize, a: &Attention) -> Result<()> {
+        let Attention {
+            n_head,
+            n_head_kv,
+            head_dim,
+            scale: _,
+            softcap: _,
+            window,
+            rope,
+            kv_source,
+            wq,
+            wk,
+            wv,
+            wo,
+            bias: AttentionBias { q, k, v, o },
+            q_norm,
+            k_norm,
+        } = a;
+        if *n_head == 0 || *n_head_kv == 0 || *head_dim == 0 {
+            return Err(invalid(i, "head counts and head_dim must be positive"));
+        }
+        if n_head % n_head_kv != 0 {
+            return Err(invalid(
+                i,
+                &format!("n_head {n_head} is not a multiple of n_head_kv {n_head_kv}"),
+            ));
+        }
+        if let Some(r) = rope {
+            if r.n_rot > *head_dim || r.n_rot % 2 != 0 {
+                return Err(invalid(
+                    i,
+                    &format!(
+                        "n_rot {} must be even and at most head_dim {head_dim}",
+                        r.n_rot
+                    ),
+                ));
+            }
+            if r.inv_freq.len() != r.n_rot / 2 {
+                return Err(invalid(
+                    i,
+                    &format!(
+                        "{} rope frequencies for n_rot {}",
+                        r.inv_freq.len(),
+                        r.n_rot
+                    ),
+                ));
+            }
+        }
+        if *window == Some(0) {
+            return Err(invalid(i, "sliding window of 0"));
+        }
+        if let Some(src) = kv_source {
+            if *src >= i {
+                return Err(invalid(
+                    i,
+                    &format!("takes K/V from layer {src}, which is not an earlier layer"),
+                ));
+            }
+        }
+        let d = self.p.n_embd as u64;
+        let (qd, kvd) = (a.q_dim() as u64, a.kv_dim() as u64);
+        self.shape(wq, &[d, qd])?;
+        self.shape(wk, &[d, kvd])?;
+        self.shape(wv, &[d, kvd])?;
+        self.shape(wo, &[qd, d])?;
+        self.opt(q, &[qd])?;
+        self.opt(k, &[kvd])?;
+        self.opt(v, &[kvd])?;
+        self.opt(o, &[d])?;
+        self.opt(q_norm, &[*head_dim as u64])?;
+        self.opt(k_norm, &[*head_dim as u64])
+    }
+
+    fn short_conv(&self, i: usize, c: &ShortConv) -> Result<()> {
+        let ShortConv {
+            kernel,
+            in_proj,
+            conv,
+            out_proj,
+        } = c;
+        if *kernel == 0 {
+            return Err(invalid(i, "short conv of 0 taps"));
+        }
+        let d = self.p.n_embd as u64;
+        self.shape(in_proj, &[d, 3 * d])?;
+        self.shape(conv, &[*kernel as u64, d])?;
+        self.shape(out_proj, &[d, d])
+    }
+
+    fn moe(&self, i: usize, m: &MoeFfn) -> Result<()> {
+        let MoeFfn {
+            n_expert,
+            n_expert_used,
+            n_ff_expert,
+            activation: _,
+            router,
+            normalize_top_k: _,
+            experts,
+            shared,
+        } = m;
+        if *n_expert == 0 || *n_expert_used == 0 || n_expert_used > n_expert {
+            return Err(invalid(
+                i,
+                &format!("{n_expert_used} of {n_expert} experts used"),
+            ));
+        }
+        let (d, ff, ne) = (self.p.n_embd as u64, *n_ff_expert as u64, *n_expert as u64);
+        self.shape(router, &[d, ne])?;
+        match experts {
+            ExpertTensors::Stacked { gate, up, down } => {
+                self.shape(gate, &[d, ff, ne])?;
+                self.shape(up, &[d, ff, ne])?;
+                self.shape(down, &[ff, d, ne])?;
+            }
+            ExpertTensors::PerExpert { gate, up, down } => {
+                for names in [gate, up, down] {
+                    if names.len() != *n_expert {
+                        return Err(invalid(
+                            i,
+                            &format!("{} expert tensors for {n_expert} experts", names.len()),
+                        ));
+                    }
+                }
+                for ((g, u), dn) in gate.iter().zip(up).zip(down) {
+                    self.shape(g, &[d, ff])?;
+                    self.shape(u, &[d, ff])?;
+                    self.shape(dn, &[ff, d])?;
+                }
+            }
+        }
+        if let Some(SharedExpert { ffn, gate_inp }) = shared {
+            self.dense(i, ffn)?;
+            self.opt(gate_inp, &[d, 1])?;
+        }
+        Ok(())
+    }
+
+    fn block(&self, i: usize, b: &Block) -> Result<()> {
+        let Block {
+            norms,
+            mixer,
+            ffn,
+            per_layer_input,
+        } = b;
+        let d = self.p.n_embd as u64;
+        match norms {
+            NormPlacement::Pre { mixer, ffn } => {
+                self.shape(mixer, &[d])?;
+                self.shape(ffn, &[d])?;
+            }
+            NormPlacement::Sandwich {
+                mixer,
+                post_mixer,
+                ffn,
+                post_ffn,
+            } => {
+                for n in [mixer, post_mixer, ffn, post_ffn] {
+                    self.shape(n, &[d])?;
+                }
+            }
+        }
+        match mixer {
+            Mixer::Attention(a) => self.attention(i, a)?,
+            Mixer::ShortConv(c) => self.short_conv(i, c)?,
+        }
+        match ffn {
+            FeedForward::Dense(f) => self.dense(i, f)?,
+            FeedForward::Moe(m) => self.moe(i, m)?,
+        }
+        if let Some(PerLayerInput {
+            width,
+            gate,
+            proj,
+            norm,
+        }) = per_layer_input
+        {
+            let w = *width as u64;
+            self.shape(gate, &[d, w])?;
+            self.shape(proj, &[w, d])?;
+            self.shape(norm, &[d])?;
+        }
+        Ok(())
+    }
+}
+
+fn invalid(layer: usize, what: &str) -> Error {
+    Error::InvalidProgram(format!("layer {layer}: {what}"))
+}
+
+impl DecoderProgram {
+    /// Checks hyperparameters for consistency and every named tensor for
+    /// presence and shape.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidProgram(m));
         if self.n_embd == 0 || self.n_vocab == 0 || self.layers.is_empty() {
-            return bad(format!(
+            return Err(Error::InvalidProgram(format!(
                 "n_embd {}, n_vocab {}, n_layer {} must all be positive",
                 self.n_embd,
                 self.n_vocab,
                 self.layers.len()
-            ));
+            )));
         }
-        let check = |role: Role, name: &str, layer: &LayerSpec| -> Result<()> {
-            let t = self
-                .weights
-                .tensor(name)
-                .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
-            let expected = self.expected_shape(role, layer);
-            if t.info.shape != expected {
-                return Err(Error::Shape {
-                    tensor: name.to_string(),
-                    expected,
-                    found: t.info.shape.clone(),
-                });
-            }
-            Ok(())
-        };
-        for (i, l) in self.layers.iter().enumerate() {
-            if l.n_head == 0 || l.n_head_kv == 0 || l.head_dim == 0 || l.n_ff == 0 {
-                return bad(format!(
-                    "layer {i}: head counts, head_dim and n_ff must be positive"
-                ));
-            }
-            if l.n_head % l.n_head_kv != 0 {
-                return bad(format!(
-                    "layer {i}: n_head {} is not a multiple of n_head_kv {}",
-                    l.n_head, l.n_head_kv
-                ));
-            }
-            if l.rope.n_rot > l.head_dim || l.rope.n_rot % 2 != 0 {
-                return bad(format!(
-                    "layer {i}: n_rot {} must be even and at most head_dim {}",
-                    l.rope.n_rot, l.head_dim
-                ));
-            }
-            if l.rope.inv_freq.len() != l.rope.n_rot / 2 {
-                return bad(format!(
-                    "layer {i}: {} rope frequencies for n_rot {}",
-                    l.rope.inv_freq.len(),
-                    l.rope.n_rot
-                ));
-            }
-            if l.sliding_window == Some(0) {
-                return bad(format!("layer {i}: sliding window of 0"));
-            }
-            use Role::*;
-            for role in [
-                AttnNorm, AttnQ, AttnK, AttnV, AttnOutput, FfnNorm, FfnGate, FfnUp, FfnDown,
-            ] {
-                if l.tensor(role).is_none() {
-                    return bad(format!("layer {i}: no tensor bound to {role}"));
-                }
-            }
-            for (role, name) in &l.tensors {
-                if role.is_global() {
-                    return bad(format!("layer {i}: global role {role} bound in a layer"));
-                }
-                check(*role, name, l)?;
-            }
+        let c = Checker { p: self };
+        for (i, b) in self.layers.iter().enumerate() {
+            c.block(i, b)?;
         }
-        let first = &self.layers[0];
-        check(Role::TokenEmbd, &self.token_embd, first)?;
-        check(Role::OutputNorm, &self.output_norm, first)?;
-        if let Some(out) = &self.output {
-            check(Role::Output, out, first)?;
-        }
-        Ok(())
+        let (d, v) = (self.n_embd as u64, self.n_vocab as u64);
+        c.shape(&self.token_embd, &[d, v])?;
+        c.shape(&self.output_norm, &[d])?;
+        c.opt(&self.output, &[d, v])
     }
 }

@@ -122,6 +122,9 @@ pub struct DecoderConfig {
     pub sliding_window: Option<usize>,
     /// Per layer: true when it uses the sliding window.
     pub sliding_layers: Vec<bool>,
+    /// Per layer: true when it applies RoPE (false: NoPE, SmolLM3's every
+    /// fourth layer).
+    pub rope_layers: Vec<bool>,
     /// Post-attention and post-ffn norms present.
     pub sandwich_norm: bool,
     /// Output projection tied to the token embedding.
@@ -328,6 +331,7 @@ pub(crate) fn resolve(
             .or(q.default_sliding_window),
     };
     let sliding_layers = sliding_layers(&r, n_layer, sliding_window.is_some())?;
+    let rope_layers = rope_layers(&r, n_layer)?;
 
     let attn_scale = if let Some(s) = r.f64(Param::QueryPreAttnScalar)? {
         (1.0 / s.sqrt()) as f32
@@ -382,6 +386,7 @@ pub(crate) fn resolve(
         final_softcap: positive(r.f64(Param::FinalSoftcap)?),
         sliding_window,
         sliding_layers,
+        rope_layers,
         sandwich_norm: q.sandwich_norm || has(Role::PostAttnNorm),
         tied_output: !has(Role::Output),
     })
@@ -469,6 +474,42 @@ fn sliding_layers(r: &Reader<'_>, n_layer: usize, has_window: bool) -> Result<Ve
                 .collect()
         }
     })
+}
+
+/// Which layers apply RoPE: HF's `no_rope_layers` list (1 = uses RoPE,
+/// despite the name), else every layer but each `interval`-th one when the
+/// metadata or the family sets an interval (llama.cpp hard-codes 4 for
+/// SmolLM3 GGUFs), else every layer.
+fn rope_layers(r: &Reader<'_>, n_layer: usize) -> Result<Vec<bool>> {
+    if let Some((key, items)) = r.array(Param::NoRopeLayers) {
+        let flags: Vec<bool> = match items {
+            MetadataArray::Bool(b) => b.clone(),
+            other => (0..other.len())
+                .map(|i| other.i64_at(i).map(|v| v != 0))
+                .collect::<Option<_>>()
+                .ok_or_else(|| Error::BadValue {
+                    key: key.clone(),
+                    reason: format!(
+                        "expected integers or bools, found array[{}]",
+                        other.elem_type().name()
+                    ),
+                })?,
+        };
+        if flags.len() != n_layer {
+            return Err(Error::BadValue {
+                key,
+                reason: format!("{} entries for {n_layer} layers", flags.len()),
+            });
+        }
+        return Ok(flags);
+    }
+    let interval = r
+        .usize(Param::NoRopeLayerInterval)?
+        .or(r.family.quirks.nope_interval)
+        .filter(|n| *n > 0);
+    Ok((0..n_layer)
+        .map(|i| interval.is_none_or(|n| (i + 1) % n != 0))
+        .collect())
 }
 
 /// The name of `role`'s tensor in `layer` for this family and naming (the

@@ -32,6 +32,8 @@ pub enum Param {
     SlidingWindow,
     SlidingWindowPattern,
     LayerTypes,
+    NoRopeLayers,
+    NoRopeLayerInterval,
     UseSlidingWindow,
     AttnSoftcap,
     FinalSoftcap,
@@ -197,6 +199,8 @@ pub const COMMON_KEYS: &[KeySpec] = &[
         &["sliding_window_pattern", "_sliding_window_pattern"],
     ),
     key(Param::LayerTypes, &[], &["layer_types"]),
+    key(Param::NoRopeLayers, &[], &["no_rope_layers"]),
+    key(Param::NoRopeLayerInterval, &[], &["no_rope_layer_interval"]),
     key(Param::UseSlidingWindow, &[], &["use_sliding_window"]),
     key(
         Param::AttnSoftcap,
@@ -425,6 +429,9 @@ pub struct Quirks {
     pub default_rope_theta_local: Option<f64>,
     /// Global RoPE base when the metadata sets none.
     pub default_rope_theta: f64,
+    /// Every `n`-th layer (1-based) has no RoPE when the metadata gives no
+    /// per-layer list (SmolLM3: 4, which llama.cpp hard-codes for GGUFs).
+    pub nope_interval: Option<usize>,
     /// Requires q/k norms in every layer.
     pub qk_norm: bool,
     /// Requires post-attention and post-ffn norms in every layer.

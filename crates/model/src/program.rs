@@ -1,11 +1,15 @@
 //! Turns a [`DecoderConfig`] into a resolved [`DecoderProgram`]: per-layer
-//! RoPE frequencies, windows, and tensor names bound to roles.
+//! blocks with their RoPE frequencies (or none), windows, and the family
+//! table's tensor names in typed fields.
 
 use crate::config::{tensor_name, DecoderConfig, RopeScaling};
 use crate::family::Family;
 use crate::{Error, Result};
 use anedvd_base::{GgmlType, WeightSource};
-use anedvd_graph::{DecoderProgram, LayerSpec, NormSpec, Role, Rope};
+use anedvd_graph::{
+    Attention, AttentionBias, Block, DecoderProgram, DenseFfn, FeedForward, Mixer, NormPlacement,
+    NormSpec, Role, Rope,
+};
 use std::sync::Arc;
 
 /// Base frequencies `theta^(-2i/n_rot)` for `i < n_rot/2`.
@@ -148,8 +152,9 @@ fn global_inv_freq(cfg: &DecoderConfig, source: &dyn WeightSource) -> Result<(Ve
     Ok((freqs, 1.0))
 }
 
-/// Builds the program for `cfg` over `source`, binding every tensor of the
-/// family table that the source holds, then validates shapes.
+/// Builds the program for `cfg` over `source`: every layer a block of the
+/// variants the config implies, naming the family table's tensors, then
+/// validates shapes.
 pub(crate) fn build(
     cfg: &DecoderConfig,
     family: &Family,
@@ -168,56 +173,71 @@ pub(crate) fn build(
             (Some(l), true) => (l.clone(), 1.0),
             _ => (global.clone(), global_attn_factor),
         };
-        let mut tensors = Vec::new();
-        for t in family.tensors.iter().filter(|t| !t.role.is_global()) {
-            let name = tensor_name(family, cfg.format, t.role, i);
-            if source.tensor(&name).is_some() {
-                tensors.push((t.role, name));
+        let name = |role: Role| tensor_name(family, cfg.format, role, i);
+        let optional = |role: Role| Some(name(role)).filter(|n| source.tensor(n).is_some());
+        let required = |role: Role| -> Result<String> {
+            optional(role).ok_or_else(|| Error::MissingTensor(name(role)))
+        };
+        let required_if = |needed: bool, role: Role| -> Result<Option<String>> {
+            if needed {
+                required(role).map(Some)
+            } else {
+                Ok(optional(role))
             }
-        }
-        let mut required = vec![];
-        if cfg.qk_norm {
-            required.extend([Role::AttnQNorm, Role::AttnKNorm]);
-        }
-        if cfg.sandwich_norm {
-            required.extend([Role::PostAttnNorm, Role::PostFfnNorm]);
-        }
-        if cfg.qkv_bias {
-            required.extend([Role::AttnQBias, Role::AttnKBias, Role::AttnVBias]);
-        }
-        required.extend([
-            Role::AttnNorm,
-            Role::AttnQ,
-            Role::AttnK,
-            Role::AttnV,
-            Role::AttnOutput,
-            Role::FfnNorm,
-            Role::FfnGate,
-            Role::FfnUp,
-            Role::FfnDown,
-        ]);
-        for role in required {
-            if !tensors.iter().any(|(r, _)| *r == role) {
-                return Err(Error::MissingTensor(tensor_name(
-                    family, cfg.format, role, i,
-                )));
+        };
+        let norms = if cfg.sandwich_norm {
+            NormPlacement::Sandwich {
+                mixer: required(Role::AttnNorm)?,
+                post_mixer: required(Role::PostAttnNorm)?,
+                ffn: required(Role::FfnNorm)?,
+                post_ffn: required(Role::PostFfnNorm)?,
             }
-        }
-        layers.push(LayerSpec {
+        } else {
+            NormPlacement::Pre {
+                mixer: required(Role::AttnNorm)?,
+                ffn: required(Role::FfnNorm)?,
+            }
+        };
+        let uses_rope = cfg.rope_layers.get(i).copied().unwrap_or(true);
+        let attention = Attention {
             n_head: cfg.n_head,
             n_head_kv: cfg.n_head_kv,
             head_dim: cfg.head_dim,
-            n_ff: cfg.n_ff,
-            attn_scale: cfg.attn_scale,
-            attn_softcap: cfg.attn_softcap,
-            sliding_window: if sliding { cfg.sliding_window } else { None },
-            rope: Rope {
+            scale: cfg.attn_scale,
+            softcap: cfg.attn_softcap,
+            window: if sliding { cfg.sliding_window } else { None },
+            rope: uses_rope.then_some(Rope {
                 pairing: cfg.rope.pairing,
                 n_rot: cfg.rope.n_rot,
                 inv_freq,
                 attn_factor,
+            }),
+            kv_source: None,
+            wq: required(Role::AttnQ)?,
+            wk: required(Role::AttnK)?,
+            wv: required(Role::AttnV)?,
+            wo: required(Role::AttnOutput)?,
+            bias: AttentionBias {
+                q: required_if(cfg.qkv_bias, Role::AttnQBias)?,
+                k: required_if(cfg.qkv_bias, Role::AttnKBias)?,
+                v: required_if(cfg.qkv_bias, Role::AttnVBias)?,
+                o: optional(Role::AttnOutputBias),
             },
-            tensors,
+            q_norm: required_if(cfg.qk_norm, Role::AttnQNorm)?,
+            k_norm: required_if(cfg.qk_norm, Role::AttnKNorm)?,
+        };
+        let ffn = DenseFfn {
+            n_ff: cfg.n_ff,
+            activation: cfg.activation,
+            gate: required(Role::FfnGate)?,
+            up: required(Role::FfnUp)?,
+            down: required(Role::FfnDown)?,
+        };
+        layers.push(Block {
+            norms,
+            mixer: Mixer::Attention(attention),
+            ffn: FeedForward::Dense(ffn),
+            per_layer_input: None,
         });
     }
     let name = |role| tensor_name(family, cfg.format, role, 0);
@@ -230,7 +250,6 @@ pub(crate) fn build(
             eps: cfg.norm_eps,
             weight_offset: cfg.norm_weight_offset,
         },
-        activation: cfg.activation,
         embd_scale: cfg.embd_scale,
         final_softcap: cfg.final_softcap,
         token_embd: name(Role::TokenEmbd),

@@ -92,7 +92,22 @@ fn llama3_frequencies_match_converter_factors() {
     };
     let hf = program(&d);
     let gg = program(&d.join("model-f32.gguf"));
-    let (a, b) = (&hf.layers[0].rope.inv_freq, &gg.layers[0].rope.inv_freq);
+    let (a, b) = (
+        &hf.layers[0]
+            .attention()
+            .unwrap()
+            .rope
+            .as_ref()
+            .unwrap()
+            .inv_freq,
+        &gg.layers[0]
+            .attention()
+            .unwrap()
+            .rope
+            .as_ref()
+            .unwrap()
+            .inv_freq,
+    );
     assert_eq!(a.len(), b.len());
     let base = anedvd_model::base_inv_freq(10000.0, a.len() * 2);
     assert!(

@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use anedvd_base::MetadataValue as V;
-use anedvd_graph::{MemorySource, Role, RopePairing};
+use anedvd_graph::{MemorySource, RopePairing};
 use anedvd_model::{load, ConfigOverrides, Error, RopeScaling, SourceFormat};
 use std::sync::Arc;
 
@@ -134,12 +134,36 @@ fn gguf_llama_resolves() {
     assert!((cfg.attn_scale - 0.25).abs() < 1e-7);
     assert_eq!(prog.output, None);
     assert_eq!(
-        prog.layers[1].tensor(Role::AttnQ),
-        Some("blk.1.attn_q.weight")
+        prog.layers[1].attention().unwrap().wq,
+        "blk.1.attn_q.weight"
     );
-    assert_eq!(prog.layers[0].rope.inv_freq.len(), 8);
-    assert!((prog.layers[0].rope.inv_freq[1] - 10000f64.powf(-2.0 / 16.0)).abs() < 1e-12);
-    assert!(prog.layers.iter().all(|l| l.sliding_window.is_none()));
+    assert_eq!(
+        prog.layers[0]
+            .attention()
+            .unwrap()
+            .rope
+            .as_ref()
+            .unwrap()
+            .inv_freq
+            .len(),
+        8
+    );
+    assert!(
+        (prog.layers[0]
+            .attention()
+            .unwrap()
+            .rope
+            .as_ref()
+            .unwrap()
+            .inv_freq[1]
+            - 10000f64.powf(-2.0 / 16.0))
+        .abs()
+            < 1e-12
+    );
+    assert!(prog
+        .layers
+        .iter()
+        .all(|l| l.attention().unwrap().window.is_none()));
 }
 
 #[test]
@@ -189,7 +213,10 @@ fn overrides_apply() {
     assert_eq!(cfg.family, "mistral");
     assert_eq!(cfg.rope.pairing, RopePairing::Neox);
     assert_eq!(cfg.n_ctx_train, 4096);
-    assert!(prog.layers.iter().all(|l| l.sliding_window == Some(5)));
+    assert!(prog
+        .layers
+        .iter()
+        .all(|l| l.attention().unwrap().window == Some(5)));
 }
 
 #[test]
@@ -208,16 +235,38 @@ fn hf_gemma3_resolves_quirks() {
         cfg.sliding_layers,
         vec![true, true, true, true, true, false]
     );
-    assert_eq!(prog.layers[0].sliding_window, Some(8));
-    assert_eq!(prog.layers[5].sliding_window, None);
-    assert!((prog.layers[0].rope.inv_freq[1] - 1e4f64.powf(-2.0 / 16.0)).abs() < 1e-12);
-    assert!((prog.layers[5].rope.inv_freq[1] - 1e6f64.powf(-2.0 / 16.0)).abs() < 1e-12);
+    assert_eq!(prog.layers[0].attention().unwrap().window, Some(8));
+    assert_eq!(prog.layers[5].attention().unwrap().window, None);
+    assert!(
+        (prog.layers[0]
+            .attention()
+            .unwrap()
+            .rope
+            .as_ref()
+            .unwrap()
+            .inv_freq[1]
+            - 1e4f64.powf(-2.0 / 16.0))
+        .abs()
+            < 1e-12
+    );
+    assert!(
+        (prog.layers[5]
+            .attention()
+            .unwrap()
+            .rope
+            .as_ref()
+            .unwrap()
+            .inv_freq[1]
+            - 1e6f64.powf(-2.0 / 16.0))
+        .abs()
+            < 1e-12
+    );
     assert_eq!(
-        prog.layers[2].tensor(Role::PostAttnNorm),
+        prog.layers[2].norms.split().0 .1,
         Some("model.layers.2.post_attention_layernorm.weight")
     );
     assert_eq!(
-        prog.layers[2].tensor(Role::FfnNorm),
+        Some(prog.layers[2].norms.split().1 .0),
         Some("model.layers.2.pre_feedforward_layernorm.weight")
     );
     assert_eq!(prog.norm.weight_offset, 1.0);
@@ -299,7 +348,13 @@ fn llama3_scaling_from_hf_keys() {
     let (cfg, prog) = load(Arc::new(s), &ConfigOverrides::default()).unwrap();
     assert_eq!(cfg.head_dim, 16);
     assert!(matches!(cfg.rope.scaling, RopeScaling::Llama3 { factor, .. } if factor == 32.0));
-    let f = &prog.layers[0].rope.inv_freq;
+    let f = &prog.layers[0]
+        .attention()
+        .unwrap()
+        .rope
+        .as_ref()
+        .unwrap()
+        .inv_freq;
     let base = anedvd_model::base_inv_freq(500000.0, 16);
     // Highest frequency is untouched; the lowest is divided by the factor.
     assert_eq!(f[0], base[0]);

@@ -2,19 +2,14 @@
 
 use super::emit::Emitter;
 use super::tensors::{rows, vector, WEIGHT_PATH};
+use super::LayerView;
 use super::{Error, Kernel, KernelKind, LowerOptions, Result};
-use anedvd_graph::{DecoderProgram, LayerSpec, Role};
+use anedvd_graph::{Attention, DecoderProgram};
 use anedvd_mil::builder::{program as mil_program, Var};
 use anedvd_mil::sim::Weights;
 
-fn tensor_name(l: &LayerSpec, i: usize, role: Role) -> Result<&str> {
-    l.tensor(role)
-        .ok_or_else(|| Error::MissingTensor(format!("blk.{i}.{role}")))
-}
-
-/// Whole matrix bound to `role` in layer `i`, row-major `[out, in]`.
-fn matrix(p: &DecoderProgram, i: usize, role: Role, out: usize) -> Result<Vec<f32>> {
-    let name = tensor_name(&p.layers[i], i, role)?;
+/// Whole matrix `name` of `out` rows, row-major `[out, in]`.
+fn matrix(p: &DecoderProgram, name: &str, out: usize) -> Result<Vec<f32>> {
     Ok(rows(p.weights.as_ref(), name, 0, out)?.0)
 }
 
@@ -28,34 +23,25 @@ fn norm(p: &DecoderProgram, name: &str) -> Result<Vec<f32>> {
     Ok(v)
 }
 
-fn layer_norm(p: &DecoderProgram, i: usize, role: Role) -> Result<Option<Vec<f32>>> {
-    match p.layers[i].tensor(role) {
-        Some(name) => norm(p, name).map(Some),
-        None => Ok(None),
-    }
+fn optional_norm(p: &DecoderProgram, name: Option<&str>) -> Result<Option<Vec<f32>>> {
+    name.map(|n| norm(p, n)).transpose()
 }
 
-fn optional_vec(p: &DecoderProgram, i: usize, role: Role, len: usize) -> Result<Option<Vec<f32>>> {
-    match p.layers[i].tensor(role) {
-        Some(name) => vector(p.weights.as_ref(), name, len).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// q/k/v widths of layer `i`.
-pub fn qkv_dims(l: &LayerSpec) -> (usize, usize) {
-    (l.n_head * l.head_dim, l.n_head_kv * l.head_dim)
+fn optional_vec(p: &DecoderProgram, name: &Option<String>, len: usize) -> Result<Option<Vec<f32>>> {
+    name.as_deref()
+        .map(|n| vector(p.weights.as_ref(), n, len))
+        .transpose()
 }
 
 /// Concatenated `[Wq; Wk; Wv]` and, if any bias exists, `[bq; bk; bv]`.
-fn qkv_weights(p: &DecoderProgram, i: usize) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
-    let (qd, kvd) = qkv_dims(&p.layers[i]);
-    let mut w = matrix(p, i, Role::AttnQ, qd)?;
-    w.extend(matrix(p, i, Role::AttnK, kvd)?);
-    w.extend(matrix(p, i, Role::AttnV, kvd)?);
-    let bq = optional_vec(p, i, Role::AttnQBias, qd)?;
-    let bk = optional_vec(p, i, Role::AttnKBias, kvd)?;
-    let bv = optional_vec(p, i, Role::AttnVBias, kvd)?;
+fn qkv_weights(p: &DecoderProgram, a: &Attention) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+    let (qd, kvd) = (a.q_dim(), a.kv_dim());
+    let mut w = matrix(p, &a.wq, qd)?;
+    w.extend(matrix(p, &a.wk, kvd)?);
+    w.extend(matrix(p, &a.wv, kvd)?);
+    let bq = optional_vec(p, &a.bias.q, qd)?;
+    let bk = optional_vec(p, &a.bias.k, kvd)?;
+    let bv = optional_vec(p, &a.bias.v, kvd)?;
     let bias = if bq.is_some() || bk.is_some() || bv.is_some() {
         let mut b = bq.unwrap_or_else(|| vec![0.0; qd]);
         b.extend(bk.unwrap_or_else(|| vec![0.0; kvd]));
@@ -91,13 +77,13 @@ fn emit_qkv(
     e: &mut Emitter,
     p: &DecoderProgram,
     o: &LowerOptions,
-    i: usize,
+    (i, l): (usize, &LayerView<'_>),
     x: &Var,
     with_norm: bool,
 ) -> Result<Var> {
-    let (qd, kvd) = qkv_dims(&p.layers[i]);
+    let (qd, kvd) = (l.attn.q_dim(), l.attn.kv_dim());
     let h = if with_norm {
-        let g = norm(p, tensor_name(&p.layers[i], i, Role::AttnNorm)?)?;
+        let g = norm(p, l.attn_norm)?;
         e.rms_norm(
             &format!("l{i}_attn_norm"),
             x,
@@ -108,15 +94,20 @@ fn emit_qkv(
     } else {
         x.clone()
     };
-    let (w, b) = qkv_weights(p, i)?;
+    let (w, b) = qkv_weights(p, l.attn)?;
     e.projection(&format!("l{i}_qkv"), &h, &w, qd + 2 * kvd, b.as_deref())
 }
 
 /// `blk.i.qkv` (split) or `entry` (fused, `with_norm`).
-pub fn qkv(p: &DecoderProgram, o: &LowerOptions, i: usize, with_norm: bool) -> Result<Kernel> {
+pub fn qkv(
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l): (usize, &LayerView<'_>),
+    with_norm: bool,
+) -> Result<Kernel> {
     let mut e = Emitter::new(o.width);
     let x = e.input(p.n_embd)?;
-    let y = emit_qkv(&mut e, p, o, i, &x, with_norm)?;
+    let y = emit_qkv(&mut e, p, o, (i, l), &x, with_norm)?;
     let (name, kind) = if with_norm {
         ("entry".to_string(), KernelKind::Entry)
     } else {
@@ -125,18 +116,27 @@ pub fn qkv(p: &DecoderProgram, o: &LowerOptions, i: usize, with_norm: bool) -> R
     Ok(finish(name, kind, e, &y, p.n_embd))
 }
 
-fn emit_attn_out(e: &mut Emitter, p: &DecoderProgram, i: usize, att: &Var) -> Result<Var> {
-    let w = matrix(p, i, Role::AttnOutput, p.n_embd)?;
-    let b = optional_vec(p, i, Role::AttnOutputBias, p.n_embd)?;
+fn emit_attn_out(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    (i, l): (usize, &LayerView<'_>),
+    att: &Var,
+) -> Result<Var> {
+    let w = matrix(p, &l.attn.wo, p.n_embd)?;
+    let b = optional_vec(p, &l.attn.bias.o, p.n_embd)?;
     e.projection(&format!("l{i}_attn_out"), att, &w, p.n_embd, b.as_deref())
 }
 
 /// `blk.i.attn_out`.
-pub fn attn_out(p: &DecoderProgram, o: &LowerOptions, i: usize) -> Result<Kernel> {
-    let (qd, _) = qkv_dims(&p.layers[i]);
+pub fn attn_out(
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l): (usize, &LayerView<'_>),
+) -> Result<Kernel> {
+    let qd = l.attn.q_dim();
     let mut e = Emitter::new(o.width);
     let x = e.input(qd)?;
-    let y = emit_attn_out(&mut e, p, i, &x)?;
+    let y = emit_attn_out(&mut e, p, (i, l), &x)?;
     Ok(finish(
         format!("blk.{i}.attn_out"),
         KernelKind::AttnOut { layer: i },
@@ -146,15 +146,20 @@ pub fn attn_out(p: &DecoderProgram, o: &LowerOptions, i: usize) -> Result<Kernel
     ))
 }
 
-fn emit_ffn(e: &mut Emitter, p: &DecoderProgram, i: usize, h: &Var) -> Result<Var> {
-    let ff = p.layers[i].n_ff;
-    let gate = matrix(p, i, Role::FfnGate, ff)?;
-    let up = matrix(p, i, Role::FfnUp, ff)?;
-    let down = matrix(p, i, Role::FfnDown, p.n_embd)?;
+fn emit_ffn(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    (i, l): (usize, &LayerView<'_>),
+    h: &Var,
+) -> Result<Var> {
+    let ff = l.ffn.n_ff;
+    let gate = matrix(p, &l.ffn.gate, ff)?;
+    let up = matrix(p, &l.ffn.up, ff)?;
+    let down = matrix(p, &l.ffn.down, p.n_embd)?;
     e.ffn(
         &format!("l{i}_ffn"),
         h,
-        p.activation,
+        l.ffn.activation,
         &gate,
         &up,
         &down,
@@ -164,10 +169,14 @@ fn emit_ffn(e: &mut Emitter, p: &DecoderProgram, i: usize, h: &Var) -> Result<Va
 }
 
 /// `blk.i.ffn`.
-pub fn ffn(p: &DecoderProgram, o: &LowerOptions, i: usize) -> Result<Kernel> {
+pub fn ffn(
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l): (usize, &LayerView<'_>),
+) -> Result<Kernel> {
     let mut e = Emitter::new(o.width);
     let x = e.input(p.n_embd)?;
-    let y = emit_ffn(&mut e, p, i, &x)?;
+    let y = emit_ffn(&mut e, p, (i, l), &x)?;
     Ok(finish(
         format!("blk.{i}.ffn"),
         KernelKind::Ffn { layer: i },
@@ -187,8 +196,15 @@ fn unscale(e: &mut Emitter, name: &str, v: &Var, s: f32) -> Result<Var> {
 }
 
 /// `blk.i.layer` of the fused variant.
-pub fn fused_layer(p: &DecoderProgram, o: &LowerOptions, i: usize) -> Result<Kernel> {
-    let (qd, _) = qkv_dims(&p.layers[i]);
+/// `next` is the following layer, whose attention norm and q/k/v
+/// projection run at the end of this program.
+pub fn fused_layer(
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l): (usize, &LayerView<'_>),
+    next: Option<&LayerView<'_>>,
+) -> Result<Kernel> {
+    let qd = l.attn.q_dim();
     let d = p.n_embd;
     let w = o.width;
     let mut e = Emitter::new(w);
@@ -197,13 +213,13 @@ pub fn fused_layer(p: &DecoderProgram, o: &LowerOptions, i: usize) -> Result<Ker
         e.b.slice_by_size(&format!("l{i}_ctx"), &xin, &[0, 0, 0, 0], &[1, qd, 1, w])?;
     let x =
         e.b.slice_by_size(&format!("l{i}_resid"), &xin, &[0, qd, 0, 0], &[1, d, 1, w])?;
-    let mut a = emit_attn_out(&mut e, p, i, &att)?;
-    if let Some(g) = layer_norm(p, i, Role::PostAttnNorm)? {
+    let mut a = emit_attn_out(&mut e, p, (i, l), &att)?;
+    if let Some(g) = optional_norm(p, l.post_attn_norm)? {
         a = e.rms_norm(&format!("l{i}_post_attn_norm"), &a, &g, p.norm.eps, 1.0)?;
     }
     let a = unscale(&mut e, &format!("l{i}_attn_out_s"), &a, o.residual_scale)?;
     let h = e.b.add(&format!("l{i}_ffn_inp"), &x, &a)?;
-    let g = norm(p, tensor_name(&p.layers[i], i, Role::FfnNorm)?)?;
+    let g = norm(p, l.ffn_norm)?;
     let hn = e.rms_norm(
         &format!("l{i}_ffn_norm"),
         &h,
@@ -211,22 +227,22 @@ pub fn fused_layer(p: &DecoderProgram, o: &LowerOptions, i: usize) -> Result<Ker
         p.norm.eps,
         o.residual_scale,
     )?;
-    let mut f = emit_ffn(&mut e, p, i, &hn)?;
-    if let Some(g) = layer_norm(p, i, Role::PostFfnNorm)? {
+    let mut f = emit_ffn(&mut e, p, (i, l), &hn)?;
+    if let Some(g) = optional_norm(p, l.post_ffn_norm)? {
         f = e.rms_norm(&format!("l{i}_post_ffn_norm"), &f, &g, p.norm.eps, 1.0)?;
     }
     let f = unscale(&mut e, &format!("l{i}_ffn_out_s"), &f, o.residual_scale)?;
     let y = e.b.add(&format!("l{i}_out"), &h, &f)?;
-    let next = i + 1 < p.layers.len();
-    let out = if next {
-        let qkv = emit_qkv(&mut e, p, o, i + 1, &y, true)?;
-        e.b.concat(&format!("l{i}_packed"), &[&y, &qkv], 1)?
-    } else {
-        y
+    let out = match next {
+        Some(n) => {
+            let qkv = emit_qkv(&mut e, p, o, (i + 1, n), &y, true)?;
+            e.b.concat(&format!("l{i}_packed"), &[&y, &qkv], 1)?
+        }
+        None => y,
     };
     let kind = KernelKind::Layer {
         layer: i,
-        next_qkv: next,
+        next_qkv: next.is_some(),
     };
     Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d))
 }

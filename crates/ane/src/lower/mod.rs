@@ -40,7 +40,7 @@ pub mod tensors;
 
 pub use cost::{CostModel, KernelCost};
 
-use anedvd_graph::DecoderProgram;
+use anedvd_graph::{Attention, Block, DecoderProgram, DenseFfn, FeedForward, Mixer};
 use anedvd_mil::ir::Program;
 use anedvd_mil::sim::Weights;
 
@@ -61,6 +61,9 @@ pub enum Error {
     /// Building a MIL program failed.
     #[error("MIL: {0}")]
     Mil(#[from] anedvd_mil::Error),
+    /// The program has a block variant the lowering does not handle.
+    #[error(transparent)]
+    Unsupported(anedvd_graph::Error),
     /// The options cannot be honoured.
     #[error("invalid lowering options: {0}")]
     Options(String),
@@ -216,6 +219,88 @@ impl Lowered {
     }
 }
 
+/// The parts of one layer the lowering handles: an attention mixer (its
+/// q/k norm, RoPE and cache run on the host) and a dense gated FFN, with
+/// pre or sandwich norms.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerView<'a> {
+    /// The attention block.
+    pub attn: &'a Attention,
+    /// The feed-forward block.
+    pub ffn: &'a DenseFfn,
+    /// Norm before attention.
+    pub attn_norm: &'a str,
+    /// Norm after attention (sandwich), if any.
+    pub post_attn_norm: Option<&'a str>,
+    /// Norm before the FFN.
+    pub ffn_norm: &'a str,
+    /// Norm after the FFN (sandwich), if any.
+    pub post_ffn_norm: Option<&'a str>,
+}
+
+/// Every layer of `p` as a [`LayerView`], or the first variant `backend`
+/// cannot run, refused as [`anedvd_graph::Error::Unsupported`]. Every
+/// variant is matched here with no catch-all arm, so a new one is a compile
+/// error until the ANE path runs or refuses it.
+pub fn layer_views<'a>(
+    p: &'a DecoderProgram,
+    backend: &str,
+) -> std::result::Result<Vec<LayerView<'a>>, anedvd_graph::Error> {
+    use anedvd_graph::Error as E;
+    let mut views = Vec::with_capacity(p.layers.len());
+    for (i, block) in p.layers.iter().enumerate() {
+        let Block {
+            norms,
+            mixer,
+            ffn,
+            per_layer_input,
+        } = block;
+        if per_layer_input.is_some() {
+            return Err(E::unsupported(backend, "per-layer", "input embeddings", i));
+        }
+        let attn = match mixer {
+            Mixer::Attention(a) => a,
+            Mixer::ShortConv(_) => return Err(E::unsupported(backend, "mixer", mixer.kind(), i)),
+        };
+        let Attention {
+            n_head: _,
+            n_head_kv: _,
+            head_dim: _,
+            scale: _,
+            softcap: _,
+            window: _,
+            rope: _,
+            kv_source,
+            wq: _,
+            wk: _,
+            wv: _,
+            wo: _,
+            bias: _,
+            q_norm: _,
+            k_norm: _,
+        } = attn;
+        if kv_source.is_some() {
+            return Err(E::unsupported(backend, "attention", "shared K/V", i));
+        }
+        let ffn = match ffn {
+            FeedForward::Dense(f) => f,
+            FeedForward::Moe(_) => {
+                return Err(E::unsupported(backend, "feed-forward", ffn.kind(), i))
+            }
+        };
+        let ((attn_norm, post_attn_norm), (ffn_norm, post_ffn_norm)) = norms.split();
+        views.push(LayerView {
+            attn,
+            ffn,
+            attn_norm,
+            post_attn_norm,
+            ffn_norm,
+            post_ffn_norm,
+        });
+    }
+    Ok(views)
+}
+
 /// Dispatches per decode token for `variant`, without building anything:
 /// `3·layers + slices` (split) or `1 + layers + slices` (fused).
 pub fn dispatch_count(
@@ -251,20 +336,25 @@ pub fn lower(program: &DecoderProgram, options: &LowerOptions) -> Result<Lowered
             options.vocab_slice
         )));
     }
+    let views = layer_views(program, "ane").map_err(Error::Unsupported)?;
     let mut kernels = Vec::new();
-    let n = program.layers.len();
     match options.variant {
         Variant::Split => {
-            for i in 0..n {
-                kernels.push(kernels::qkv(program, options, i, false)?);
-                kernels.push(kernels::attn_out(program, options, i)?);
-                kernels.push(kernels::ffn(program, options, i)?);
+            for (i, l) in views.iter().enumerate() {
+                kernels.push(kernels::qkv(program, options, (i, l), false)?);
+                kernels.push(kernels::attn_out(program, options, (i, l))?);
+                kernels.push(kernels::ffn(program, options, (i, l))?);
             }
         }
         Variant::Fused => {
-            kernels.push(kernels::qkv(program, options, 0, true)?);
-            for i in 0..n {
-                kernels.push(kernels::fused_layer(program, options, i)?);
+            kernels.push(kernels::qkv(program, options, (0, &views[0]), true)?);
+            for (i, l) in views.iter().enumerate() {
+                kernels.push(kernels::fused_layer(
+                    program,
+                    options,
+                    (i, l),
+                    views.get(i + 1),
+                )?);
             }
         }
     }

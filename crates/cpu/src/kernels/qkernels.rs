@@ -334,6 +334,47 @@ enum Entry4 {
 /// L1/L2 while every activation row passes over it).
 const MATMUL_TILE: usize = 16;
 
+/// The most capable instruction set the CPU backend may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsaCap {
+    /// Whatever the CPU has (AVX-512 VNNI, AVX-512, AVX2, NEON, generic).
+    #[default]
+    Best,
+    /// AVX-512 without VNNI at most.
+    Avx512,
+    /// AVX2 at most.
+    Avx2,
+    /// The scalar twins only.
+    Generic,
+}
+
+impl IsaCap {
+    /// Every cap, most capable first.
+    pub const ALL: [IsaCap; 4] = [IsaCap::Best, IsaCap::Avx512, IsaCap::Avx2, IsaCap::Generic];
+
+    /// `best`, `avx512`, `avx2` or `generic`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IsaCap::Best => "best",
+            IsaCap::Avx512 => "avx512",
+            IsaCap::Avx2 => "avx2",
+            IsaCap::Generic => "generic",
+        }
+    }
+
+    /// Parses [`IsaCap::name`].
+    pub fn from_name(s: &str) -> Option<IsaCap> {
+        IsaCap::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    /// The `ANEDVD_KERNELS` override, if set to a known name.
+    pub fn from_env() -> Option<IsaCap> {
+        std::env::var("ANEDVD_KERNELS")
+            .ok()
+            .and_then(|v| IsaCap::from_name(&v))
+    }
+}
+
 /// A dispatch table of kernels for one instruction set, chosen once.
 #[derive(Clone, Copy)]
 pub struct Kernels {
@@ -404,15 +445,19 @@ impl Kernels {
     }
 
     /// The best kernels this CPU runs: AVX-512 with VNNI, else AVX-512,
-    /// else AVX2 (x86-64); NEON (aarch64); else generic. `ANEDVD_KERNELS=generic|avx2|avx512` caps
-    /// the choice (for A/B runs).
+    /// else AVX2 (x86-64); NEON (aarch64); else generic. `ANEDVD_KERNELS=generic|avx2|avx512`
+    /// caps the choice (an override for A/B runs; [`IsaCap`] is the option).
     pub fn detect() -> Self {
-        let cap = std::env::var("ANEDVD_KERNELS").unwrap_or_default();
-        let order: &[fn() -> Option<Self>] = match cap.as_str() {
-            "generic" => &[],
-            "avx2" => &[Self::avx2],
-            "avx512" => &[Self::avx512_without_vnni, Self::avx2],
-            _ => &[
+        Self::capped(IsaCap::from_env().unwrap_or(IsaCap::Best))
+    }
+
+    /// The best kernels this CPU runs at or below `cap`.
+    pub fn capped(cap: IsaCap) -> Self {
+        let order: &[fn() -> Option<Self>] = match cap {
+            IsaCap::Generic => &[],
+            IsaCap::Avx2 => &[Self::avx2],
+            IsaCap::Avx512 => &[Self::avx512_without_vnni, Self::avx2],
+            IsaCap::Best => &[
                 Self::avx512,
                 Self::avx512_without_vnni,
                 Self::avx2,

@@ -24,6 +24,7 @@ pub const FAMILY: Family = Family {
         default_sliding_window: Some(4096),
         default_rope_theta_local: None,
         default_rope_theta: 10_000.0,
+        nope_interval: None,
         qk_norm: false,
         sandwich_norm: true,
         gguf_attn_scale_embd_per_head_layers: &[46],

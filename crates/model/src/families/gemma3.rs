@@ -24,6 +24,7 @@ pub const FAMILY: Family = Family {
         default_sliding_window: None,
         default_rope_theta_local: Some(10_000.0),
         default_rope_theta: 1_000_000.0,
+        nope_interval: None,
         qk_norm: true,
         sandwich_norm: true,
         gguf_attn_scale_embd_per_head_layers: &[62],

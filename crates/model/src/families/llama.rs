@@ -1,5 +1,8 @@
 //! Llama (1, 2, 3.x): SiLU-gated FFN, RMS norm, llama3 RoPE scaling; GGUF q/k
 //! rows are permuted by llama.cpp's converter into adjacent-pair (NORM) order.
+//! Mistral GGUFs have this architecture too; when one carries
+//! `llama.attention.sliding_window`, every layer uses that window (llama
+//! tables set no default window, so plain Llama files never slide).
 
 use crate::family::{Family, Quirks, SlidingDefault, LLAMA_TENSORS};
 use anedvd_graph::{Activation, RopePairing};
@@ -19,10 +22,11 @@ pub const FAMILY: Family = Family {
         gguf_norm_offset: 0.0,
         hf_norm_offset: 0.0,
         embd_scale_sqrt: false,
-        sliding: SlidingDefault::None,
+        sliding: SlidingDefault::AllLayers,
         default_sliding_window: None,
         default_rope_theta_local: None,
         default_rope_theta: 10_000.0,
+        nope_interval: None,
         qk_norm: false,
         sandwich_norm: false,
         gguf_attn_scale_embd_per_head_layers: &[],

@@ -23,6 +23,7 @@ pub const FAMILY: Family = Family {
         default_sliding_window: None,
         default_rope_theta_local: None,
         default_rope_theta: 1_000_000.0,
+        nope_interval: None,
         qk_norm: true,
         sandwich_norm: false,
         gguf_attn_scale_embd_per_head_layers: &[],

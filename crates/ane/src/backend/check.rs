@@ -6,10 +6,10 @@
 //! kernels); inputs are deterministic pseudo-random values in [-1, 1] filling
 //! all W columns.
 
-use crate::Error;
-use anedvd_ane::lower::{self, tensors, Kernel, KernelKind, LowerOptions, Variant};
+use super::Error;
+use crate::lower::{self, tensors, Kernel, KernelKind, LayerView, LowerOptions, Variant};
 use anedvd_cpu::kernels::{gated, rms_norm};
-use anedvd_graph::{DecoderProgram, Result, Role};
+use anedvd_graph::{DecoderProgram, Result};
 use anedvd_mil::rules::RuleConfig;
 use anedvd_mil::sim::{Simulator, Tensor};
 
@@ -55,13 +55,12 @@ fn matmul(w: &[f32], b: Option<&[f32]>, x: &[f32], cin: usize, out: usize) -> Ve
 
 struct Ref<'a> {
     p: &'a DecoderProgram,
+    layers: Vec<LayerView<'a>>,
 }
 
 impl Ref<'_> {
-    fn m(&self, i: usize, role: Role) -> Result<Vec<f32>> {
-        let name = self.p.layers[i]
-            .tensor(role)
-            .ok_or_else(|| anedvd_graph::Error::MissingTensor(format!("blk.{i}.{role}")))?;
+    /// The whole matrix `name`, row-major `[out, in]`.
+    fn m(&self, name: &str) -> Result<Vec<f32>> {
         let n = self
             .p
             .weights
@@ -72,8 +71,8 @@ impl Ref<'_> {
             .0)
     }
 
-    fn v(&self, i: usize, role: Role, len: usize, offset: f32) -> Result<Option<Vec<f32>>> {
-        let Some(name) = self.p.layers[i].tensor(role) else {
+    fn v(&self, name: Option<&str>, len: usize, offset: f32) -> Result<Option<Vec<f32>>> {
+        let Some(name) = name else {
             return Ok(None);
         };
         let mut v = tensors::vector(self.p.weights.as_ref(), name, len).map_err(Error::from)?;
@@ -81,45 +80,45 @@ impl Ref<'_> {
         Ok(Some(v))
     }
 
-    fn norm(&self, i: usize, role: Role, x: &[f32]) -> Result<Vec<f32>> {
+    fn norm(&self, name: &str, x: &[f32]) -> Result<Vec<f32>> {
         let off = self.p.norm.weight_offset;
         let g = self
-            .v(i, role, self.p.n_embd, off)?
-            .ok_or_else(|| anedvd_graph::Error::MissingTensor(format!("blk.{i}.{role}")))?;
+            .v(Some(name), self.p.n_embd, off)?
+            .ok_or_else(|| anedvd_graph::Error::MissingTensor(name.to_string()))?;
         let mut out = vec![0f32; x.len()];
         rms_norm(x, &g, self.p.norm.eps, &mut out);
         Ok(out)
     }
 
-    fn maybe_norm(&self, i: usize, role: Role, x: Vec<f32>) -> Result<Vec<f32>> {
-        if self.p.layers[i].tensor(role).is_some() {
-            self.norm(i, role, &x)
-        } else {
-            Ok(x)
+    fn maybe_norm(&self, name: Option<&str>, x: Vec<f32>) -> Result<Vec<f32>> {
+        match name {
+            Some(n) => self.norm(n, &x),
+            None => Ok(x),
         }
     }
 
     fn qkv(&self, i: usize, x: &[f32]) -> Result<Vec<f32>> {
-        let l = &self.p.layers[i];
-        let (qd, kvd) = (l.n_head * l.head_dim, l.n_head_kv * l.head_dim);
+        let a = self.layers[i].attn;
+        let (qd, kvd) = (a.q_dim(), a.kv_dim());
         let d = self.p.n_embd;
+        let b = &a.bias;
         let q = matmul(
-            &self.m(i, Role::AttnQ)?,
-            self.v(i, Role::AttnQBias, qd, 0.0)?.as_deref(),
+            &self.m(&a.wq)?,
+            self.v(b.q.as_deref(), qd, 0.0)?.as_deref(),
             x,
             d,
             qd,
         );
         let k = matmul(
-            &self.m(i, Role::AttnK)?,
-            self.v(i, Role::AttnKBias, kvd, 0.0)?.as_deref(),
+            &self.m(&a.wk)?,
+            self.v(b.k.as_deref(), kvd, 0.0)?.as_deref(),
             x,
             d,
             kvd,
         );
         let v = matmul(
-            &self.m(i, Role::AttnV)?,
-            self.v(i, Role::AttnVBias, kvd, 0.0)?.as_deref(),
+            &self.m(&a.wv)?,
+            self.v(b.v.as_deref(), kvd, 0.0)?.as_deref(),
             x,
             d,
             kvd,
@@ -135,24 +134,19 @@ impl Ref<'_> {
     }
 
     fn attn_out(&self, i: usize, att: &[f32]) -> Result<Vec<f32>> {
-        let l = &self.p.layers[i];
+        let a = self.layers[i].attn;
         let d = self.p.n_embd;
-        let b = self.v(i, Role::AttnOutputBias, d, 0.0)?;
-        Ok(matmul(
-            &self.m(i, Role::AttnOutput)?,
-            b.as_deref(),
-            att,
-            l.n_head * l.head_dim,
-            d,
-        ))
+        let b = self.v(a.bias.o.as_deref(), d, 0.0)?;
+        Ok(matmul(&self.m(&a.wo)?, b.as_deref(), att, a.q_dim(), d))
     }
 
     fn ffn(&self, i: usize, x: &[f32]) -> Result<Vec<f32>> {
-        let (d, ff) = (self.p.n_embd, self.p.layers[i].n_ff);
-        let mut g = matmul(&self.m(i, Role::FfnGate)?, None, x, d, ff);
-        let u = matmul(&self.m(i, Role::FfnUp)?, None, x, d, ff);
-        gated(self.p.activation, &mut g, &u);
-        Ok(matmul(&self.m(i, Role::FfnDown)?, None, &g, ff, d))
+        let f = self.layers[i].ffn;
+        let (d, ff) = (self.p.n_embd, f.n_ff);
+        let mut g = matmul(&self.m(&f.gate)?, None, x, d, ff);
+        let u = matmul(&self.m(&f.up)?, None, x, d, ff);
+        gated(f.activation, &mut g, &u);
+        Ok(matmul(&self.m(&f.down)?, None, &g, ff, d))
     }
 
     /// The reference of `kind` on input `x`; fused kernels take and return
@@ -164,25 +158,26 @@ impl Ref<'_> {
             KernelKind::Qkv { layer } => self.qkv(layer, x),
             KernelKind::AttnOut { layer } => self.attn_out(layer, x),
             KernelKind::Ffn { layer } => self.ffn(layer, x),
-            KernelKind::Entry => self.qkv(0, &self.norm(0, Role::AttnNorm, &up(x))?),
+            KernelKind::Entry => self.qkv(0, &self.norm(self.layers[0].attn_norm, &up(x))?),
             KernelKind::Layer { layer: i, next_qkv } => {
-                let l = &self.p.layers[i];
-                let qd = l.n_head * l.head_dim;
+                let l = self.layers[i];
+                let qd = l.attn.q_dim();
                 let cin = qd + d;
                 let (mut att, mut res) = (Vec::new(), Vec::new());
                 for row in x.chunks_exact(cin) {
                     att.extend_from_slice(&row[..qd]);
                     res.extend(row[qd..].iter().map(|v| v * s));
                 }
-                let a = self.maybe_norm(i, Role::PostAttnNorm, self.attn_out(i, &att)?)?;
+                let a = self.maybe_norm(l.post_attn_norm, self.attn_out(i, &att)?)?;
                 res.iter_mut().zip(&a).for_each(|(r, a)| *r += a);
-                let f = self.ffn(i, &self.norm(i, Role::FfnNorm, &res)?)?;
-                let f = self.maybe_norm(i, Role::PostFfnNorm, f)?;
+                let f = self.ffn(i, &self.norm(l.ffn_norm, &res)?)?;
+                let f = self.maybe_norm(l.post_ffn_norm, f)?;
                 res.iter_mut().zip(&f).for_each(|(r, a)| *r += a);
                 if !next_qkv {
                     return Ok(res.iter().map(|v| v / s).collect());
                 }
-                let qkv = self.qkv(i + 1, &self.norm(i + 1, Role::AttnNorm, &res)?)?;
+                let next = self.layers[i + 1].attn_norm;
+                let qkv = self.qkv(i + 1, &self.norm(next, &res)?)?;
                 let w = qkv.len() / (res.len() / d);
                 let mut y = Vec::new();
                 for (r, q) in res.chunks_exact(d).zip(qkv.chunks_exact(w)) {
@@ -256,7 +251,10 @@ pub fn check_layer0(
     options: &LowerOptions,
     tolerance: f32,
 ) -> Result<Vec<KernelCheck>> {
-    let r = Ref { p };
+    let r = Ref {
+        p,
+        layers: lower::layer_views(p, "ane-sim")?,
+    };
     let mut out = Vec::new();
     for variant in [Variant::Split, Variant::Fused] {
         let o = LowerOptions {

@@ -3,12 +3,12 @@
 
 use anedvd_cpu::CpuBackend;
 use anedvd_graph::{
-    Activation, Backend, DecoderProgram, LayerSpec, LogitsMode, MemorySource, NormSpec, Result,
-    Role, Rope, RopePairing,
+    Activation, Attention, AttentionBias, Backend, Block, DecoderProgram, DenseFfn, FeedForward,
+    LogitsMode, MemorySource, Mixer, NormPlacement, NormSpec, Result, Rope, RopePairing,
 };
 use std::sync::Arc;
 
-use crate::{AneSimBackend, LowerOptions, Variant};
+use super::{AneSimBackend, LowerOptions, Variant};
 
 /// Which quirks the random program has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,131 +71,43 @@ pub fn random_program(flavor: Flavor, seed: u64) -> DecoderProgram {
     let mut layers = Vec::new();
     for i in 0..n_layer {
         let t = |r: &str| format!("blk.{i}.{r}");
-        let mut tensors = vec![
-            (
-                Role::AttnNorm,
-                put(&mut src, &mut rng, &t("attn_norm"), &[du], 0.2, norm_bias),
-            ),
-            (
-                Role::AttnQ,
-                put(&mut src, &mut rng, &t("attn_q"), &[du, qd], w_in * 1.7, 0.0),
-            ),
-            (
-                Role::AttnK,
-                put(
-                    &mut src,
-                    &mut rng,
-                    &t("attn_k"),
-                    &[du, kvd],
-                    w_in * 1.7,
-                    0.0,
-                ),
-            ),
-            (
-                Role::AttnV,
-                put(
-                    &mut src,
-                    &mut rng,
-                    &t("attn_v"),
-                    &[du, kvd],
-                    w_in * 1.7,
-                    0.0,
-                ),
-            ),
-            (
-                Role::AttnOutput,
-                put(&mut src, &mut rng, &t("attn_output"), &[qd, du], w_in, 0.0),
-            ),
-            (
-                Role::FfnNorm,
-                put(&mut src, &mut rng, &t("ffn_norm"), &[du], 0.2, norm_bias),
-            ),
-            (
-                Role::FfnGate,
-                put(
-                    &mut src,
-                    &mut rng,
-                    &t("ffn_gate"),
-                    &[du, ffu],
-                    w_in * 1.7,
-                    0.0,
-                ),
-            ),
-            (
-                Role::FfnUp,
-                put(
-                    &mut src,
-                    &mut rng,
-                    &t("ffn_up"),
-                    &[du, ffu],
-                    w_in * 1.7,
-                    0.0,
-                ),
-            ),
-            (
-                Role::FfnDown,
-                put(
-                    &mut src,
-                    &mut rng,
-                    &t("ffn_down"),
-                    &[ffu, du],
-                    1.0 / (ff as f32).sqrt(),
-                    0.0,
-                ),
-            ),
-        ];
-        if gemma {
-            tensors.push((
-                Role::PostAttnNorm,
-                put(
-                    &mut src,
-                    &mut rng,
-                    &t("post_attention_norm"),
-                    &[du],
-                    0.2,
-                    0.0,
-                ),
-            ));
-            tensors.push((
-                Role::PostFfnNorm,
-                put(&mut src, &mut rng, &t("post_ffw_norm"), &[du], 0.2, 0.0),
-            ));
-            tensors.push((
-                Role::AttnQNorm,
-                put(
-                    &mut src,
-                    &mut rng,
-                    &t("attn_q_norm"),
-                    &[hd as u64],
-                    0.2,
-                    0.0,
-                ),
-            ));
-            tensors.push((
-                Role::AttnKNorm,
-                put(
-                    &mut src,
-                    &mut rng,
-                    &t("attn_k_norm"),
-                    &[hd as u64],
-                    0.2,
-                    0.0,
-                ),
-            ));
+        let mut put = |name: &str, shape: &[u64], scale: f32, bias: f32| {
+            put(&mut src, &mut rng, &t(name), shape, scale, bias)
+        };
+        let attn_norm = put("attn_norm", &[du], 0.2, norm_bias);
+        let wq = put("attn_q", &[du, qd], w_in * 1.7, 0.0);
+        let wk = put("attn_k", &[du, kvd], w_in * 1.7, 0.0);
+        let wv = put("attn_v", &[du, kvd], w_in * 1.7, 0.0);
+        let wo = put("attn_output", &[qd, du], w_in, 0.0);
+        let ffn_norm = put("ffn_norm", &[du], 0.2, norm_bias);
+        let gate = put("ffn_gate", &[du, ffu], w_in * 1.7, 0.0);
+        let up = put("ffn_up", &[du, ffu], w_in * 1.7, 0.0);
+        let down = put("ffn_down", &[ffu, du], 1.0 / (ff as f32).sqrt(), 0.0);
+        let (norms, bias, q_norm, k_norm) = if gemma {
+            let post_mixer = put("post_attention_norm", &[du], 0.2, 0.0);
+            let post_ffn = put("post_ffw_norm", &[du], 0.2, 0.0);
+            let q_norm = put("attn_q_norm", &[hd as u64], 0.2, 0.0);
+            let k_norm = put("attn_k_norm", &[hd as u64], 0.2, 0.0);
+            let norms = NormPlacement::Sandwich {
+                mixer: attn_norm,
+                post_mixer,
+                ffn: ffn_norm,
+                post_ffn,
+            };
+            (norms, AttentionBias::default(), Some(q_norm), Some(k_norm))
         } else {
-            tensors.push((
-                Role::AttnQBias,
-                put(&mut src, &mut rng, &t("attn_q.bias"), &[qd], 0.3, 0.0),
-            ));
-            tensors.push((
-                Role::AttnKBias,
-                put(&mut src, &mut rng, &t("attn_k.bias"), &[kvd], 0.3, 0.0),
-            ));
-            tensors.push((
-                Role::AttnVBias,
-                put(&mut src, &mut rng, &t("attn_v.bias"), &[kvd], 0.3, 0.0),
-            ));
-        }
+            let bias = AttentionBias {
+                q: Some(put("attn_q.bias", &[qd], 0.3, 0.0)),
+                k: Some(put("attn_k.bias", &[kvd], 0.3, 0.0)),
+                v: Some(put("attn_v.bias", &[kvd], 0.3, 0.0)),
+                o: None,
+            };
+            let norms = NormPlacement::Pre {
+                mixer: attn_norm,
+                ffn: ffn_norm,
+            };
+            (norms, bias, None, None)
+        };
         let theta: f64 = if gemma && i == 0 {
             10_000.0
         } else {
@@ -204,15 +116,14 @@ pub fn random_program(flavor: Flavor, seed: u64) -> DecoderProgram {
         let inv_freq = (0..hd / 2)
             .map(|j| theta.powf(-(2.0 * j as f64) / hd as f64))
             .collect();
-        layers.push(LayerSpec {
+        let attention = Attention {
             n_head,
             n_head_kv: n_kv,
             head_dim: hd,
-            n_ff: ff,
-            attn_scale: 1.0 / (hd as f32).sqrt(),
-            attn_softcap: gemma.then_some(20.0),
-            sliding_window: (gemma && i == 0).then_some(6),
-            rope: Rope {
+            scale: 1.0 / (hd as f32).sqrt(),
+            softcap: gemma.then_some(20.0),
+            window: (gemma && i == 0).then_some(6),
+            rope: Some(Rope {
                 pairing: if gemma {
                     RopePairing::Neox
                 } else {
@@ -221,8 +132,32 @@ pub fn random_program(flavor: Flavor, seed: u64) -> DecoderProgram {
                 n_rot: hd,
                 inv_freq,
                 attn_factor: 1.0,
+            }),
+            kv_source: None,
+            wq,
+            wk,
+            wv,
+            wo,
+            bias,
+            q_norm,
+            k_norm,
+        };
+        let ffn = DenseFfn {
+            n_ff: ff,
+            activation: if gemma {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
             },
-            tensors,
+            gate,
+            up,
+            down,
+        };
+        layers.push(Block {
+            norms,
+            mixer: Mixer::Attention(attention),
+            ffn: FeedForward::Dense(ffn),
+            per_layer_input: None,
         });
     }
     let token_embd = put(
@@ -243,11 +178,6 @@ pub fn random_program(flavor: Flavor, seed: u64) -> DecoderProgram {
         norm: NormSpec {
             eps: 1e-6,
             weight_offset: if gemma { 1.0 } else { 0.0 },
-        },
-        activation: if gemma {
-            Activation::GeluTanh
-        } else {
-            Activation::Silu
         },
         embd_scale: if gemma { (d as f32).sqrt() } else { 1.0 },
         final_softcap: gemma.then_some(15.0),

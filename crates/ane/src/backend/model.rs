@@ -1,12 +1,13 @@
 //! The compiled model: kernels printed → parsed → rule-checked, plus the CPU-side vectors.
 
-use crate::session::SimSession;
-use crate::worker::{CompileReport, DriverKind, Opened, Worker};
-use crate::Error;
-use anedvd_ane::lower::{self, tensors, KernelKind, LowerOptions, Lowered, Variant};
-use anedvd_ane::runtime::{KernelStats, ProgramSource};
+use super::session::SimSession;
+use super::worker::{CompileReport, DriverKind, Opened, Worker};
+use super::Error;
+use crate::lower::{self, tensors, KernelKind, LowerOptions, Lowered, Variant};
+use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
-use anedvd_graph::{DecoderProgram, Executable, LayerSpec, Result, Role, Session};
+use anedvd_cpu::qkernels::Kernels;
+use anedvd_graph::{Attention, DecoderProgram, Executable, Result, Session};
 use anedvd_mil::ir::Program;
 use anedvd_mil::rules::RuleConfig;
 use anedvd_mil::sim::{Simulator, Tensor, Weights};
@@ -37,13 +38,23 @@ pub(crate) struct SimKernel {
 pub(crate) enum Exec {
     /// Straight on the MIL simulator (`ane-sim`).
     Direct,
-    /// Through `anedvd_ane::runtime::Programs` on a driver, with a compile budget.
+    /// Through `crate::runtime::Programs` on a driver, with a compile budget.
     Runtime(DriverKind, u32),
 }
 
-/// CPU-side per-layer data.
+impl Exec {
+    /// The backend's name in messages.
+    pub fn backend_name(self) -> &'static str {
+        match self {
+            Exec::Direct => "ane-sim",
+            Exec::Runtime(..) => "ane",
+        }
+    }
+}
+
+/// Host-side per-layer data.
 pub(crate) struct CpuLayer {
-    pub spec: LayerSpec,
+    pub attn: Attention,
     pub attn_norm: Vec<f32>,
     pub ffn_norm: Vec<f32>,
     pub post_attn_norm: Option<Vec<f32>>,
@@ -66,6 +77,8 @@ pub(crate) struct Model {
     pub layers: Vec<CpuLayer>,
     pub output_norm: Vec<f32>,
     pub kernels: Vec<SimKernel>,
+    /// The CPU kernels of the host-side attention.
+    pub host: Kernels,
     /// Dispatches executed by every session of this executable.
     pub dispatches: Arc<AtomicU64>,
     /// The runtime thread (`Exec::Runtime`); declared last so it is
@@ -82,6 +95,9 @@ fn mil_err(kernel: &str) -> impl Fn(anedvd_mil::Error) -> Error + '_ {
 
 impl Model {
     fn new(p: &DecoderProgram, options: &LowerOptions, exec: Exec) -> Result<Self> {
+        // refuse what the lowering cannot run before opening anything,
+        // naming this backend
+        let views = lower::layer_views(p, exec.backend_name())?;
         // open the driver first: `ANE unavailable` before any lowering work
         let opened = match exec {
             Exec::Direct => None,
@@ -133,22 +149,18 @@ impl Model {
             v.iter_mut().for_each(|x| *x += off);
             Ok(v)
         };
-        let mut layers = Vec::with_capacity(p.layers.len());
-        for (i, l) in p.layers.iter().enumerate() {
-            let need = |role: Role| {
-                l.tensor(role).ok_or_else(|| {
-                    anedvd_graph::Error::InvalidProgram(format!("layer {i}: no {role}"))
-                })
-            };
-            let opt = |role: Role, len: usize| l.tensor(role).map(|n| norm(n, len)).transpose();
+        let mut layers = Vec::with_capacity(views.len());
+        for l in &views {
+            let opt = |name: Option<&str>, len: usize| name.map(|n| norm(n, len)).transpose();
+            let hd = l.attn.head_dim;
             layers.push(CpuLayer {
-                spec: l.clone(),
-                attn_norm: norm(need(Role::AttnNorm)?, p.n_embd)?,
-                ffn_norm: norm(need(Role::FfnNorm)?, p.n_embd)?,
-                post_attn_norm: opt(Role::PostAttnNorm, p.n_embd)?,
-                post_ffn_norm: opt(Role::PostFfnNorm, p.n_embd)?,
-                q_norm: opt(Role::AttnQNorm, l.head_dim)?,
-                k_norm: opt(Role::AttnKNorm, l.head_dim)?,
+                attn: l.attn.clone(),
+                attn_norm: norm(l.attn_norm, p.n_embd)?,
+                ffn_norm: norm(l.ffn_norm, p.n_embd)?,
+                post_attn_norm: opt(l.post_attn_norm, p.n_embd)?,
+                post_ffn_norm: opt(l.post_ffn_norm, p.n_embd)?,
+                q_norm: opt(l.attn.q_norm.as_deref(), hd)?,
+                k_norm: opt(l.attn.k_norm.as_deref(), hd)?,
             });
         }
         Ok(Model {
@@ -165,6 +177,7 @@ impl Model {
             layers,
             output_norm: norm(&p.output_norm, p.n_embd)?,
             kernels,
+            host: Kernels::detect(),
             dispatches: Arc::new(AtomicU64::new(0)),
             worker,
         })

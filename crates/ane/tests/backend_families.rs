@@ -3,8 +3,8 @@
 //! for both lowering variants; chunking, decode, dispatch counts and dumps.
 #![allow(clippy::unwrap_used)]
 
-use anedvd_ane_sim::selftest::{argmax, max_rel};
-use anedvd_ane_sim::{AneSimBackend, LowerOptions, Variant};
+use anedvd_ane::backend::selftest::{argmax, max_rel};
+use anedvd_ane::{AneSimBackend, LowerOptions, Variant};
 use anedvd_base::WeightSource;
 use anedvd_cpu::CpuBackend;
 use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode};
@@ -87,7 +87,7 @@ fn last_logits_match_transformers_and_cpu() {
             // quantizes activations for quantized weights, see reference.rs)
             let mut exact = p.clone();
             exact.weights =
-                Arc::new(anedvd_ane_sim::reference::dequantized(p.weights.as_ref()).unwrap());
+                Arc::new(anedvd_ane::backend::reference::dequantized(p.weights.as_ref()).unwrap());
             let cpu = CpuBackend::new(1).unwrap().compile(&exact).unwrap();
             let native = CpuBackend::new(1).unwrap().compile(&p).unwrap();
             let native = native
@@ -238,7 +238,7 @@ fn layer0_kernels_match_f32_matmuls() {
     for family in FAMILIES {
         let p = program(family, "model-f32.gguf");
         let checks =
-            anedvd_ane_sim::check::check_layer0(&p, &LowerOptions::default(), 0.01).unwrap();
+            anedvd_ane::backend::check::check_layer0(&p, &LowerOptions::default(), 0.01).unwrap();
         // split: qkv, attn_out, ffn, lm_head.0; fused: entry, blk.0.layer, lm_head.0
         assert_eq!(checks.len(), 7, "{family}");
         for c in &checks {
@@ -247,14 +247,14 @@ fn layer0_kernels_match_f32_matmuls() {
         }
         // with a zero tolerance the same comparison must fail
         let strict =
-            anedvd_ane_sim::check::check_layer0(&p, &LowerOptions::default(), 0.0).unwrap();
+            anedvd_ane::backend::check::check_layer0(&p, &LowerOptions::default(), 0.0).unwrap();
         assert!(strict.iter().all(|c| !c.ok));
     }
 }
 
 #[test]
 fn selftest_random_transformers_agree() {
-    let results = anedvd_ane_sim::selftest::run(7).unwrap();
+    let results = anedvd_ane::backend::selftest::run(7).unwrap();
     assert_eq!(results.len(), 4);
     for r in &results {
         println!("{r:?}");
@@ -269,7 +269,7 @@ fn selftest_random_transformers_agree() {
 /// fused programs unless the residual crosses the ANE scaled down.
 #[test]
 fn residual_scale_keeps_large_residuals_finite() {
-    use anedvd_ane_sim::selftest::{random_program, Flavor};
+    use anedvd_ane::backend::selftest::{random_program, Flavor};
     let mut p = random_program(Flavor::LlamaLike, 3);
     p.embd_scale = 100_000.0; // residual entries up to ~1e5
     let prompt = [5u32, 17, 99, 3, 42, 7];

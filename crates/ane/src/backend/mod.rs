@@ -52,14 +52,13 @@
 //! ```no_run
 //! # fn f(program: &anedvd_graph::DecoderProgram) -> anedvd_graph::Result<()> {
 //! use anedvd_graph::{Backend, LogitsMode};
-//! let exe = anedvd_ane_sim::AneSimBackend::default().compile(program)?;
+//! let exe = anedvd_ane::AneSimBackend::default().compile(program)?;
 //! let mut session = exe.new_session(256)?;
 //! let logits = session.forward(&[2, 651, 6037], LogitsMode::Last)?;
 //! assert_eq!(logits.len(), exe.vocab_size());
 //! # Ok(()) }
 //! ```
 
-mod attention;
 pub mod check;
 mod model;
 pub mod reference;
@@ -67,8 +66,8 @@ pub mod selftest;
 mod session;
 pub mod worker;
 
-pub use anedvd_ane::lower::{LowerOptions, Variant};
-pub use anedvd_ane::runtime::DEFAULT_COMPILE_BUDGET;
+pub use crate::lower::{LowerOptions, Variant};
+pub use crate::runtime::DEFAULT_COMPILE_BUDGET;
 pub use model::AneSimExecutable;
 pub use worker::{CompileReport, DriverKind};
 
@@ -84,7 +83,7 @@ use anedvd_graph::{Backend, DecoderProgram, Executable, Result};
 pub enum Error {
     /// Lowering the program failed.
     #[error("lowering: {0}")]
-    Lower(#[from] anedvd_ane::lower::Error),
+    Lower(#[from] crate::lower::Error),
     /// A program failed to parse, broke an ANE rule, or failed in the simulator.
     #[error("kernel {kernel}: {source}")]
     Mil {
@@ -104,14 +103,14 @@ pub enum Error {
     /// The runtime or driver failed outside any one kernel (e.g. `ANE
     /// unavailable: …` when the driver cannot be opened).
     #[error(transparent)]
-    Runtime(anedvd_ane::runtime::Error),
+    Runtime(crate::runtime::Error),
     /// Compiling, loading or running one kernel through the runtime failed.
     #[error("kernel {kernel}: {source}")]
     Dispatch {
         /// Kernel name.
         kernel: String,
         /// The runtime error.
-        source: anedvd_ane::runtime::Error,
+        source: crate::runtime::Error,
     },
     /// The model needs more distinct programs than the compile budget allows.
     #[error(

@@ -10,8 +10,8 @@
 //! is joined. The simulated driver takes the same path, so what the tests
 //! exercise on Linux is the code that runs on a Mac.
 
-use crate::Error;
-use anedvd_ane::runtime::{
+use super::Error;
+use crate::runtime::{
     self, Driver, KernelStats, PrivateDriver, ProgramSource, Programs, Runtime, RuntimeStats,
     SimDriver,
 };

@@ -1,9 +1,9 @@
 //! A session: chunks tokens by W, runs the CPU half and dispatches the kernels.
 
-use crate::attention::{attention, KvCache};
-use crate::model::Model;
-use anedvd_ane::lower::{KernelKind, Variant};
-use anedvd_cpu::kernels::{rms_norm, softcap};
+use super::model::Model;
+use crate::lower::{KernelKind, Variant};
+use anedvd_cpu::attention::{attend, encode_positions, KvCache, RopeTables};
+use anedvd_cpu::kernels::{add, rms_norm, softcap};
 use anedvd_graph::dump::Dump;
 use anedvd_graph::intermediate as names;
 use anedvd_graph::{Error, LogitsMode, Result, Session};
@@ -16,22 +16,9 @@ pub(crate) struct SimSession {
     max_seq: usize,
     pos: usize,
     kv: Vec<KvCache>,
+    rope_tables: RopeTables,
     dump_dir: Option<PathBuf>,
     logits: Vec<f32>,
-}
-
-fn add(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
-}
-
-fn put(dump: &mut Option<Dump>, layer: Option<usize>, name: &str, data: &[f32], rows: usize) {
-    if let Some(d) = dump.as_mut() {
-        let full = match layer {
-            Some(i) => names::layer_name(i, name),
-            None => name.to_string(),
-        };
-        d.put(&full, data, rows);
-    }
 }
 
 fn norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
@@ -45,13 +32,14 @@ impl SimSession {
         let kv = model
             .layers
             .iter()
-            .map(|l| KvCache::new(l.spec.n_head_kv * l.spec.head_dim))
+            .map(|l| KvCache::new(l.attn.n_head_kv, l.attn.head_dim))
             .collect();
         SimSession {
             model,
             max_seq,
             pos: 0,
             kv,
+            rope_tables: RopeTables::default(),
             dump_dir: None,
             logits: Vec::new(),
         }
@@ -72,13 +60,13 @@ impl SimSession {
         for (t, &tok) in tokens.iter().enumerate() {
             m.embed(tok, &mut x[t * d..(t + 1) * d])?;
         }
-        put(dump, None, "inp_embd", &x, n);
+        Dump::put_opt(dump, None, "inp_embd", &x, n);
         match m.options.variant {
             Variant::Split => {
                 for (i, l) in m.layers.iter().enumerate() {
                     let li = Some(i);
                     let h = norm(&x, &l.attn_norm, m.eps);
-                    put(dump, li, names::ATTN_NORM, &h, n);
+                    Dump::put_opt(dump, li, names::ATTN_NORM, &h, n);
                     let qkv = m.dispatch(m.find(|k| *k == KernelKind::Qkv { layer: i })?, &h, n)?;
                     let att = self.attend(i, &qkv, pos0, n, dump);
                     let mut o =
@@ -86,19 +74,19 @@ impl SimSession {
                     if let Some(w) = &l.post_attn_norm {
                         o = norm(&o, w, m.eps);
                     }
-                    put(dump, li, names::ATTN_OUT, &o, n);
+                    Dump::put_opt(dump, li, names::ATTN_OUT, &o, n);
                     add(&mut x, &o);
-                    put(dump, li, names::FFN_INP, &x, n);
+                    Dump::put_opt(dump, li, names::FFN_INP, &x, n);
                     let h = norm(&x, &l.ffn_norm, m.eps);
-                    put(dump, li, names::FFN_NORM, &h, n);
+                    Dump::put_opt(dump, li, names::FFN_NORM, &h, n);
                     let mut f =
                         m.dispatch(m.find(|k| *k == KernelKind::Ffn { layer: i })?, &h, n)?;
                     if let Some(w) = &l.post_ffn_norm {
                         f = norm(&f, w, m.eps);
                     }
-                    put(dump, li, names::FFN_OUT, &f, n);
+                    Dump::put_opt(dump, li, names::FFN_OUT, &f, n);
                     add(&mut x, &f);
-                    put(dump, li, names::OUT, &x, n);
+                    Dump::put_opt(dump, li, names::OUT, &x, n);
                 }
             }
             Variant::Fused => {
@@ -125,7 +113,7 @@ impl SimSession {
                     }
                     if dump.is_some() {
                         let unscaled: Vec<f32> = x.iter().map(|v| v * s).collect();
-                        put(dump, Some(i), names::OUT, &unscaled, n);
+                        Dump::put_opt(dump, Some(i), names::OUT, &unscaled, n);
                     }
                 }
             }
@@ -138,7 +126,7 @@ impl SimSession {
         let h = match m.options.variant {
             Variant::Split => {
                 let h = norm(&x[first * d..], &m.output_norm, m.eps);
-                put(dump, None, names::RESULT_NORM, &h, rows);
+                Dump::put_opt(dump, None, names::RESULT_NORM, &h, rows);
                 h
             }
             Variant::Fused => x[first * d..].to_vec(),
@@ -155,11 +143,12 @@ impl SimSession {
         if let Some(cap) = m.final_softcap {
             softcap(&mut logits, cap);
         }
-        put(dump, None, names::RESULT_OUTPUT, &logits, rows);
+        Dump::put_opt(dump, None, names::RESULT_OUTPUT, &logits, rows);
         Ok(logits)
     }
 
-    /// The CPU half of layer `i`; returns the attention context.
+    /// The host half of layer `i` (q/k norm, RoPE, KV cache, attention,
+    /// with the CPU backend's ops); returns the attention context.
     fn attend(
         &mut self,
         i: usize,
@@ -169,14 +158,49 @@ impl SimSession {
         dump: &mut Option<Dump>,
     ) -> Vec<f32> {
         let m = &self.model;
-        let (q, k, v, qr, kr, ctx) = attention(&m.layers[i], m.eps, &mut self.kv[i], qkv, pos0, n);
+        let l = &m.layers[i];
+        let (qd, kvd) = (l.attn.q_dim(), l.attn.kv_dim());
+        let mut q = Vec::with_capacity(n * qd);
+        let mut k = Vec::with_capacity(n * kvd);
+        let mut v = Vec::with_capacity(n * kvd);
+        for row in qkv.chunks_exact(qd + 2 * kvd).take(n) {
+            q.extend_from_slice(&row[..qd]);
+            k.extend_from_slice(&row[qd..qd + kvd]);
+            v.extend_from_slice(&row[qd + kvd..]);
+        }
         let li = Some(i);
-        put(dump, li, names::Q, &q, n);
-        put(dump, li, names::K, &k, n);
-        put(dump, li, names::V, &v, n);
-        put(dump, li, names::Q_ROPE, &qr, n);
-        put(dump, li, names::K_ROPE, &kr, n);
-        put(dump, li, names::KQV_OUT, &ctx, n);
+        Dump::put_opt(dump, li, names::Q, &q, n);
+        Dump::put_opt(dump, li, names::K, &k, n);
+        Dump::put_opt(dump, li, names::V, &v, n);
+        let positions: Vec<usize> = (pos0..pos0 + n).collect();
+        if i == 0 {
+            self.rope_tables.new_pass();
+        }
+        let norms = (l.q_norm.as_deref(), l.k_norm.as_deref());
+        encode_positions(
+            &l.attn,
+            norms,
+            m.eps,
+            &mut q,
+            &mut k,
+            &mut self.rope_tables,
+            &positions,
+        );
+        Dump::put_opt(dump, li, names::Q_ROPE, &q, n);
+        Dump::put_opt(dump, li, names::K_ROPE, &k, n);
+        self.kv[i].store(pos0, &k, &v, n);
+        let mut ctx = vec![0f32; n * qd];
+        attend(
+            &m.host,
+            &l.attn,
+            &self.kv[i],
+            &q,
+            pos0,
+            n,
+            &mut ctx,
+            &mut Vec::new(),
+        );
+        Dump::put_opt(dump, li, names::KQV_OUT, &ctx, n);
         ctx
     }
 }

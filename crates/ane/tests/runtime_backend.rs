@@ -4,8 +4,8 @@
 //! exact CPU reference; the private driver off macOS; the compile budget.
 #![allow(clippy::unwrap_used)]
 
-use anedvd_ane_sim::selftest::{argmax, max_rel};
-use anedvd_ane_sim::{AneBackend, AneSimBackend, DriverKind, LowerOptions, Variant};
+use anedvd_ane::backend::selftest::{argmax, max_rel};
+use anedvd_ane::{AneBackend, AneSimBackend, DriverKind, LowerOptions, Variant};
 use anedvd_base::WeightSource;
 use anedvd_cpu::CpuBackend;
 use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode};
@@ -52,7 +52,7 @@ fn assert_send_sync<T: Send + Sync>() {}
 
 #[test]
 fn executable_is_send_and_sync() {
-    assert_send_sync::<anedvd_ane_sim::AneExecutable>();
+    assert_send_sync::<anedvd_ane::AneExecutable>();
     assert_send_sync::<AneBackend>();
 }
 
@@ -130,7 +130,7 @@ fn sessions_on_other_threads_share_the_worker() {
             .compile_ane(&p)
             .unwrap(),
     );
-    let run = |exe: &anedvd_ane_sim::AneExecutable| {
+    let run = |exe: &anedvd_ane::AneExecutable| {
         exe.new_session(8)
             .unwrap()
             .forward(&[1, 2, 3], LogitsMode::Last)
