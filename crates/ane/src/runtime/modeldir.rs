@@ -51,6 +51,31 @@ pub fn check_weight_keys(src: &ProgramSource) -> Result<()> {
     Ok(())
 }
 
+/// Writes `model.mil` and every weight file of `src` (each at its sanitized
+/// key, `@model_path/weights/w.bin` → `dir/weights/w.bin`) into `dir`,
+/// creating it and `weights/`. Every key is checked before anything is
+/// written. This is what the drivers hand the ANE compiler, and what
+/// `anedvd kernels --emit` writes, byte for byte.
+pub fn write_program_files(dir: &Path, src: &ProgramSource) -> Result<()> {
+    let rels: Vec<(PathBuf, &Vec<u8>)> = src
+        .weights
+        .iter()
+        .map(|(k, v)| sanitize_weight_key(k).map(|p| (p, v)))
+        .collect::<Result<_>>()?;
+    let weights = dir.join("weights");
+    std::fs::create_dir_all(&weights).map_err(io(&weights))?;
+    let mil = dir.join("model.mil");
+    std::fs::write(&mil, src.mil.as_bytes()).map_err(io(&mil))?;
+    for (rel, bytes) in rels {
+        let p = dir.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::write(&p, bytes).map_err(io(&p))?;
+    }
+    Ok(())
+}
+
 /// A written model directory; removed by [`ModelDir::remove`] (not on drop,
 /// so a failed run can be inspected).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,23 +103,8 @@ impl ModelDir {
                 format!("unexpected hexStringIdentifier `{hex}`"),
             ));
         }
-        let rels: Vec<(PathBuf, &Vec<u8>)> = src
-            .weights
-            .iter()
-            .map(|(k, v)| sanitize_weight_key(k).map(|p| (p, v)))
-            .collect::<Result<_>>()?;
         let dir = base.join(hex);
-        let weights = dir.join("weights");
-        std::fs::create_dir_all(&weights).map_err(io(&weights))?;
-        let mil = dir.join("model.mil");
-        std::fs::write(&mil, src.mil.as_bytes()).map_err(io(&mil))?;
-        for (rel, bytes) in rels {
-            let p = dir.join(rel);
-            if let Some(parent) = p.parent() {
-                std::fs::create_dir_all(parent).map_err(io(parent))?;
-            }
-            std::fs::write(&p, bytes).map_err(io(&p))?;
-        }
+        write_program_files(&dir, src)?;
         Ok(ModelDir { path: dir })
     }
 
