@@ -2,14 +2,8 @@
 //! conv matmul vs the CPU) and `width` (evaluate cost vs activation width),
 //! on the private framework or the simulated driver.
 
-use std::time::{Duration, Instant};
-
-use anedvd_ane::runtime::private::{self, PrivateDriver};
-use anedvd_ane::runtime::{Driver, ProgramSource, Runtime, SimDriver, DEFAULT_COMPILE_BUDGET};
-use anedvd_mil::blob::{BlobLayout, BlobWriter};
-use anedvd_mil::builder::{program, FunctionBuilder};
-use anedvd_mil::ir::DType;
-use anyhow::{bail, Context, Result};
+use anedvd_engine::tools::device;
+use anyhow::{bail, Result};
 
 /// Which driver runs the programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -59,40 +53,27 @@ pub struct WidthArgs {
     pub driver: DriverKind,
 }
 
-fn command_line(cmd: &str, args: &[&str]) -> Option<String> {
-    let out = std::process::Command::new(cmd).args(args).output().ok()?;
-    let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && !s.is_empty()).then_some(s)
-}
-
-fn chip() -> String {
-    if let Some(s) = command_line("sysctl", &["-n", "machdep.cpu.brand_string"]) {
-        return s;
+impl DriverKind {
+    fn engine(self) -> anedvd_engine::DriverKind {
+        match self {
+            DriverKind::Private => anedvd_engine::DriverKind::Private,
+            DriverKind::Sim => anedvd_engine::DriverKind::Sim,
+        }
     }
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
 }
 
 /// Runs `anedvd info`: OS, chip, compile budget, then which libraries,
 /// classes and selectors resolved. Fails (one line) when the ANE is unreachable.
 pub fn run_info(_: &InfoArgs) -> Result<()> {
-    let os = command_line("uname", &["-srm"])
-        .unwrap_or_else(|| format!("{} {}", std::env::consts::OS, std::env::consts::ARCH));
-    println!("os: {os}");
-    println!("chip: {}", chip());
+    let r = device::info();
+    println!("os: {}", r.os);
+    println!("chip: {}", r.chip);
     println!(
-        "compile budget: {DEFAULT_COMPILE_BUDGET} per process (the compiler fails after ~119); used: {}",
-        private::process_compiles()
+        "compile budget: {} per process (the compiler fails after ~119); used: {}",
+        r.compile_budget, r.compiles_used
     );
     println!("status: implemented, unproven on hardware");
-    let probe = match private::probe() {
+    let probe = match r.framework {
         Ok(p) => p,
         Err(e) => {
             println!("ane: unreachable");
@@ -117,169 +98,56 @@ pub fn run_info(_: &InfoArgs) -> Result<()> {
     Ok(())
 }
 
-/// Deterministic values in [-1, 1).
-fn lcg(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-/// The probe program: `y[1, n, 1, w] = W[n, n] · x[1, n, 1, w]` as a 1×1 conv.
-fn projection(n: usize, w: usize, weights: &[f32]) -> Result<ProgramSource> {
-    const KEY: &str = "@model_path/weights/w.bin";
-    let mut blob = BlobWriter::new(BlobLayout::Aligned);
-    let off = blob.add_f32_as_f16(weights);
-    let mut b = FunctionBuilder::new("main");
-    let x = b.input("x", DType::Fp16, &[1, n, 1, w])?;
-    let wv = b.const_blob("w", DType::Fp16, &[n, n, 1, 1], KEY, off)?;
-    let y = b.conv("y", &x, &wv)?;
-    b.output(&y);
-    let text = anedvd_mil::print(&program(vec![b.finish()]));
-    Ok(ProgramSource::new(text).with_weight(KEY, blob.finish()))
-}
-
-/// f32 CPU reference: `(y, Σ|w·x|)` per output element.
-fn cpu_projection(n: usize, w: usize, wt: &[f32], x: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let mut y = vec![0f32; n * w];
-    let mut mag = vec![0f32; n * w];
-    for o in 0..n {
-        for i in 0..n {
-            let a = wt[o * n + i];
-            for t in 0..w {
-                y[o * w + t] += a * x[i * w + t];
-                mag[o * w + t] += (a * x[i * w + t]).abs();
-            }
-        }
-    }
-    (y, mag)
-}
-
-fn check_shape(n: usize, w: usize) -> Result<()> {
-    if n == 0 || w == 0 || n > 16384 || w > 16384 {
-        bail!("size and width must be in 1..=16384 (got {n}, {w})");
-    }
-    Ok(())
-}
-
-fn probe_on<D: Driver>(mut rt: Runtime<D>, a: &ProbeArgs) -> Result<()> {
-    let (n, w) = (a.size, a.width);
-    check_shape(n, w)?;
-    let sim = rt.driver().name() == "sim";
-    let label = if sim { " (simulated)" } else { "" };
-    let weights = lcg(1, n * n);
-    let x = lcg(2, n * w);
-    let src = projection(n, w, &weights)?;
-    let t0 = Instant::now();
-    let mut k = rt.prepare(&src).context("compile/load")?;
-    let prep = t0.elapsed();
-    let l = &k.attributes().inputs[0];
+/// Runs `anedvd probe`.
+pub fn run_probe(a: &ProbeArgs) -> Result<()> {
+    let r = device::probe(a.driver.engine(), a.size, a.width, a.iters)?;
+    let label = if r.simulated { " (simulated)" } else { "" };
+    let n = r.size;
     println!(
-        "driver: {}{label}; program: {n}x{n} 1x1 conv, width {w}; input row stride {} B, plane stride {} B",
-        rt.driver().name(),
-        l.row_stride,
-        l.plane_stride
+        "driver: {}{label}; program: {n}x{n} 1x1 conv, width {}; input row stride {} B, plane stride {} B",
+        r.driver, r.width, r.row_stride, r.plane_stride
     );
-    println!("compile+load: {:.1} ms", prep.as_secs_f64() * 1e3);
-    let mut y = Vec::new();
-    for _ in 0..=a.iters {
-        y = rt.run(&mut k, &[("x", &x)])?.remove(0).1;
-    }
-    let (want, mag) = cpu_projection(n, w, &weights, &x);
-    let (mut worst_abs, mut worst_rel, mut bad) = (0f32, 0f32, 0usize);
-    for i in 0..want.len() {
-        let err = (y[i] - want[i]).abs();
-        worst_abs = worst_abs.max(err);
-        worst_rel = worst_rel.max(err / (mag[i] + 1e-6));
-        if err > 3e-3 * mag[i] + 1e-4 {
-            bad += 1;
-        }
-    }
-    let st = k.stats();
-    let mean = st.eval_mean().unwrap_or(Duration::ZERO);
-    let flops = 2.0 * (n * n * w) as f64;
+    println!("compile+load: {:.1} ms", r.prepare.as_secs_f64() * 1e3);
     println!(
         "evaluate{label}: mean {:.1} us, min {:.1} us over {} calls ({:.2} GFLOP/s)",
-        mean.as_secs_f64() * 1e6,
-        st.eval_min.unwrap_or_default().as_secs_f64() * 1e6,
-        st.evals,
-        flops / mean.as_secs_f64().max(1e-12) / 1e9
+        r.eval_mean.as_secs_f64() * 1e6,
+        r.eval_min.as_secs_f64() * 1e6,
+        r.evals,
+        r.gflops
     );
     println!(
-        "vs CPU f32: max abs err {worst_abs:.3e}, max err/Σ|w·x| {worst_rel:.3e}, {bad} of {} outside fp16 tolerance",
-        want.len()
+        "vs CPU f32: max abs err {:.3e}, max err/Σ|w·x| {:.3e}, {} of {} outside fp16 tolerance",
+        r.max_abs_err, r.max_rel_err, r.bad, r.outputs
     );
-    rt.release(k);
-    if bad > 0 {
-        bail!("probe mismatch: {bad} outputs differ from the CPU reference");
+    if r.bad > 0 {
+        bail!(
+            "probe mismatch: {} outputs differ from the CPU reference",
+            r.bad
+        );
     }
     println!("probe: ok");
     Ok(())
 }
 
-/// Runs `anedvd probe`.
-pub fn run_probe(a: &ProbeArgs) -> Result<()> {
-    match a.driver {
-        DriverKind::Private => probe_on(Runtime::new(PrivateDriver::open()?), a),
-        DriverKind::Sim => probe_on(Runtime::new(SimDriver::new()), a),
-    }
-}
-
-fn width_on<D: Driver>(mut rt: Runtime<D>, a: &WidthArgs) -> Result<()> {
-    let n = a.size;
-    if a.widths.is_empty() {
-        bail!("no widths given");
-    }
-    if a.widths.len() as u64 > u64::from(rt.compiles_left()) {
-        bail!(
-            "{} widths need {} compiles; {} left in this process's budget",
-            a.widths.len(),
-            a.widths.len(),
-            rt.compiles_left()
-        );
-    }
-    let sim = rt.driver().name() == "sim";
-    if sim {
+/// Runs `anedvd width`.
+pub fn run_width(a: &WidthArgs) -> Result<()> {
+    let r = device::width(a.driver.engine(), a.size, &a.widths, a.iters)?;
+    if r.simulated {
         println!("SIMULATED: times are the CPU interpreter's, not the Neural Engine's");
     }
     println!("| width | row stride B | mean us | us/column | GFLOP/s |");
     println!("|---:|---:|---:|---:|---:|");
-    let weights = lcg(1, n * n);
-    for &w in &a.widths {
-        check_shape(n, w)?;
-        let x = lcg(2, n * w);
-        let mut k = rt.prepare(&projection(n, w, &weights)?)?;
-        rt.run(&mut k, &[("x", &x)])?; // warm-up, not timed below
-        let warm = k.stats();
-        for _ in 0..a.iters.max(1) {
-            rt.run(&mut k, &[("x", &x)])?;
-        }
-        let st = k.stats();
-        let evals = u32::try_from(st.evals - warm.evals).unwrap_or(1).max(1);
-        let mean = (st.eval_total - warm.eval_total) / evals;
-        let us = mean.as_secs_f64() * 1e6;
-        let gflops = 2.0 * (n * n * w) as f64 / mean.as_secs_f64().max(1e-12) / 1e9;
+    for row in &r.rows {
         println!(
-            "| {w} | {} | {us:.1} | {:.2} | {gflops:.2} |",
-            k.attributes().inputs[0].row_stride,
-            us / w as f64
+            "| {} | {} | {:.1} | {:.2} | {:.2} |",
+            row.width,
+            row.row_stride,
+            row.mean_us,
+            row.mean_us / row.width as f64,
+            row.gflops
         );
-        rt.release(k);
     }
     Ok(())
-}
-
-/// Runs `anedvd width`.
-pub fn run_width(a: &WidthArgs) -> Result<()> {
-    match a.driver {
-        DriverKind::Private => width_on(Runtime::new(PrivateDriver::open()?), a),
-        DriverKind::Sim => width_on(Runtime::new(SimDriver::new()), a),
-    }
 }
 
 #[cfg(test)]

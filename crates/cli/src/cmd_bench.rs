@@ -9,8 +9,7 @@
 //! with `--parallel`) and reports their aggregate tokens per second.
 
 use crate::common::{BackendArgs, ModelArgs};
-use anedvd_engine::{BatchItem, Engine, EngineBatch, EngineSession};
-use anedvd_graph::LogitsMode;
+use anedvd_engine::{BatchItem, Engine, EngineBatch, EngineSession, LogitsMode};
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
@@ -231,7 +230,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.repetitions == 0 {
         bail!("--repetitions must be at least 1");
     }
-    let engine = args.model.load(args.backend.choice()?, true)?;
+    let engine = args.model.load(&args.backend, true)?;
     let mut tests = Vec::new();
     for &d in &args.n_depth {
         tests.extend(args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0, d)));
@@ -249,10 +248,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let mut session = engine.new_session(need.max(1))?;
     let mut rng = Lcg(1234);
-    let threads = args
-        .model
-        .threads
-        .unwrap_or_else(crate::common::default_threads);
+    let threads = args.model.threads();
     let mut results = Vec::new();
     for &n_parallel in &args.parallel {
         let mut batch = if n_parallel > 1 {

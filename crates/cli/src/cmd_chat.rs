@@ -2,9 +2,8 @@
 //! turns and prefills only what is new.
 
 use crate::common::{BackendArgs, ModelArgs, SamplingArgs};
-use anedvd_chat::Message;
 use anedvd_engine::stats::{current_rss_bytes, format_bytes};
-use anedvd_engine::{generate, Engine, EngineSession, GenerateParams, TemplateOrigin};
+use anedvd_engine::{generate, Engine, EngineSession, GenerateParams, Message, TemplateOrigin};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::io::{BufRead, Write};
@@ -46,7 +45,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         sampling: args.sampling.params()?,
         ..Default::default()
     };
-    let engine = args.model.load(args.backend.choice()?, false)?;
+    let engine = args.model.load(&args.backend, false)?;
     let Some((_, origin)) = &engine.template else {
         bail!(
             "{} has no chat template and no built-in one matches it; use `anedvd run`",

@@ -2,14 +2,11 @@
 //! per-type totals and architecture/tokenizer summaries (text or JSON), and
 //! can write one tensor dequantized to f32.
 
-use anedvd_base::{Metadata, MetadataValue, WeightSource};
-use anedvd_weights::ModelFormat;
-use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use anedvd_engine::tools::inspect::{self, InspectOptions, Report};
+use anyhow::Result;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Arguments of `anedvd inspect`.
 #[derive(Debug, Clone, clap::Args)]
@@ -53,17 +50,24 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 /// Runs `anedvd inspect`, printing the report to `out`.
 pub fn run_to(args: &InspectArgs, out: &mut dyn Write) -> Result<()> {
-    let model = anedvd_weights::open(&args.model)
-        .with_context(|| format!("cannot open model {}", args.model.display()))?;
-    let header = match model.kind {
-        ModelFormat::Gguf => Some(gguf_header(&args.model)?),
-        _ => None,
+    // only a failure to open the file gets the "cannot open" context; the
+    // other errors (no such tensor, ...) already say what is wrong
+    let open_context = |e: anedvd_engine::Error| match e {
+        anedvd_engine::Error::Weights(_) => {
+            anyhow::Error::new(e).context(format!("cannot open model {}", args.model.display()))
+        }
+        other => other.into(),
     };
-    let source = model.source.as_ref();
     if let Some(name) = &args.tensor {
-        return inspect_tensor(args, source, name, out);
+        let t =
+            inspect::tensor(&args.model, name, args.dequantize.as_deref()).map_err(open_context)?;
+        return print_tensor(args, &t, out);
     }
-    let report = build_report(args, &model, header);
+    let options = InspectOptions {
+        max_array: args.max_array,
+        tensor_table: !args.no_tensors,
+    };
+    let report = inspect::report(&args.model, &options).map_err(open_context)?;
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &report)?;
         writeln!(out)?;
@@ -71,329 +75,6 @@ pub fn run_to(args: &InspectArgs, out: &mut dyn Write) -> Result<()> {
         print_text(args, &report, out)?;
     }
     Ok(())
-}
-
-/// GGUF container figures not visible through `WeightSource`.
-#[derive(Debug, Serialize)]
-struct GgufHeader {
-    version: u32,
-    alignment: u64,
-    data_offset: u64,
-    file_size: u64,
-}
-
-fn gguf_header(path: &Path) -> Result<GgufHeader> {
-    let f = anedvd_gguf::GgufFile::open(path)?;
-    Ok(GgufHeader {
-        version: f.version(),
-        alignment: f.alignment(),
-        data_offset: f.data_offset(),
-        file_size: f.file_size(),
-    })
-}
-
-#[derive(Debug, Serialize)]
-struct MetaEntry {
-    key: String,
-    #[serde(rename = "type")]
-    ty: String,
-    /// Array length (arrays only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    len: Option<usize>,
-    /// Arrays: the first `max_array` items.
-    value: Value,
-    /// True when `value` holds only the first items of a longer array.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    truncated: bool,
-}
-
-#[derive(Debug, Serialize)]
-struct TensorRow {
-    index: usize,
-    name: String,
-    #[serde(rename = "type")]
-    ty: String,
-    shape: Vec<u64>,
-    elements: u64,
-    bytes: u64,
-}
-
-#[derive(Debug, Default, Serialize)]
-struct Totals {
-    count: usize,
-    elements: u64,
-    bytes: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct Report {
-    path: String,
-    format: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    gguf: Option<GgufHeader>,
-    metadata: Vec<MetaEntry>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tensors: Vec<TensorRow>,
-    types: BTreeMap<String, Totals>,
-    totals: Totals,
-    architecture: BTreeMap<&'static str, Value>,
-    tokenizer: BTreeMap<&'static str, Value>,
-}
-
-fn build_report(
-    args: &InspectArgs,
-    model: &anedvd_weights::OpenedModel,
-    gguf: Option<GgufHeader>,
-) -> Report {
-    let source = model.source.as_ref();
-    let metadata = source
-        .metadata()
-        .iter()
-        .map(|(k, v)| meta_entry(k, v, args.max_array))
-        .collect();
-    let mut types: BTreeMap<String, Totals> = BTreeMap::new();
-    let mut totals = Totals::default();
-    let mut tensors = Vec::new();
-    for (index, t) in source.tensors().iter().enumerate() {
-        let elements = t.elements();
-        let entry = types.entry(t.dtype.name().to_string()).or_default();
-        for tot in [entry, &mut totals] {
-            tot.count += 1;
-            tot.elements += elements;
-            tot.bytes += t.size_bytes;
-        }
-        if !args.no_tensors {
-            tensors.push(TensorRow {
-                index,
-                name: t.name.clone(),
-                ty: t.dtype.name().to_string(),
-                shape: t.shape.clone(),
-                elements,
-                bytes: t.size_bytes,
-            });
-        }
-    }
-    Report {
-        path: args.model.display().to_string(),
-        format: model.kind.name(),
-        gguf,
-        metadata,
-        tensors,
-        types,
-        totals,
-        architecture: architecture(source.metadata(), model.kind),
-        tokenizer: tokenizer(source.metadata(), model.dir.as_deref()),
-    }
-}
-
-fn meta_entry(key: &str, v: &MetadataValue, max_array: usize) -> MetaEntry {
-    match v {
-        MetadataValue::Array(items) => MetaEntry {
-            key: key.to_string(),
-            ty: v.type_name(),
-            len: Some(items.len()),
-            value: Value::Array(items.iter().take(max_array).map(|x| to_json(&x)).collect()),
-            truncated: items.len() > max_array,
-        },
-        _ => MetaEntry {
-            key: key.to_string(),
-            ty: v.type_name(),
-            len: None,
-            value: to_json(v),
-            truncated: false,
-        },
-    }
-}
-
-fn to_json(v: &MetadataValue) -> Value {
-    use MetadataValue as V;
-    match v {
-        V::U8(x) => json!(x),
-        V::I8(x) => json!(x),
-        V::U16(x) => json!(x),
-        V::I16(x) => json!(x),
-        V::U32(x) => json!(x),
-        V::I32(x) => json!(x),
-        V::U64(x) => json!(x),
-        V::I64(x) => json!(x),
-        // Shortest f32 text (1e-6, not 9.99999997e-7); non-finite floats
-        // have no JSON form and become null.
-        V::F32(x) => json!(x.to_string().parse::<f64>().unwrap_or(f64::NAN)),
-        V::F64(x) => json!(x),
-        V::Bool(x) => json!(x),
-        V::String(s) => json!(s),
-        V::Array(items) => Value::Array(items.iter().map(|x| to_json(&x)).collect()),
-    }
-}
-
-/// Architecture fields: (label, GGUF key suffix after `{arch}.`, HF config keys).
-const ARCH_FIELDS: &[(&str, &str, &[&str])] = &[
-    (
-        "block_count",
-        "block_count",
-        &["num_hidden_layers", "n_layer"],
-    ),
-    (
-        "context_length",
-        "context_length",
-        &["max_position_embeddings", "n_positions"],
-    ),
-    (
-        "embedding_length",
-        "embedding_length",
-        &["hidden_size", "n_embd"],
-    ),
-    (
-        "feed_forward_length",
-        "feed_forward_length",
-        &["intermediate_size"],
-    ),
-    (
-        "head_count",
-        "attention.head_count",
-        &["num_attention_heads", "n_head"],
-    ),
-    (
-        "head_count_kv",
-        "attention.head_count_kv",
-        &["num_key_value_heads"],
-    ),
-    ("head_dim", "attention.key_length", &["head_dim"]),
-    ("rope_freq_base", "rope.freq_base", &["rope_theta"]),
-    (
-        "rms_norm_eps",
-        "attention.layer_norm_rms_epsilon",
-        &["rms_norm_eps"],
-    ),
-    (
-        "sliding_window",
-        "attention.sliding_window",
-        &["sliding_window"],
-    ),
-    ("vocab_size", "vocab_size", &["vocab_size"]),
-    (
-        "expert_count",
-        "expert_count",
-        &["num_local_experts", "num_experts"],
-    ),
-];
-
-fn architecture(m: &Metadata, kind: ModelFormat) -> BTreeMap<&'static str, Value> {
-    let mut out = BTreeMap::new();
-    let get = |key: &str| m.get(key).map(to_json);
-    if kind == ModelFormat::Gguf {
-        let arch = m.opt_str("general.architecture").ok().flatten();
-        if let Some(arch) = arch {
-            out.insert("architecture", json!(arch));
-        }
-        for (label, key) in [("name", "general.name"), ("file_type", "general.file_type")] {
-            if let Some(v) = get(key) {
-                out.insert(label, v);
-            }
-        }
-        for &(label, suffix, _) in ARCH_FIELDS {
-            if let Some(v) = arch.and_then(|a| get(&format!("{a}.{suffix}"))) {
-                out.insert(label, v);
-            }
-        }
-    } else {
-        for (label, key) in [
-            ("architecture", "model_type"),
-            ("architectures", "architectures"),
-        ] {
-            if let Some(v) = get(key) {
-                out.insert(label, v);
-            }
-        }
-        // Multimodal checkpoints keep the decoder's fields under `text_config.`.
-        for &(label, _, keys) in ARCH_FIELDS {
-            let found = keys
-                .iter()
-                .flat_map(|k| [k.to_string(), format!("text_config.{k}")])
-                .find_map(|k| get(&k));
-            if let Some(v) = found {
-                out.insert(label, v);
-            }
-        }
-    }
-    out
-}
-
-fn tokenizer(m: &Metadata, dir: Option<&Path>) -> BTreeMap<&'static str, Value> {
-    let mut out = BTreeMap::new();
-    match dir {
-        None => {
-            let get = |key: &str| m.get(key).map(to_json);
-            for (label, key) in [
-                ("model", "tokenizer.ggml.model"),
-                ("pre", "tokenizer.ggml.pre"),
-                ("bos_id", "tokenizer.ggml.bos_token_id"),
-                ("eos_id", "tokenizer.ggml.eos_token_id"),
-                ("pad_id", "tokenizer.ggml.padding_token_id"),
-                ("unk_id", "tokenizer.ggml.unknown_token_id"),
-            ] {
-                if let Some(v) = get(key) {
-                    out.insert(label, v);
-                }
-            }
-            if let Ok(Some(tokens)) = m.opt_array("tokenizer.ggml.tokens") {
-                out.insert("vocab_size", json!(tokens.len()));
-            }
-            if let Ok(Some(merges)) = m.opt_array("tokenizer.ggml.merges") {
-                out.insert("merges", json!(merges.len()));
-            }
-            out.insert(
-                "has_chat_template",
-                json!(m.contains("tokenizer.chat_template")),
-            );
-        }
-        Some(dir) => hf_tokenizer(dir, &mut out),
-    }
-    out
-}
-
-fn read_json(path: &Path) -> Option<Value> {
-    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
-}
-
-fn hf_tokenizer(dir: &Path, out: &mut BTreeMap<&'static str, Value>) {
-    let tok_path = dir.join("tokenizer.json");
-    out.insert("tokenizer_json", json!(tok_path.is_file()));
-    if let Some(tok) = read_json(&tok_path) {
-        let model = &tok["model"];
-        if let Some(kind) = model["type"].as_str() {
-            out.insert("model", json!(kind));
-        }
-        let vocab = match &model["vocab"] {
-            Value::Object(o) => o.len(),
-            Value::Array(a) => a.len(),
-            _ => 0,
-        };
-        let added = tok["added_tokens"].as_array().map_or(0, Vec::len);
-        out.insert("vocab_size", json!(vocab));
-        out.insert("added_tokens", json!(added));
-        if let Some(merges) = model["merges"].as_array() {
-            out.insert("merges", json!(merges.len()));
-        }
-    }
-    let cfg = read_json(&dir.join("tokenizer_config.json")).unwrap_or(Value::Null);
-    let token_text = |v: &Value| -> Option<Value> {
-        match v {
-            Value::String(s) => Some(json!(s)),
-            Value::Object(o) => o.get("content").cloned(),
-            _ => None,
-        }
-    };
-    if let Some(bos) = token_text(&cfg["bos_token"]) {
-        out.insert("bos_token", bos);
-    }
-    if let Some(eos) = token_text(&cfg["eos_token"]) {
-        out.insert("eos_token", eos);
-    }
-    let has_template = !cfg["chat_template"].is_null()
-        || dir.join("chat_template.jinja").is_file()
-        || dir.join("chat_template.json").is_file();
-    out.insert("has_chat_template", json!(has_template));
 }
 
 /// Prints `s` shortened to `max` characters with control characters escaped.
@@ -506,97 +187,42 @@ fn print_text(args: &InspectArgs, r: &Report, out: &mut dyn Write) -> Result<()>
     Ok(())
 }
 
-fn inspect_tensor(
-    args: &InspectArgs,
-    source: &dyn WeightSource,
-    name: &str,
-    out: &mut dyn Write,
-) -> Result<()> {
-    let Some(t) = source.tensor(name) else {
-        let close: Vec<&str> = source
-            .tensors()
-            .iter()
-            .map(|t| t.name.as_str())
-            .filter(|n| n.contains(name) || name.contains(*n))
-            .take(5)
-            .collect();
-        bail!(
-            "no tensor named `{name}` in {}{}",
-            args.model.display(),
-            if close.is_empty() {
-                String::new()
-            } else {
-                format!(" (similar: {})", close.join(", "))
-            }
-        );
-    };
-    let info = t.info;
-    let elements = usize::try_from(info.elements()).context("tensor too large for this machine")?;
-    let mut values = Vec::new();
-    let decoded = match values.try_reserve_exact(elements) {
-        Ok(()) => {
-            values.resize(elements, 0.0f32);
-            anedvd_quant::dequantize(info.dtype, t.data, &mut values)
-                .map_err(|e| anyhow::anyhow!("cannot dequantize `{name}`: {e}"))
-        }
-        Err(e) => Err(anyhow::anyhow!("cannot allocate {elements} floats: {e}")),
-    };
-    let mut written = None;
-    if let Some(path) = &args.dequantize {
-        if let Err(e) = &decoded {
-            bail!("{e}");
-        }
-        write_f32(path, &values)?;
+fn print_tensor(args: &InspectArgs, t: &inspect::TensorReport, out: &mut dyn Write) -> Result<()> {
+    if let Some(path) = &t.written_to {
         eprintln!(
-            "wrote `{name}` ({} {:?}, {elements} values) as little-endian f32 to {} ({} bytes)",
-            info.dtype,
-            info.shape,
+            "wrote `{}` ({} {:?}, {} values) as little-endian f32 to {} ({} bytes)",
+            t.name,
+            t.dtype,
+            t.shape,
+            t.elements,
             path.display(),
-            elements * 4
+            t.elements * 4
         );
-        written = Some(path.display().to_string());
     }
-    let first: Vec<f32> = if decoded.is_ok() {
-        values.iter().take(8).copied().collect()
-    } else {
-        Vec::new()
-    };
     if args.json {
         let report = json!({
-            "name": info.name,
-            "type": info.dtype.name(),
-            "shape": info.shape,
-            "elements": elements,
-            "bytes": info.size_bytes,
-            "first_values": first,
-            "dequantize_error": decoded.as_ref().err().map(|e| e.to_string()),
-            "written_to": written,
+            "name": t.name,
+            "type": t.dtype.name(),
+            "shape": t.shape,
+            "elements": t.elements,
+            "bytes": t.bytes,
+            "first_values": t.first_values,
+            "dequantize_error": t.dequantize_error,
+            "written_to": t.written_to.as_ref().map(|p| p.display().to_string()),
         });
         serde_json::to_writer_pretty(&mut *out, &report)?;
         writeln!(out)?;
     } else {
-        writeln!(out, "name:     {}", info.name)?;
-        writeln!(out, "type:     {}", info.dtype)?;
-        writeln!(out, "shape:    {:?} (ggml ne order)", info.shape)?;
-        writeln!(out, "elements: {elements}")?;
-        writeln!(out, "bytes:    {}", info.size_bytes)?;
-        match &decoded {
-            Ok(()) => writeln!(out, "first:    {first:?}")?,
-            Err(e) => writeln!(out, "first:    ({e})")?,
+        writeln!(out, "name:     {}", t.name)?;
+        writeln!(out, "type:     {}", t.dtype)?;
+        writeln!(out, "shape:    {:?} (ggml ne order)", t.shape)?;
+        writeln!(out, "elements: {}", t.elements)?;
+        writeln!(out, "bytes:    {}", t.bytes)?;
+        match &t.dequantize_error {
+            None => writeln!(out, "first:    {:?}", t.first_values)?,
+            Some(e) => writeln!(out, "first:    ({e})")?,
         }
     }
-    Ok(())
-}
-
-fn write_f32(path: &Path, values: &[f32]) -> Result<()> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    for v in values {
-        w.write_all(&v.to_le_bytes())?;
-    }
-    w.flush()
-        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 
@@ -604,8 +230,9 @@ fn write_f32(path: &Path, values: &[f32]) -> Result<()> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use anedvd_base::{GgmlType, PackedStrings};
+    use anedvd_base::{GgmlType, MetadataValue, PackedStrings};
     use clap::Parser;
+    use std::path::Path;
 
     #[derive(Parser)]
     struct Cli {

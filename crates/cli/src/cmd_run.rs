@@ -1,9 +1,8 @@
 //! `anedvd run`: one prompt in, streamed text out, stats on stderr.
 
 use crate::common::{BackendArgs, ModelArgs, SamplingArgs};
-use anedvd_chat::Message;
 use anedvd_engine::stats::{format_bytes, peak_rss_bytes};
-use anedvd_engine::{generate, Engine, GenerateParams, Generation};
+use anedvd_engine::{generate, Engine, GenerateParams, Generation, Message};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
@@ -62,7 +61,7 @@ pub struct RunArgs {
 /// Runs `anedvd run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     let sampling = args.sampling.params()?;
-    let engine = args.model.load(args.backend.choice()?, args.json)?;
+    let engine = args.model.load(&args.backend, args.json)?;
     let mut prompt = build_prompt(&engine, args)?;
     let max_seq = args.max_seq.min(engine.n_ctx_train().max(1));
     if args.max_seq > max_seq {

@@ -1,6 +1,6 @@
 //! `anedvd serve`: the OpenAI/Anthropic-compatible HTTP server with its WebUI.
 
-use crate::common::{BackendArgs, ModelArgs, SamplingArgs};
+use crate::common::{load_engine, BackendArgs, ModelArgs, SamplingArgs};
 use anedvd_server::{router, AppState, ServerConfig};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -88,16 +88,11 @@ async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
     );
 
     let loader_state = state.clone();
-    let model = ModelArgs {
-        model: Some(args.model.path()?),
-        threads: args.model.threads,
-        rope_pairing: args.model.rope_pairing.clone(),
-        family: args.model.family.clone(),
-    };
-    let backend = args.backend.choice()?;
+    let path = args.model.path()?;
+    let options = args.model.load_options(&args.backend)?;
     std::thread::Builder::new()
         .name("anedvd-load".into())
-        .spawn(move || match model.load(backend, true) {
+        .spawn(move || match load_engine(&path, &options, true) {
             Ok(engine) => {
                 let name = engine.name.clone();
                 let secs = engine.load_time.as_secs_f64();

@@ -1,9 +1,9 @@
 //! `anedvd tokenize` / `anedvd detokenize`: text ↔ token ids with a model's vocabulary.
 
-use anedvd_tokenizer::Tokenizer;
+use anedvd_engine::tools::load_tokenizer;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Arguments of `anedvd tokenize`.
 #[derive(Debug, Args)]
@@ -65,33 +65,6 @@ fn model_path(flag: &Option<PathBuf>) -> Result<PathBuf> {
         );
     }
     Ok(p)
-}
-
-/// Loads the tokenizer of the model at `path`: a Hugging Face directory
-/// (`tokenizer.json` + `tokenizer_config.json`; the weights are not opened),
-/// a `tokenizer.json` file, or a GGUF file (its `tokenizer.ggml.*` metadata).
-pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
-    let (json_path, config_path) = if path.is_dir() {
-        (
-            path.join("tokenizer.json"),
-            Some(path.join("tokenizer_config.json")),
-        )
-    } else if path.extension().is_some_and(|e| e == "json") {
-        (
-            path.to_path_buf(),
-            path.parent().map(|d| d.join("tokenizer_config.json")),
-        )
-    } else {
-        let opened =
-            anedvd_weights::open(path).with_context(|| format!("opening {}", path.display()))?;
-        return Tokenizer::from_gguf_metadata(opened.source.metadata())
-            .with_context(|| format!("loading the tokenizer of {}", path.display()));
-    };
-    let json = std::fs::read_to_string(&json_path)
-        .with_context(|| format!("reading {}", json_path.display()))?;
-    let config = config_path.and_then(|p| std::fs::read_to_string(p).ok());
-    Tokenizer::from_tokenizer_json(&json, config.as_deref())
-        .with_context(|| format!("loading {}", json_path.display()))
 }
 
 /// Parses `1,2,3`, `1 2 3` or `[1, 2, 3]`.

@@ -1,57 +1,15 @@
 //! `anedvd verify`, `check`, `kernels`, `selftest`: the ANE lowering (run
 //! directly on the simulator by `ane-sim`, or through the ANE runtime on a
-//! driver by `ane --driver sim|ane`) against the CPU reference.
+//! driver by `ane --driver sim|ane`) against the CPU reference. The work is
+//! in `anedvd_engine::tools`; this formats its reports.
 
-use crate::common::{default_threads, ModelArgs};
-use anedvd_ane::backend::selftest::{argmax, cosine, max_rel};
-use anedvd_ane::lower::{self, CostModel, KernelKind, LowerOptions, Variant};
-use anedvd_ane::{AneBackend, AneExecutable, AneSimBackend, DriverKind, DEFAULT_COMPILE_BUDGET};
-use anedvd_base::WeightSource;
-use anedvd_cpu::CpuBackend;
-use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode, RopePairing};
-use anedvd_model::ConfigOverrides;
-use anedvd_tokenizer::Tokenizer;
+use crate::common::{CpuArgs, LoweringArgs, ModelArgs};
+use anedvd_engine::tools::kernels::{self, CostModel};
+use anedvd_engine::tools::verify::{Reference, Verification, VerifyOptions, VerifyPrompt};
+use anedvd_engine::{BackendChoice, BackendOptions, DriverKind, DEFAULT_COMPILE_BUDGET};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Instant;
-
-/// How the decoder is lowered to ANE programs.
-#[derive(Debug, Args, Clone)]
-pub struct LoweringArgs {
-    /// Program granularity: `fused` (norms inside, one program per layer) or
-    /// `split` (q/k/v, output and FFN projections as separate programs).
-    #[arg(long, default_value = "fused", value_name = "fused|split")]
-    pub variant: String,
-    /// Activation width W (token columns per dispatch, multiple of 32).
-    #[arg(long, default_value_t = 64)]
-    pub width: usize,
-    /// Largest lm_head vocabulary slice (≤ 65536).
-    #[arg(long, default_value_t = 32768)]
-    pub vocab_slice: usize,
-    /// Fused variant: the residual crosses the ANE divided by this power of
-    /// two (fp16 stops at 65504; Gemma 3 270M residuals reach ~88000).
-    #[arg(long, default_value_t = 32.0)]
-    pub residual_scale: f32,
-}
-
-impl LoweringArgs {
-    fn options(&self) -> Result<LowerOptions> {
-        let Some(variant) = Variant::from_name(&self.variant) else {
-            bail!(
-                "--variant must be `fused` or `split`, not `{}`",
-                self.variant
-            );
-        };
-        Ok(LowerOptions {
-            width: self.width,
-            variant,
-            vocab_slice: self.vocab_slice,
-            residual_scale: self.residual_scale,
-        })
-    }
-}
+use std::path::PathBuf;
 
 /// Arguments of `anedvd verify`.
 #[derive(Debug, Args)]
@@ -60,6 +18,8 @@ pub struct VerifyArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub lowering: LoweringArgs,
+    #[command(flatten)]
+    pub cpu: CpuArgs,
     /// Backend checked against the CPU reference: `ane-sim` (kernels run
     /// directly on the MIL simulator), `ane` (kernels through the ANE
     /// runtime on `--driver`), or `cpu` to check the harness.
@@ -101,7 +61,7 @@ pub struct VerifyArgs {
     /// Keep the prompt's named intermediates here (`cpu/` and `dut/`, `.npy`
     /// per name) instead of a temporary directory.
     #[arg(long, value_name = "DIR")]
-    pub dump_dir: Option<std::path::PathBuf>,
+    pub dump_dir: Option<PathBuf>,
 }
 
 /// Arguments of `anedvd check`.
@@ -135,6 +95,15 @@ pub struct KernelsArgs {
     /// Print only the per-variant summary, not every program.
     #[arg(long)]
     pub summary: bool,
+    /// Write every MIL program the ANE backend would compile (with
+    /// --variant/--width) into DIR instead of listing them: DIR/<kernel>/model.mil
+    /// plus its weight files (DIR/<kernel>/weights/weight.bin), written by the
+    /// runtime's own model-directory writer, so byte-identical to what it hands
+    /// the ANE framework; and DIR/index.json listing the kernels in dispatch
+    /// order (name, in/out channels, weight bytes, MACs) with the lowering
+    /// options. DIR must be new or empty.
+    #[arg(long, value_name = "DIR")]
+    pub emit: Option<PathBuf>,
 }
 
 /// Arguments of `anedvd selftest`.
@@ -143,42 +112,6 @@ pub struct SelftestArgs {
     /// Seed of the random weights and prompt.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
-}
-
-struct Loaded {
-    program: DecoderProgram,
-    tokenizer: Option<Tokenizer>,
-}
-
-fn load(m: &ModelArgs, with_tokenizer: bool) -> Result<Loaded> {
-    let path = m.path()?;
-    let opened =
-        anedvd_weights::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let dir = opened.dir.clone();
-    let source: Arc<dyn WeightSource> = Arc::from(opened.source);
-    let tokenizer = if !with_tokenizer {
-        None
-    } else if let Some(dir) = &dir {
-        let json = std::fs::read_to_string(dir.join("tokenizer.json"))
-            .with_context(|| format!("reading {}", dir.join("tokenizer.json").display()))?;
-        let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok();
-        Some(Tokenizer::from_tokenizer_json(&json, config.as_deref())?)
-    } else {
-        Some(Tokenizer::from_gguf_metadata(source.metadata())?)
-    };
-    let rope_pairing = match m.rope_pairing.as_deref() {
-        None => None,
-        Some("norm") => Some(RopePairing::Norm),
-        Some("neox") => Some(RopePairing::Neox),
-        Some(o) => bail!("--rope-pairing must be `norm` or `neox`, not `{o}`"),
-    };
-    let overrides = ConfigOverrides {
-        family: m.family.clone(),
-        rope_pairing,
-        ..Default::default()
-    };
-    let (_, program) = anedvd_model::load(source, &overrides)?;
-    Ok(Loaded { program, tokenizer })
 }
 
 fn parse_ids(s: &str) -> Result<Vec<u32>> {
@@ -191,286 +124,131 @@ fn parse_ids(s: &str) -> Result<Vec<u32>> {
         .collect()
 }
 
-/// Reads the last row of a 2-D f32 `.npy` written by a backend dump.
-fn npy_last_row(path: &Path) -> Result<Vec<f32>> {
-    let b = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
-        bail!("{}: not a .npy file", path.display());
-    }
-    let hl = u16::from_le_bytes([b[8], b[9]]) as usize;
-    let header = std::str::from_utf8(b.get(10..10 + hl).unwrap_or_default())?;
-    let shape = header
-        .split("'shape': (")
-        .nth(1)
-        .and_then(|s| s.split(')').next())
-        .with_context(|| format!("{}: no shape", path.display()))?;
-    let dims: Vec<usize> = shape
-        .split(',')
-        .filter_map(|t| t.trim().parse().ok())
-        .collect();
-    let [rows, cols] = dims[..] else {
-        bail!("{}: shape ({shape}) is not 2-D", path.display());
-    };
-    let data = b.get(10 + hl..).unwrap_or_default();
-    if rows == 0 || data.len() < rows * cols * 4 {
-        bail!(
-            "{}: {} data bytes for shape ({rows}, {cols})",
-            path.display(),
-            data.len()
-        );
-    }
-    Ok(data[(rows - 1) * cols * 4..rows * cols * 4]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
-}
-
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
-    let n: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
-    if n == 0.0 {
-        d.sqrt()
-    } else {
-        (d / n).sqrt()
-    }
-}
-
-/// The device under test.
-enum Dut {
-    /// `--backend ane` (the runtime's counters are printed).
-    Ane(AneExecutable),
-    /// Any other backend.
-    Other(Box<dyn Executable>),
-}
-
-impl Dut {
-    fn exe(&self) -> &dyn Executable {
-        match self {
-            Dut::Ane(e) => e,
-            Dut::Other(e) => e.as_ref(),
-        }
-    }
-}
-
-/// Compiles the device under test; for `--backend ane` also returns a line
-/// on the compiles used.
-fn compile_dut(
-    a: &VerifyArgs,
-    program: &DecoderProgram,
-    options: LowerOptions,
-    threads: usize,
-) -> Result<(Dut, Option<String>)> {
+/// The backend under test: `ane-sim`, `cpu`, or `ane` on `--driver`.
+fn verify_choice(a: &VerifyArgs) -> Result<BackendChoice> {
     match a.backend.as_str() {
-        "ane-sim" => Ok((
-            Dut::Other(AneSimBackend::new(options).compile(program)?),
-            None,
-        )),
-        "cpu" => Ok((
-            Dut::Other(CpuBackend::new(threads)?.compile(program)?),
-            None,
-        )),
-        "ane" => {
-            let Some(driver) = DriverKind::from_name(&a.driver) else {
-                bail!("--driver must be `ane` or `sim`, not `{}`", a.driver);
-            };
-            let exe = AneBackend::new(options, driver)
-                .with_compile_budget(a.compile_budget)
-                .compile_ane(program)?;
-            let line = exe.compile_report().map(|r| {
-                format!(
-                    "  ANE compiles: {} ({} shared), {} left of the budget of {} ({} driver)",
-                    r.compiles,
-                    r.cache_hits,
-                    r.compiles_left,
-                    r.budget,
-                    driver.name()
-                )
-            });
-            Ok((Dut::Ane(exe), line))
-        }
+        "ane-sim" => Ok(BackendChoice::AneSim),
+        "cpu" => Ok(BackendChoice::Cpu),
+        "ane" => match DriverKind::from_name(&a.driver) {
+            Some(driver) => Ok(BackendChoice::Ane(driver)),
+            None => bail!("--driver must be `ane` or `sim`, not `{}`", a.driver),
+        },
         other => bail!("unknown backend `{other}` (ane-sim, ane, cpu)"),
     }
 }
 
 /// `anedvd verify`.
 pub fn run_verify(a: &VerifyArgs) -> Result<()> {
-    let options = a.lowering.options()?;
-    let Loaded {
-        mut program,
-        tokenizer,
-    } = load(&a.model, a.prompt_ids.is_none())?;
-    if let Some(n) = a.layers {
-        if n == 0 || n > program.layers.len() {
-            bail!("--layers must be in 1..={}", program.layers.len());
-        }
-        program.layers.truncate(n);
-    }
-    let tokens = match (&a.prompt_ids, &a.prompt, &tokenizer) {
-        (Some(ids), _, _) => parse_ids(ids)?,
-        (None, p, Some(tok)) => {
-            let text = p.as_deref().unwrap_or("The capital of France is");
-            tok.encode(text, true, false)?
-        }
-        (None, _, None) => bail!("no tokenizer; pass --prompt-ids"),
+    let lowering = a.lowering.options()?;
+    let backend = verify_choice(a)?;
+    let Some(reference) = Reference::from_name(&a.reference) else {
+        bail!(
+            "--reference must be `exact` or `native`, not `{}`",
+            a.reference
+        );
     };
-    if tokens.is_empty() {
-        bail!("empty prompt");
-    }
-    let threads = a.model.threads.unwrap_or_else(default_threads);
-    let n_layers = program.layers.len();
+    let prompt = match &a.prompt_ids {
+        Some(ids) => VerifyPrompt::Ids(parse_ids(ids)?),
+        None => VerifyPrompt::Text(
+            a.prompt
+                .clone()
+                .unwrap_or_else(|| "The capital of France is".into()),
+        ),
+    };
+    let options = VerifyOptions {
+        backend,
+        backend_options: BackendOptions {
+            cpu: a.cpu.options(a.model.threads())?,
+            lowering,
+            compile_budget: a.compile_budget,
+        },
+        overrides: a.model.overrides()?,
+        prompt,
+        layers: a.layers,
+        max_new_tokens: a.max_new_tokens,
+        reference,
+        dump_dir: a.dump_dir.clone(),
+        min_cos: a.min_cos,
+        max_rel: a.max_rel,
+    };
+    let verification = Verification::open(&a.model.path()?, options)?;
+    let m = verification.model();
     println!(
         "model {} ({} layers{}, n_embd {}, vocab {}), prompt {} tokens, backend {}{} ({} variant, W {})",
-        program.family,
-        n_layers,
-        if a.layers.is_some() { ", truncated" } else { "" },
-        program.n_embd,
-        program.n_vocab,
-        tokens.len(),
+        m.family,
+        m.layers,
+        if m.truncated { ", truncated" } else { "" },
+        m.n_embd,
+        m.n_vocab,
+        m.prompt_tokens,
         a.backend,
         if a.backend == "ane" {
             format!(" --driver {}", a.driver)
         } else {
             String::new()
         },
-        options.variant.name(),
-        options.width
+        lowering.variant.name(),
+        lowering.width
     );
-    match &a.dump_dir {
-        Some(dir) => verify_in(a, &program, &tokens, options, threads, dir),
-        None => {
-            // unique per call: verifies may run concurrently in one process
-            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let tmp =
-                std::env::temp_dir().join(format!("anedvd-verify-{}-{n}", std::process::id()));
-            let result = verify_in(a, &program, &tokens, options, threads, &tmp);
-            let _ = std::fs::remove_dir_all(&tmp);
-            result
-        }
-    }
-}
-
-fn verify_in(
-    a: &VerifyArgs,
-    program: &DecoderProgram,
-    tokens: &[u32],
-    options: LowerOptions,
-    threads: usize,
-    tmp: &Path,
-) -> Result<()> {
-    let max_seq = tokens.len() + a.max_new_tokens + 1;
-    let cpu = match a.reference.as_str() {
-        "native" => CpuBackend::new(threads)?.compile(program)?,
-        "exact" => {
-            let mut exact = program.clone();
-            exact.weights = Arc::new(anedvd_ane::backend::reference::dequantized(
-                program.weights.as_ref(),
-            )?);
-            CpuBackend::new(threads)?.compile(&exact)?
-        }
-        other => bail!("--reference must be `exact` or `native`, not `{other}`"),
-    };
-    let mut cs = cpu.new_session(max_seq)?;
-    let t1 = Instant::now();
-    let (dut, compiles) = compile_dut(a, program, options, threads)?;
-    let mut ds = dut.exe().new_session(max_seq)?;
-    let compile_s = t1.elapsed().as_secs_f64();
-    let (cpu_dir, dut_dir) = (tmp.join("cpu"), tmp.join("dut"));
-    cs.set_dump(Some(cpu_dir.clone()));
-    ds.set_dump(Some(dut_dir.clone()));
-    let want = cs.forward(tokens, LogitsMode::Last)?.to_vec();
-    let t2 = Instant::now();
-    let got = ds.forward(tokens, LogitsMode::Last)?.to_vec();
-    let prefill_s = t2.elapsed().as_secs_f64();
+    let r = verification.run()?;
 
     println!("\nper-layer hidden-state drift (last prompt position, `blk.i.out`):");
     println!("  layer   rel-L2      cosine");
-    for i in 0..program.layers.len() {
-        let name = format!("blk.{i}.out.npy");
-        let (Ok(x), Ok(y)) = (
-            npy_last_row(&dut_dir.join(&name)),
-            npy_last_row(&cpu_dir.join(&name)),
-        ) else {
-            println!("  {i:>5}   (not dumped)");
-            continue;
-        };
-        println!("  {i:>5}   {:<10.6}  {:.6}", rel_l2(&x, &y), cosine(&x, &y));
+    for l in &r.layers {
+        match l.drift {
+            Some((rel, cos)) => println!("  {:>5}   {rel:<10.6}  {cos:.6}", l.layer),
+            None => println!("  {:>5}   (not dumped)", l.layer),
+        }
     }
-
-    let cos = cosine(&got, &want);
-    let rel = max_rel(&got, &want);
-    let (ta, tb) = (argmax(&got), argmax(&want));
+    let (cos, rel, ta, tb) = (r.cosine, r.max_rel, r.top1, r.cpu_top1);
     println!("\nfinal logits (reference: cpu, {} weights):", a.reference);
     println!("  cosine               {cos:.6}   (min {})", a.min_cos);
     println!(
         "  max rel error        {rel:.6}   (max|Δ| / max|cpu|, limit {})",
         a.max_rel
     );
-    println!("  rel L2 error         {:.6}", rel_l2(&got, &want));
+    println!("  rel L2 error         {:.6}", r.rel_l2);
     println!(
         "  top-1                {} {ta} vs cpu {tb}",
         if ta == tb { "equal:" } else { "DIFFERENT:" }
     );
     println!(
-        "  compile {compile_s:.2}s, prefill {prefill_s:.2}s ({} backend)",
-        a.backend
+        "  compile {:.2}s, prefill {:.2}s ({} backend)",
+        r.compile_s, r.prefill_s, a.backend
     );
-    if let Some(line) = compiles {
-        println!("{line}");
-    }
-    if a.backend.starts_with("ane") {
+    if let (Some(c), BackendChoice::Ane(driver)) = (&r.compiles, backend) {
         println!(
-            "  ANE dispatches per decode token: {} ({} variant)",
-            lower::dispatch_count(
-                options.variant,
-                program.layers.len(),
-                program.n_vocab,
-                options.vocab_slice
-            ),
-            options.variant.name()
+            "  ANE compiles: {} ({} shared), {} left of the budget of {} ({} driver)",
+            c.compiles,
+            c.cache_hits,
+            c.compiles_left,
+            c.budget,
+            driver.name()
         );
     }
-
-    let mut divergence = None;
-    let (mut na, mut nb) = (ta as u32, tb as u32);
-    let mut steps = 0;
-    let t3 = Instant::now();
-    for step in 0..a.max_new_tokens {
-        if na != nb {
-            divergence = Some((step, na, nb));
-            break;
-        }
-        steps += 1;
-        na = argmax(ds.forward(&[na], LogitsMode::Last)?) as u32;
-        nb = argmax(cs.forward(&[nb], LogitsMode::Last)?) as u32;
-    }
-    if divergence.is_none() && a.max_new_tokens > 0 && na != nb {
-        divergence = Some((a.max_new_tokens, na, nb));
-    }
-    match divergence {
-        Some((s, x, y)) => println!("  greedy: first divergence at new token {s}: {x} vs cpu {y}"),
-        None => println!("  greedy: {} new tokens identical", a.max_new_tokens),
-    }
-    if steps > 0 {
+    if let Some(n) = r.dispatches_per_token {
         println!(
-            "  decode {:.2}s/token (both backends)",
-            t3.elapsed().as_secs_f64() / steps as f64
+            "  ANE dispatches per decode token: {n} ({} variant)",
+            lowering.variant.name()
         );
     }
-    if let Dut::Ane(exe) = &dut {
-        if let Some(stats) = exe.kernel_stats()? {
-            let evals: u64 = stats.iter().map(|(_, s)| s.evals).sum();
-            let eval: f64 = stats.iter().map(|(_, s)| s.eval_total.as_secs_f64()).sum();
-            let io: f64 = stats.iter().map(|(_, s)| s.io_total.as_secs_f64()).sum();
-            let retries: u32 = stats.iter().map(|(_, s)| s.retries).sum();
-            println!(
-                "  runtime: {evals} evaluations, {:.1} ms evaluating, {:.1} ms surface I/O, {retries} retries",
-                eval * 1e3,
-                io * 1e3
-            );
-        }
+    match r.divergence {
+        Some(d) => println!(
+            "  greedy: first divergence at new token {}: {} vs cpu {}",
+            d.step, d.token, d.cpu_token
+        ),
+        None => println!("  greedy: {} new tokens identical", r.max_new_tokens),
     }
-    if !(cos >= a.min_cos && rel <= a.max_rel) || ta != tb {
+    if let Some(s) = r.decode_s_per_token {
+        println!("  decode {s:.2}s/token (both backends)");
+    }
+    if let Some(rt) = r.runtime {
+        println!(
+            "  runtime: {} evaluations, {:.1} ms evaluating, {:.1} ms surface I/O, {} retries",
+            rt.evals, rt.eval_ms, rt.io_ms, rt.retries
+        );
+    }
+    if !r.passed {
         bail!(
             "verify FAILED: cosine {cos:.6}, max rel {rel:.6}, top-1 {}",
             if ta == tb { "equal" } else { "different" }
@@ -483,8 +261,12 @@ fn verify_in(
 /// `anedvd check`.
 pub fn run_check(a: &CheckArgs) -> Result<()> {
     let options = a.lowering.options()?;
-    let Loaded { program, .. } = load(&a.model, false)?;
-    let checks = anedvd_ane::backend::check::check_layer0(&program, &options, a.tolerance)?;
+    let checks = kernels::check(
+        &a.model.path()?,
+        &a.model.overrides()?,
+        &options,
+        a.tolerance,
+    )?;
     println!(
         "{:<8} {:<16} {:>12} {:>10} {:>6}  result",
         "variant", "kernel", "max abs", "max rel", "NaN"
@@ -513,39 +295,34 @@ pub fn run_check(a: &CheckArgs) -> Result<()> {
     Ok(())
 }
 
-fn kind_label(k: KernelKind) -> &'static str {
-    match k {
-        KernelKind::Qkv { .. } => "q/k/v projection",
-        KernelKind::AttnOut { .. } => "output projection",
-        KernelKind::Ffn { .. } => "gated FFN",
-        KernelKind::Entry => "norm + q/k/v (layer 0)",
-        KernelKind::Layer { next_qkv: true, .. } => "o-proj..FFN..next norm+q/k/v",
-        KernelKind::Layer { .. } => "o-proj..FFN (last layer)",
-        KernelKind::LmHead {
-            norm_inside: true, ..
-        } => "final norm + lm_head slice",
-        KernelKind::LmHead { .. } => "lm_head slice",
-    }
-}
-
 /// `anedvd kernels`.
 pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
     let chosen = a.lowering.options()?;
-    let Loaded { program, .. } = load(&a.model, false)?;
+    let (path, overrides) = (a.model.path()?, a.model.overrides()?);
+    if let Some(dir) = &a.emit {
+        let report = kernels::emit(&path, &overrides, &chosen, dir)?;
+        let bytes: u64 = report.kernels.iter().map(|k| k.weight_bytes).sum();
+        println!(
+            "wrote {} programs ({} variant, W {}, {:.1} MiB fp16 weights) and {} to {}",
+            report.kernels.len(),
+            report.options.variant,
+            report.options.width,
+            bytes as f64 / (1 << 20) as f64,
+            kernels::EMIT_INDEX,
+            dir.display()
+        );
+        return Ok(());
+    }
     let cost = CostModel {
         dispatch_ms: a.dispatch_ms,
         bandwidth_gbs: a.bandwidth_gbs,
         peak_tflops: a.tflops,
         ..CostModel::default()
     };
+    let r = kernels::plan(&path, &overrides, &chosen, &cost)?;
     println!(
         "model {}: {} layers, n_embd {}, vocab {}; W = {}, vocab slice {}",
-        program.family,
-        program.layers.len(),
-        program.n_embd,
-        program.n_vocab,
-        chosen.width,
-        chosen.vocab_slice
+        r.family, r.layers, r.n_embd, r.n_vocab, chosen.width, chosen.vocab_slice
     );
     println!(
         "cost model: {} ms per dispatch (ane-spec.md §7.2, M5 floor), weights at {} GB/s (ASSUMED, not in ane-spec.md), \
@@ -556,41 +333,32 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
         cost.sram_penalty,
         cost.sram_bytes >> 20
     );
-    let mut variants = vec![chosen.variant];
-    variants.extend(
-        [Variant::Fused, Variant::Split]
-            .into_iter()
-            .filter(|v| *v != chosen.variant),
-    );
-    for variant in variants {
-        let o = LowerOptions { variant, ..chosen };
-        let l = lower::lower(&program, &o)?;
+    for v in &r.variants {
         println!(
             "\n{} variant: {} programs, {} dispatches per decode token, {:.1} MiB fp16 weights, predicted {:.3} ms/token ({:.0} tokens/s)",
-            variant.name(),
-            l.kernels.len(),
-            l.dispatches_per_token(),
-            l.weight_bytes() as f64 / (1 << 20) as f64,
-            cost.per_token_ms(&l),
-            1e3 / cost.per_token_ms(&l)
+            v.variant.name(),
+            v.kernels.len(),
+            v.dispatches_per_token,
+            v.weight_bytes as f64 / (1 << 20) as f64,
+            v.per_token_ms,
+            1e3 / v.per_token_ms
         );
-        if a.summary || variant != chosen.variant {
+        if a.summary || v.variant != chosen.variant {
             continue;
         }
         println!(
             "  {:<14} {:<30} {:>7} {:>7} {:>10} {:>9}",
             "program", "computes", "in ch", "out ch", "weights", "pred ms"
         );
-        for k in &l.kernels {
-            let c = cost.kernel(k, o.width);
+        for k in &v.kernels {
             println!(
                 "  {:<14} {:<30} {:>7} {:>7} {:>8.2}Mi {:>9.3}",
                 k.name,
-                kind_label(k.kind),
+                k.computes,
                 k.in_channels,
                 k.out_channels,
                 k.weight_bytes as f64 / (1 << 20) as f64,
-                c.total_ms
+                k.predicted_ms
             );
         }
     }
@@ -599,7 +367,7 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
 
 /// `anedvd selftest`.
 pub fn run_selftest(a: &SelftestArgs) -> Result<()> {
-    let results = anedvd_ane::backend::selftest::run(a.seed)?;
+    let results = kernels::selftest(a.seed)?;
     let mut failed = 0;
     println!("tiny random transformers (2 layers, n_embd 64, vocab 256, 20-token prompt), ane-sim vs cpu:");
     for r in &results {
@@ -631,26 +399,6 @@ mod tests {
     fn ids_parse() {
         assert_eq!(parse_ids("2, 651,6037").ok(), Some(vec![2, 651, 6037]));
         assert!(parse_ids("2,x").is_err());
-    }
-
-    #[test]
-    fn npy_round_trip() {
-        let dir = std::env::temp_dir().join(format!("anedvd-npy-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        let path: PathBuf = dir.join("a.npy");
-        let mut header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }".to_string();
-        let total = 10 + header.len() + 1;
-        header.push_str(&" ".repeat((64 - total % 64) % 64));
-        header.push('\n');
-        let mut b = b"\x93NUMPY\x01\x00".to_vec();
-        b.extend((header.len() as u16).to_le_bytes());
-        b.extend(header.as_bytes());
-        for v in [1f32, 2., 3., 4., 5., 6.] {
-            b.extend(v.to_le_bytes());
-        }
-        std::fs::write(&path, b).ok();
-        assert_eq!(npy_last_row(&path).ok(), Some(vec![4., 5., 6.]));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[derive(Debug, clap::Parser)]
@@ -723,5 +471,107 @@ mod tests {
             assert!(e.contains("ANE unavailable: "), "{e}");
             assert!(!e.contains('\n'), "{e}");
         }
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct KernelsCmd {
+        #[command(flatten)]
+        kernels: KernelsArgs,
+    }
+
+    fn emit(dir: &std::path::Path, extra: &[&str]) -> Result<()> {
+        use clap::Parser;
+        let model =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/models/llama");
+        let mut args = vec![
+            "kernels",
+            "--model",
+            model.to_str().unwrap_or_default(),
+            "--emit",
+            dir.to_str().unwrap_or_default(),
+        ];
+        args.extend(extra);
+        run_kernels(&KernelsCmd::try_parse_from(args)?.kernels)
+    }
+
+    /// The size a blob file holding payloads of `sizes` bytes has: the
+    /// file header, then per blob a 64-byte-aligned metadata block and its payload.
+    fn blob_file_size(sizes: &[u64]) -> u64 {
+        use anedvd_mil::blob::BLOCK;
+        sizes.iter().fold(BLOCK, |end, size| {
+            end.next_multiple_of(BLOCK) + BLOCK + size
+        })
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn kernels_emit_writes_parseable_programs_and_an_index() {
+        for variant in ["fused", "split"] {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("out");
+            emit(&dir, &["--variant", variant, "--width", "32"]).unwrap();
+            let index: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap())
+                    .unwrap();
+            assert_eq!(index["options"]["variant"], variant);
+            assert_eq!(index["options"]["width"], 32);
+            assert!(index["options"]["vocab_slice"].is_u64());
+            assert!(index["options"]["residual_scale"].is_number());
+            let kernels = index["kernels"].as_array().unwrap();
+            assert!(!kernels.is_empty());
+            let mut listed: Vec<String> = Vec::new();
+            for k in kernels {
+                let name = k["name"].as_str().unwrap();
+                listed.push(name.to_string());
+                let kdir = dir.join(name);
+                let mil = std::fs::read_to_string(kdir.join("model.mil")).unwrap();
+                let parsed = anedvd_mil::parse(&mil);
+                assert!(parsed.is_ok(), "{name}: {parsed:?}");
+                assert!(k["in_channels"].as_u64().unwrap() > 0, "{name}");
+                assert!(k["out_channels"].as_u64().unwrap() > 0, "{name}");
+                assert!(k["macs"].as_u64().unwrap() > 0, "{name}");
+                let files = k["weight_files"].as_array().unwrap();
+                assert!(!files.is_empty(), "{name}");
+                let mut payload = 0;
+                for f in files {
+                    let bytes = std::fs::read(kdir.join(f.as_str().unwrap())).unwrap();
+                    let blob = anedvd_mil::blob::BlobFile::parse(&bytes).unwrap();
+                    let sizes: Vec<u64> = blob
+                        .blobs()
+                        .unwrap()
+                        .iter()
+                        .map(|b| b.data.len() as u64)
+                        .collect();
+                    assert_eq!(bytes.len() as u64, blob_file_size(&sizes), "{name}/{f}");
+                    payload += sizes.iter().sum::<u64>();
+                }
+                assert_eq!(payload, k["weight_bytes"].as_u64().unwrap(), "{name}");
+            }
+            let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            on_disk.sort();
+            let mut sorted = listed.clone();
+            sorted.sort();
+            assert_eq!(on_disk, sorted, "{variant}: index.json lists every dir");
+            if variant == "fused" {
+                assert!(listed.iter().any(|n| n == "blk.0.layer"), "{listed:?}");
+                assert!(dir.join("blk.0.layer/weights/weight.bin").is_file());
+            }
+        }
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn kernels_emit_refuses_a_non_empty_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("keep"), b"x").unwrap();
+        let e = emit(tmp.path(), &[]).err().map(|e| format!("{e:#}"));
+        let e = e.unwrap_or_default();
+        assert!(e.contains("is not empty"), "{e}");
+        assert!(tmp.path().join("keep").is_file());
     }
 }

@@ -1,12 +1,13 @@
 //! Options and helpers shared by the model-running subcommands.
 
-use anedvd_engine::{BackendChoice, Engine, LoadOptions, LoadStage, SamplingParams};
-use anedvd_graph::RopePairing;
-use anedvd_model::ConfigOverrides;
+use anedvd_engine::{
+    BackendChoice, BackendOptions, ConfigOverrides, CpuOptions, Engine, IsaCap, LoadOptions,
+    LoadStage, LowerOptions, RopePairing, SamplingParams, Variant,
+};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The default model's file name under the model directory.
@@ -42,6 +43,10 @@ pub struct BackendArgs {
     /// or `sim` (the simulated driver).
     #[arg(long, default_value = "ane", value_name = "ane|sim")]
     pub driver: String,
+    #[command(flatten)]
+    pub cpu: CpuArgs,
+    #[command(flatten)]
+    pub lowering: LoweringArgs,
 }
 
 impl BackendArgs {
@@ -53,6 +58,88 @@ impl BackendArgs {
                 self.backend,
                 self.driver
             )
+        })
+    }
+
+    /// The backend options with `threads` CPU threads.
+    pub fn options(&self, threads: usize) -> Result<BackendOptions> {
+        Ok(BackendOptions {
+            cpu: self.cpu.options(threads)?,
+            lowering: self.lowering.options()?,
+            ..BackendOptions::default()
+        })
+    }
+}
+
+/// How the CPU backend runs (the CPU reference of `verify` too).
+#[derive(Debug, Args, Clone)]
+pub struct CpuArgs {
+    /// CPU kernels: the most capable instruction set to use, `best` (whatever
+    /// the CPU has: AVX-512 VNNI, AVX-512, AVX2, NEON), `avx512` (AVX-512
+    /// without VNNI), `avx2` or `generic` (scalar). Default: best, or
+    /// $ANEDVD_KERNELS when set (an A/B override read when this flag is absent).
+    #[arg(long, value_name = "best|avx512|avx2|generic")]
+    pub isa: Option<String>,
+    /// Do not repack Q8_0/Q4_0/Q5_0/IQ4_NL weights into the AVX-512 VNNI panel
+    /// layout at load (the packed layout is faster; unpacked weights are packed
+    /// per call). Also set by ANEDVD_PACK=0.
+    #[arg(long)]
+    pub no_pack: bool,
+}
+
+impl CpuArgs {
+    /// The CPU options with `threads` threads.
+    pub fn options(&self, threads: usize) -> Result<CpuOptions> {
+        let mut options = CpuOptions {
+            threads,
+            ..CpuOptions::default()
+        };
+        if let Some(name) = &self.isa {
+            let Some(isa) = IsaCap::from_name(name) else {
+                bail!("--isa must be best, avx512, avx2 or generic, not `{name}`");
+            };
+            options.isa = isa;
+        }
+        if self.no_pack {
+            options.pack = false;
+        }
+        Ok(options)
+    }
+}
+
+/// How the decoder is lowered to ANE programs (the ANE backends only).
+#[derive(Debug, Args, Clone)]
+pub struct LoweringArgs {
+    /// ANE program granularity: `fused` (norms inside, one program per layer)
+    /// or `split` (q/k/v, output and FFN projections as separate programs).
+    #[arg(long, default_value = "fused", value_name = "fused|split")]
+    pub variant: String,
+    /// ANE activation width W (token columns per dispatch, multiple of 32).
+    #[arg(long, default_value_t = 64, value_name = "W")]
+    pub width: usize,
+    /// Largest ANE lm_head vocabulary slice (≤ 65536).
+    #[arg(long, default_value_t = 32768)]
+    pub vocab_slice: usize,
+    /// Fused ANE variant: the residual crosses the ANE divided by this power
+    /// of two (fp16 stops at 65504; Gemma 3 270M residuals reach ~88000).
+    #[arg(long, default_value_t = 32.0)]
+    pub residual_scale: f32,
+}
+
+impl LoweringArgs {
+    /// The parsed lowering options.
+    pub fn options(&self) -> Result<LowerOptions> {
+        let Some(variant) = Variant::from_name(&self.variant) else {
+            bail!(
+                "--variant must be `fused` or `split`, not `{}`",
+                self.variant
+            );
+        };
+        Ok(LowerOptions {
+            width: self.width,
+            variant,
+            vocab_slice: self.vocab_slice,
+            residual_scale: self.residual_scale,
         })
     }
 }
@@ -85,41 +172,60 @@ impl ModelArgs {
         Ok(path)
     }
 
-    /// Loads the model on `backend` with a spinner on stderr.
-    pub fn load(&self, backend: BackendChoice, quiet: bool) -> Result<Engine> {
-        let path = self.path()?;
+    /// The metadata overrides given by the flags.
+    pub fn overrides(&self) -> Result<ConfigOverrides> {
         let rope_pairing = match self.rope_pairing.as_deref() {
             None => None,
             Some("norm") => Some(RopePairing::Norm),
             Some("neox") => Some(RopePairing::Neox),
             Some(other) => bail!("--rope-pairing must be `norm` or `neox`, not `{other}`"),
         };
-        let options = LoadOptions {
-            threads: self.threads.unwrap_or_else(default_threads),
-            backend,
-            overrides: ConfigOverrides {
-                family: self.family.clone(),
-                rope_pairing,
-                ..Default::default()
-            },
-        };
-        let bar = if quiet {
-            ProgressBar::hidden()
-        } else {
-            ProgressBar::new_spinner()
-        };
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} loading {prefix}: {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
-        bar.set_prefix(path.display().to_string());
-        bar.enable_steady_tick(Duration::from_millis(100));
-        let engine = Engine::load(&path, &options, |stage: LoadStage| {
-            bar.set_message(stage.describe());
-        });
-        bar.finish_and_clear();
-        engine.context("cannot load the model")
+        Ok(ConfigOverrides {
+            family: self.family.clone(),
+            rope_pairing,
+            ..Default::default()
+        })
     }
+
+    /// CPU threads: the flag, else one per logical CPU.
+    pub fn threads(&self) -> usize {
+        self.threads.unwrap_or_else(default_threads)
+    }
+
+    /// How to load the model on `backend`; every flag is checked here.
+    pub fn load_options(&self, backend: &BackendArgs) -> Result<LoadOptions> {
+        Ok(LoadOptions {
+            backend: backend.choice()?,
+            backend_options: backend.options(self.threads())?,
+            overrides: self.overrides()?,
+        })
+    }
+
+    /// Loads the model on `backend` with a spinner on stderr.
+    pub fn load(&self, backend: &BackendArgs, quiet: bool) -> Result<Engine> {
+        let options = self.load_options(backend)?;
+        load_engine(&self.path()?, &options, quiet)
+    }
+}
+
+/// Loads the model at `path` with a spinner on stderr (none when `quiet`).
+pub fn load_engine(path: &Path, options: &LoadOptions, quiet: bool) -> Result<Engine> {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new_spinner()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} loading {prefix}: {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(path.display().to_string());
+    bar.enable_steady_tick(Duration::from_millis(100));
+    let engine = Engine::load(path, options, |stage: LoadStage| {
+        bar.set_message(stage.describe());
+    });
+    bar.finish_and_clear();
+    engine.context("cannot load the model")
 }
 
 /// Physical cores are what matter for matrix-vector work; without a portable

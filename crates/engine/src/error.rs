@@ -18,6 +18,37 @@ pub enum Error {
     /// The chat template could not be loaded or rendered.
     #[error(transparent)]
     Chat(#[from] anedvd_chat::Error),
+    /// A model file could not be opened.
+    #[error("opening {path}: {source}")]
+    Open {
+        /// The model path.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: anedvd_weights::Error,
+    },
+    /// A model's tokenizer could not be built.
+    #[error("loading the tokenizer of {path}: {source}")]
+    TokenizerOf {
+        /// The model or tokenizer file.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: anedvd_tokenizer::Error,
+    },
+    /// The decoder could not be lowered to ANE programs.
+    #[error(transparent)]
+    Lowering(#[from] anedvd_ane::lower::Error),
+    /// The ANE runtime (a driver, or writing a program's files) failed.
+    #[error(transparent)]
+    Runtime(#[from] anedvd_ane::runtime::Error),
+    /// A MIL program could not be built.
+    #[error(transparent)]
+    Mil(#[from] anedvd_mil::Error),
+    /// A GGUF file's header could not be read.
+    #[error(transparent)]
+    Gguf(#[from] anedvd_gguf::Error),
+    /// A tool was given options it cannot use (the message names them).
+    #[error("{0}")]
+    Invalid(String),
     /// A file next to the model could not be read.
     #[error("{path}: {source}")]
     Io {

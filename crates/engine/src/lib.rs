@@ -16,6 +16,7 @@
 //! # Ok::<(), anedvd_engine::Error>(())
 //! ```
 
+mod backends;
 mod batch;
 mod error;
 mod generate;
@@ -23,15 +24,21 @@ mod load;
 pub mod sampler;
 mod session;
 pub mod stats;
+pub mod tools;
 
-pub use anedvd_ane::DriverKind;
-pub use anedvd_graph::BatchItem;
+pub use anedvd_ane::{DriverKind, LowerOptions, Variant, DEFAULT_COMPILE_BUDGET};
+pub use anedvd_chat::{Message, RenderOptions};
+pub use anedvd_cpu::{CpuOptions, IsaCap};
+pub use anedvd_graph::{BatchItem, LogitsMode, RopePairing};
+pub use anedvd_model::ConfigOverrides;
+pub use anedvd_tokenizer::Tokenizer;
+pub use backends::{build_backend, BackendChoice, BackendOptions};
 pub use batch::{common_prefix, EngineBatch};
 pub use error::{Error, Result};
 pub use generate::{
     check_request, generate, Decoding, FinishReason, GenerateParams, Generation, Step, Timings,
     TokenEvent,
 };
-pub use load::{BackendChoice, Engine, LoadOptions, LoadStage, TemplateOrigin};
+pub use load::{Engine, LoadOptions, LoadStage, TemplateOrigin};
 pub use sampler::{Sampler, SamplingParams};
 pub use session::EngineSession;

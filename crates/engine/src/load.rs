@@ -1,12 +1,12 @@
 //! Loading a model: weights, tokenizer, chat template, program, backend.
 
+use crate::backends::{build_backend, BackendChoice, BackendOptions};
 use crate::batch::EngineBatch;
 use crate::session::EngineSession;
 use crate::{Error, Result};
-use anedvd_ane::{AneBackend, AneSimBackend, DriverKind, LowerOptions};
 use anedvd_base::WeightSource;
 use anedvd_chat::{builtin_for, template_from_hf_files, ChatTemplate, Message, RenderOptions};
-use anedvd_graph::{Backend, Executable};
+use anedvd_graph::Executable;
 use anedvd_model::{ConfigOverrides, DecoderConfig};
 use anedvd_tokenizer::Tokenizer;
 use anedvd_weights::ModelFormat;
@@ -14,38 +14,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Which backend runs the decoder.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum BackendChoice {
-    /// The CPU backend (the default, and the reference).
-    #[default]
-    Cpu,
-    /// The ANE lowering run directly by the MIL fp16 simulator.
-    AneSim,
-    /// The ANE lowering through the ANE runtime with the given driver
-    /// (`Private` needs macOS with an ANE; `Sim` is the simulated driver).
-    Ane(DriverKind),
-}
-
-impl BackendChoice {
-    /// Parses `cpu`, `ane-sim`, or `ane` with a driver name (`ane`/`private`, `sim`).
-    pub fn parse(backend: &str, driver: &str) -> Option<BackendChoice> {
-        match backend {
-            "cpu" => Some(BackendChoice::Cpu),
-            "ane-sim" => Some(BackendChoice::AneSim),
-            "ane" => DriverKind::from_name(driver).map(BackendChoice::Ane),
-            _ => None,
-        }
-    }
-}
-
 /// How to load a model.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
-    /// CPU threads (0 = one per logical CPU).
-    pub threads: usize,
     /// The backend.
     pub backend: BackendChoice,
+    /// How the backends are configured (CPU threads, ISA, packing; ANE lowering).
+    pub backend_options: BackendOptions,
     /// Overrides of the model's metadata (family, RoPE pairing, ...).
     pub overrides: ConfigOverrides,
 }
@@ -145,17 +120,8 @@ impl Engine {
         let template = pick_template(file_template, &config, &tokenizer)?;
 
         progress(LoadStage::Backend);
-        let executable = match options.backend {
-            BackendChoice::Cpu => {
-                anedvd_cpu::CpuBackend::new(options.threads)?.compile(&program)?
-            }
-            BackendChoice::AneSim => {
-                AneSimBackend::new(LowerOptions::default()).compile(&program)?
-            }
-            BackendChoice::Ane(driver) => {
-                AneBackend::new(LowerOptions::default(), driver).compile(&program)?
-            }
-        };
+        let executable =
+            build_backend(options.backend, &options.backend_options)?.compile(&program)?;
 
         let name = md
             .opt_str("general.name")

@@ -54,7 +54,7 @@ fn variants(family: &str) -> Vec<(PathBuf, ConfigOverrides)> {
 
 fn load(path: &PathBuf, overrides: ConfigOverrides) -> Engine {
     let options = LoadOptions {
-        threads: 1,
+        backend_options: anedvd_engine::BackendOptions::with_threads(1),
         overrides,
         ..Default::default()
     };
@@ -188,7 +188,7 @@ fn ane_backend_through_the_simulated_driver_generates_like_transformers() {
         let expected = ids(&r["greedy_new_ids"]);
         let path = fixture_dir(family).join("model-f32.gguf");
         let options = LoadOptions {
-            threads: 1,
+            backend_options: anedvd_engine::BackendOptions::with_threads(1),
             backend: BackendChoice::Ane(DriverKind::Sim),
             ..Default::default()
         };

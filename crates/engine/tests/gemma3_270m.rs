@@ -48,7 +48,7 @@ fn prompt_ids_and_next_token_match_llamacpp() {
     let engine = Engine::load(
         &path,
         &LoadOptions {
-            threads: 2,
+            backend_options: anedvd_engine::BackendOptions::with_threads(2),
             ..Default::default()
         },
         |_| {},

@@ -41,7 +41,7 @@ pub fn state_for(family: &str, config: ServerConfig) -> AppState {
     let engine = Engine::load(
         &path,
         &LoadOptions {
-            threads: 1,
+            backend_options: anedvd_engine::BackendOptions::with_threads(1),
             ..Default::default()
         },
         |_| {},

@@ -1,0 +1,324 @@
+//! The ANE programs of a model: `check` (layer 0's kernels on the simulator
+//! against f32 CPU matmuls), `kernels` (the programs with a predicted time
+//! per token), `kernels --emit` (the programs' files, as the runtime writes
+//! them for the ANE compiler) and `selftest` (tiny random transformers, ane-sim
+//! against the CPU).
+
+use crate::{Error, Result};
+use anedvd_ane::lower::{self, KernelKind, LowerOptions, Variant};
+use anedvd_ane::runtime::modeldir::write_program_files;
+use anedvd_ane::runtime::ProgramSource;
+use anedvd_model::ConfigOverrides;
+use serde::Serialize;
+use std::path::{Component, Path, PathBuf};
+
+pub use anedvd_ane::backend::check::KernelCheck;
+pub use anedvd_ane::backend::selftest::{Flavor, SelftestResult};
+pub use anedvd_ane::lower::CostModel;
+
+/// Checks every kernel of layer 0 (both variants) and the first lm_head
+/// slice of the model at `path` against f32 CPU matmuls over the
+/// dequantized weights, each within `tolerance` (max|Δ| / max|reference|).
+pub fn check(
+    path: &Path,
+    overrides: &ConfigOverrides,
+    lowering: &LowerOptions,
+    tolerance: f32,
+) -> Result<Vec<KernelCheck>> {
+    let program = super::open_program(path, overrides, false)?.program;
+    Ok(anedvd_ane::backend::check::check_layer0(
+        &program, lowering, tolerance,
+    )?)
+}
+
+/// Builds tiny random transformers of every flavor and compares ane-sim with
+/// the CPU on each variant.
+pub fn selftest(seed: u64) -> Result<Vec<SelftestResult>> {
+    Ok(anedvd_ane::backend::selftest::run(seed)?)
+}
+
+/// One program of a plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedKernel {
+    /// Name (`entry`, `blk.3.layer`, `lm_head.1`).
+    pub name: String,
+    /// What it computes, in words.
+    pub computes: &'static str,
+    /// Input channels.
+    pub in_channels: usize,
+    /// Output channels.
+    pub out_channels: usize,
+    /// fp16 weight bytes.
+    pub weight_bytes: u64,
+    /// Predicted time per dispatch, ms.
+    pub predicted_ms: f64,
+}
+
+/// The lowering of one variant with its predicted cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VariantPlan {
+    /// The variant.
+    pub variant: Variant,
+    /// Dispatches per decode token (= programs: each runs once per token).
+    pub dispatches_per_token: usize,
+    /// fp16 weight bytes of all programs.
+    pub weight_bytes: u64,
+    /// Predicted ms per decode token.
+    pub per_token_ms: f64,
+    /// The programs in dispatch order.
+    pub kernels: Vec<PlannedKernel>,
+}
+
+/// What `kernels` reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelsReport {
+    /// The model's family.
+    pub family: String,
+    /// Layers.
+    pub layers: usize,
+    /// Embedding width.
+    pub n_embd: usize,
+    /// Vocabulary size.
+    pub n_vocab: usize,
+    /// The lowering options of the chosen variant.
+    pub options: LowerOptions,
+    /// The cost model used.
+    pub cost: CostModel,
+    /// Every variant, the chosen one (`options.variant`) first.
+    pub variants: Vec<VariantPlan>,
+}
+
+/// Lowers the model at `path` with `lowering` and with every other variant,
+/// and predicts each program's time with `cost`.
+pub fn plan(
+    path: &Path,
+    overrides: &ConfigOverrides,
+    lowering: &LowerOptions,
+    cost: &CostModel,
+) -> Result<KernelsReport> {
+    let program = super::open_program(path, overrides, false)?.program;
+    let mut variants = vec![lowering.variant];
+    variants.extend(
+        [Variant::Fused, Variant::Split]
+            .into_iter()
+            .filter(|v| *v != lowering.variant),
+    );
+    let mut plans = Vec::new();
+    for variant in variants {
+        let o = LowerOptions {
+            variant,
+            ..*lowering
+        };
+        let l = lower::lower(&program, &o)?;
+        let kernels = l
+            .kernels
+            .iter()
+            .map(|k| PlannedKernel {
+                name: k.name.clone(),
+                computes: kind_label(k.kind),
+                in_channels: k.in_channels,
+                out_channels: k.out_channels,
+                weight_bytes: k.weight_bytes,
+                predicted_ms: cost.kernel(k, o.width).total_ms,
+            })
+            .collect();
+        plans.push(VariantPlan {
+            variant,
+            dispatches_per_token: l.dispatches_per_token(),
+            weight_bytes: l.weight_bytes(),
+            per_token_ms: cost.per_token_ms(&l),
+            kernels,
+        });
+    }
+    Ok(KernelsReport {
+        family: program.family.to_string(),
+        layers: program.layers.len(),
+        n_embd: program.n_embd,
+        n_vocab: program.n_vocab,
+        options: *lowering,
+        cost: *cost,
+        variants: plans,
+    })
+}
+
+fn kind_label(k: KernelKind) -> &'static str {
+    match k {
+        KernelKind::Qkv { .. } => "q/k/v projection",
+        KernelKind::AttnOut { .. } => "output projection",
+        KernelKind::Ffn { .. } => "gated FFN",
+        KernelKind::Entry => "norm + q/k/v (layer 0)",
+        KernelKind::Layer { next_qkv: true, .. } => "o-proj..FFN..next norm+q/k/v",
+        KernelKind::Layer { .. } => "o-proj..FFN (last layer)",
+        KernelKind::LmHead {
+            norm_inside: true, ..
+        } => "final norm + lm_head slice",
+        KernelKind::LmHead { .. } => "lm_head slice",
+    }
+}
+
+/// The name of `index.json`, the listing `emit` writes next to the programs.
+pub const EMIT_INDEX: &str = "index.json";
+
+/// The lowering options as recorded in `index.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EmittedOptions {
+    /// `fused` or `split`.
+    pub variant: &'static str,
+    /// Activation width W.
+    pub width: usize,
+    /// Largest lm_head vocabulary slice.
+    pub vocab_slice: usize,
+    /// The fused variant's residual scale.
+    pub residual_scale: f32,
+}
+
+/// One emitted program, as listed in `index.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EmittedKernel {
+    /// Kernel name; also its directory under the emit directory.
+    pub name: String,
+    /// Input channels C of `x: [1, C, 1, W]`.
+    pub in_channels: usize,
+    /// Output channels.
+    pub out_channels: usize,
+    /// fp16 payload bytes in its weight files (blob headers not counted).
+    pub weight_bytes: u64,
+    /// Multiply-accumulates per activation column.
+    pub macs: u64,
+    /// Its weight files, relative to its directory (`weights/weight.bin`).
+    pub weight_files: Vec<String>,
+}
+
+/// What `emit` wrote (also the content of `index.json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EmitReport {
+    /// The model's family.
+    pub family: String,
+    /// The lowering options.
+    pub options: EmittedOptions,
+    /// Every program, in dispatch order.
+    pub kernels: Vec<EmittedKernel>,
+}
+
+/// Writes every MIL program the ANE backend would compile for the model at
+/// `path` into `dir/<kernel name>/` (`model.mil` + `weights/…`), with the
+/// same function the runtime uses to hand a program to the ANE compiler
+/// (so the files are byte-identical), plus `dir/index.json` listing the
+/// kernels in dispatch order. `dir` must not exist or be empty.
+pub fn emit(
+    path: &Path,
+    overrides: &ConfigOverrides,
+    lowering: &LowerOptions,
+    dir: &Path,
+) -> Result<EmitReport> {
+    prepare_empty_dir(dir)?;
+    let program = super::open_program(path, overrides, false)?.program;
+    let lowered = lower::lower(&program, lowering)?;
+    let mut kernels = Vec::with_capacity(lowered.kernels.len());
+    for k in &lowered.kernels {
+        let sub = plain_component(&k.name)?;
+        let source = ProgramSource::from_program(&k.program, &k.weights);
+        write_program_files(&dir.join(sub), &source)?;
+        let weight_files = source
+            .weights
+            .keys()
+            .map(|key| {
+                anedvd_ane::runtime::modeldir::sanitize_weight_key(key)
+                    .map(|p| p.to_string_lossy().replace('\\', "/"))
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        kernels.push(EmittedKernel {
+            name: k.name.clone(),
+            in_channels: k.in_channels,
+            out_channels: k.out_channels,
+            weight_bytes: k.weight_bytes,
+            macs: k.macs,
+            weight_files,
+        });
+    }
+    let report = EmitReport {
+        family: program.family.to_string(),
+        options: EmittedOptions {
+            variant: lowering.variant.name(),
+            width: lowering.width,
+            vocab_slice: lowering.vocab_slice,
+            residual_scale: lowering.residual_scale,
+        },
+        kernels,
+    };
+    let index = dir.join(EMIT_INDEX);
+    let mut json = serde_json::to_string_pretty(&report)
+        .map_err(|e| Error::Invalid(format!("cannot encode {}: {e}", index.display())))?;
+    json.push('\n');
+    std::fs::write(&index, json).map_err(|source| Error::Io {
+        path: index,
+        source,
+    })?;
+    Ok(report)
+}
+
+/// Creates `dir`, or accepts it when it is an empty directory.
+fn prepare_empty_dir(dir: &Path) -> Result<()> {
+    let io = |source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(Error::Invalid(format!(
+                    "{} exists and is not empty; give a new or empty directory",
+                    dir.display()
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(io)
+        }
+        Err(e) if dir.exists() && !dir.is_dir() => Err(Error::Invalid(format!(
+            "{} exists and is not a directory ({e})",
+            dir.display()
+        ))),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// A kernel name as one directory name; refuses names that would leave the
+/// emit directory.
+fn plain_component(name: &str) -> Result<PathBuf> {
+    let p = PathBuf::from(name);
+    let mut parts = p.components();
+    match (parts.next(), parts.next()) {
+        (Some(Component::Normal(_)), None) if !name.contains(['/', '\\']) => Ok(p),
+        _ => Err(Error::Invalid(format!(
+            "kernel name `{name}` is not a plain directory name"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_stay_inside_the_emit_dir() {
+        assert!(plain_component("blk.0.layer").is_ok());
+        for bad in ["..", ".", "a/b", "/abs", "", "a\\b"] {
+            assert!(plain_component(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn emit_refuses_a_non_empty_dir() {
+        let dir = std::env::temp_dir().join(format!("anedvd-emit-full-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(dir.join("x"), b"x");
+        let e = prepare_empty_dir(&dir).err().map(|e| e.to_string());
+        assert!(
+            e.as_deref().is_some_and(|e| e.contains("is not empty")),
+            "{e:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,96 @@
+//! Diagnostic tools behind `anedvd verify`, `check`, `kernels`, `selftest`,
+//! `inspect`, `tokenize`, `info`, `probe` and `width`. Each returns a typed
+//! report; printing is the caller's business (the CLI formats them).
+//!
+//! These open models their own way (a bare [`DecoderProgram`], a tokenizer
+//! without weights, a raw weight source) because they look at one part of
+//! the stack, not at a ready [`crate::Engine`].
+
+pub mod device;
+pub mod inspect;
+pub mod kernels;
+pub mod verify;
+
+use crate::{Error, Result};
+use anedvd_base::WeightSource;
+use anedvd_graph::DecoderProgram;
+use anedvd_model::ConfigOverrides;
+use anedvd_tokenizer::Tokenizer;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A model opened as a bare decoder program (no backend), with its
+/// tokenizer when asked for.
+pub struct OpenedProgram {
+    /// The decoder program.
+    pub program: DecoderProgram,
+    /// The tokenizer, when requested.
+    pub tokenizer: Option<Tokenizer>,
+}
+
+/// Opens the model at `path` (a .gguf file or a Hugging Face directory) as a
+/// decoder program with `overrides` applied, and its tokenizer if `with_tokenizer`.
+pub fn open_program(
+    path: &Path,
+    overrides: &ConfigOverrides,
+    with_tokenizer: bool,
+) -> Result<OpenedProgram> {
+    let opened = anedvd_weights::open(path).map_err(|source| Error::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let dir = opened.dir.clone();
+    let source: Arc<dyn WeightSource> = Arc::from(opened.source);
+    let tokenizer = if !with_tokenizer {
+        None
+    } else if let Some(dir) = &dir {
+        let json_path = dir.join("tokenizer.json");
+        let json = std::fs::read_to_string(&json_path).map_err(|source| Error::Io {
+            path: json_path,
+            source,
+        })?;
+        let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok();
+        Some(Tokenizer::from_tokenizer_json(&json, config.as_deref())?)
+    } else {
+        Some(Tokenizer::from_gguf_metadata(source.metadata())?)
+    };
+    let (_, program) = anedvd_model::load(source, overrides)?;
+    Ok(OpenedProgram { program, tokenizer })
+}
+
+/// Loads the tokenizer of the model at `path`: a Hugging Face directory
+/// (`tokenizer.json` + `tokenizer_config.json`; the weights are not opened),
+/// a `tokenizer.json` file, or a GGUF file (its `tokenizer.ggml.*` metadata).
+pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
+    let (json_path, config_path) = if path.is_dir() {
+        (
+            path.join("tokenizer.json"),
+            Some(path.join("tokenizer_config.json")),
+        )
+    } else if path.extension().is_some_and(|e| e == "json") {
+        (
+            path.to_path_buf(),
+            path.parent().map(|d| d.join("tokenizer_config.json")),
+        )
+    } else {
+        let opened = anedvd_weights::open(path).map_err(|source| Error::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        return Tokenizer::from_gguf_metadata(opened.source.metadata()).map_err(|source| {
+            Error::TokenizerOf {
+                path: path.to_path_buf(),
+                source,
+            }
+        });
+    };
+    let json = std::fs::read_to_string(&json_path).map_err(|source| Error::Io {
+        path: json_path.clone(),
+        source,
+    })?;
+    let config = config_path.and_then(|p| std::fs::read_to_string(p).ok());
+    Tokenizer::from_tokenizer_json(&json, config.as_deref()).map_err(|source| Error::TokenizerOf {
+        path: json_path,
+        source,
+    })
+}
