@@ -46,6 +46,9 @@ pub enum Error {
     /// A GGUF file's header could not be read.
     #[error(transparent)]
     Gguf(#[from] anedvd_gguf::Error),
+    /// The scheduler's batch thread could not be spawned.
+    #[error("spawning the batch thread: {0}")]
+    Spawn(std::io::Error),
     /// A tool was given options it cannot use (the message names them).
     #[error("{0}")]
     Invalid(String),

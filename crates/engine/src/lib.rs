@@ -22,12 +22,13 @@ mod error;
 mod generate;
 mod load;
 pub mod sampler;
+pub mod scheduler;
 mod session;
 pub mod stats;
 pub mod tools;
 
 pub use anedvd_ane::{DriverKind, LowerOptions, Variant, DEFAULT_COMPILE_BUDGET};
-pub use anedvd_chat::{Message, RenderOptions};
+pub use anedvd_chat::{Content, ContentPart, Message, RenderOptions};
 pub use anedvd_cpu::{CpuOptions, IsaCap};
 pub use anedvd_graph::{BatchItem, LogitsMode, RopePairing};
 pub use anedvd_model::ConfigOverrides;

@@ -3,10 +3,10 @@
 use crate::error::{ApiError, Dialect, ErrorKind};
 use crate::openai::{chat_prompt, flatten_content};
 use crate::request::{collect, generate_params, is_set, new_id, read_json, typed, Sampling};
-use crate::scheduler::{Finish, Summary, TokenInfo};
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
-use anedvd_chat::{Content, ContentPart, Message};
+use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
+use anedvd_engine::{Content, ContentPart, Message};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;

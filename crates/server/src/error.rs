@@ -10,9 +10,6 @@ pub enum Error {
     /// The engine failed (opening a slot's session, ...).
     #[error(transparent)]
     Engine(#[from] anedvd_engine::Error),
-    /// The batch thread could not be spawned.
-    #[error("spawning the batch thread: {0}")]
-    Spawn(std::io::Error),
     /// A bad configuration value.
     #[error("invalid server configuration: {0}")]
     Config(String),

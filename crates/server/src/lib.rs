@@ -3,11 +3,11 @@
 //! endpoints, `/health`, Prometheus `/metrics`, `/tokenize`, `/detokenize`
 //! and a built-in WebUI at `/`.
 //!
-//! It knows HTTP, the two wire dialects and the slot scheduler; it does not
-//! know models or backends (the engine does). Generation runs on one worker
-//! thread per slot (`--parallel`), never on the async runtime; each slot owns
-//! an engine session, so sequences decode concurrently but not in one batched
-//! forward pass.
+//! It knows HTTP and the two wire dialects; it does not know models, backends
+//! or how requests are batched (the engine does: `anedvd_engine::scheduler`
+//! runs every slot of `--parallel` in one batched forward pass per step on its
+//! own thread, never on the async runtime). A request's events come back
+//! through a bounded tokio channel, the engine's `EventSink` here.
 //!
 //! ```no_run
 //! # async fn demo(engine: anedvd_engine::Engine) -> Result<(), Box<dyn std::error::Error>> {
@@ -20,21 +20,20 @@
 //! ```
 
 mod anthropic;
-mod batcher;
 mod error;
 mod metrics;
 mod openai;
 mod request;
-mod scheduler;
 mod sse;
 mod state;
-mod stop;
 
+pub use anedvd_engine::scheduler::{
+    Event, Finish, Gauges, Job, Scheduler, SubmitError, Summary, TokenInfo,
+};
+pub use anedvd_engine::scheduler::{StopMatcher, StopOutcome};
 pub use error::{ApiError, Dialect, Error, ErrorKind};
-pub use metrics::{Gauges, Metrics};
-pub use scheduler::{Event, Finish, Job, Scheduler, SubmitError, Summary, TokenInfo};
-pub use state::{AppState, Ready, ServerConfig};
-pub use stop::{StopMatcher, StopOutcome};
+pub use metrics::Metrics;
+pub use state::{AppState, ChannelSink, Ready, ServerConfig};
 
 use axum::body::Body;
 use axum::extract::{Request, State};

@@ -1,34 +1,19 @@
 //! Counters and gauges exported at `/metrics` in the Prometheus text format.
 
+use anedvd_engine::scheduler::{Gauges, SchedulerCounters};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::Arc;
 
-/// Server-wide counters (monotonic) updated by handlers and slot workers.
+/// Server-wide counters (monotonic): requests counted by the handlers, and
+/// the scheduler's own counters (updated by its batch thread).
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// Requests received per endpoint, in [`ENDPOINTS`] order.
     requests: [AtomicU64; ENDPOINTS.len()],
-    /// Requests answered 503 because the queue was full.
-    pub rejected_queue_full: AtomicU64,
-    /// Generations cancelled (client gone or shutdown).
-    pub cancelled: AtomicU64,
-    /// Prompt tokens run through the model.
-    pub prompt_tokens: AtomicU64,
-    /// Prompt tokens served from a slot's cached prefix.
-    pub cached_prompt_tokens: AtomicU64,
-    /// Tokens generated.
-    pub generated_tokens: AtomicU64,
-    /// Prefill time in microseconds.
-    pub prefill_us: AtomicU64,
-    /// Decode time in microseconds.
-    pub decode_us: AtomicU64,
-    /// Tokens run by decode steps (summed over sequences).
-    pub decode_tokens: AtomicU64,
-    /// Batched forward passes.
-    pub batch_passes: AtomicU64,
-    /// Sequences summed over batched forward passes.
-    pub batch_sequences: AtomicU64,
+    /// The scheduler's counters (queue rejections, cancellations, tokens,
+    /// prefill/decode time, batched passes).
+    pub scheduler: Arc<SchedulerCounters>,
 }
 
 /// Endpoints counted by [`Metrics::count_request`].
@@ -40,19 +25,6 @@ pub const ENDPOINTS: [&str; 5] = [
     "detokenize",
 ];
 
-/// Values read from the scheduler at scrape time.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Gauges {
-    /// Requests waiting for a slot.
-    pub queue_depth: usize,
-    /// Slots generating.
-    pub slots_busy: usize,
-    /// Slots in all.
-    pub slots_total: usize,
-    /// 1 once the model is loaded.
-    pub ready: bool,
-}
-
 impl Metrics {
     /// Counts one request to `endpoint` (one of [`ENDPOINTS`]).
     pub fn count_request(&self, endpoint: &str) {
@@ -61,15 +33,11 @@ impl Metrics {
         }
     }
 
-    /// Adds a duration to a microsecond counter.
-    pub fn add_time(counter: &AtomicU64, d: Duration) {
-        counter.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-
     /// Renders all metrics in the Prometheus text exposition format.
     pub fn render(&self, g: Gauges) -> String {
         let mut s = String::new();
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let c = &*self.scheduler;
         let _ = writeln!(
             s,
             "# HELP anedvd_requests_total Requests received per endpoint."
@@ -86,49 +54,49 @@ impl Metrics {
             (
                 "anedvd_requests_rejected_total",
                 "Requests refused with 503 because the queue was full.",
-                get(&self.rejected_queue_full),
+                get(&c.rejected_queue_full),
             ),
             (
                 "anedvd_requests_cancelled_total",
                 "Generations cancelled (client disconnected or shutdown).",
-                get(&self.cancelled),
+                get(&c.cancelled),
             ),
             (
                 "anedvd_prompt_tokens_total",
                 "Prompt tokens run through the model (prefill).",
-                get(&self.prompt_tokens),
+                get(&c.prompt_tokens),
             ),
             (
                 "anedvd_prompt_tokens_cached_total",
                 "Prompt tokens reused from a slot's cached prefix.",
-                get(&self.cached_prompt_tokens),
+                get(&c.cached_prompt_tokens),
             ),
             (
                 "anedvd_tokens_generated_total",
                 "Tokens generated.",
-                get(&self.generated_tokens),
+                get(&c.generated_tokens),
             ),
             (
                 "anedvd_decode_tokens_total",
                 "Tokens run by decode steps, summed over sequences.",
-                get(&self.decode_tokens),
+                get(&c.decode_tokens),
             ),
             (
                 "anedvd_batch_passes_total",
                 "Batched forward passes (one per step, all sequences together).",
-                get(&self.batch_passes),
+                get(&c.batch_passes),
             ),
             (
                 "anedvd_batch_sequences_total",
                 "Sequences summed over batched forward passes (divide by passes for the mean batch).",
-                get(&self.batch_sequences),
+                get(&c.batch_sequences),
             ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
         }
-        let prefill = get(&self.prefill_us) as f64 / 1e6;
-        let decode = get(&self.decode_us) as f64 / 1e6;
+        let prefill = get(&c.prefill_us) as f64 / 1e6;
+        let decode = get(&c.decode_us) as f64 / 1e6;
         let secs = [
             (
                 "anedvd_prefill_seconds_total",
@@ -152,12 +120,12 @@ impl Metrics {
             (
                 "anedvd_prefill_tokens_per_second",
                 "Mean prefill throughput since start.",
-                rate(get(&self.prompt_tokens), prefill),
+                rate(get(&c.prompt_tokens), prefill),
             ),
             (
                 "anedvd_decode_tokens_per_second",
                 "Mean decode throughput (all sequences) since start.",
-                rate(get(&self.decode_tokens), decode),
+                rate(get(&c.decode_tokens), decode),
             ),
             (
                 "anedvd_queue_depth",
@@ -195,7 +163,7 @@ mod tests {
     fn renders_counters_and_gauges() {
         let m = Metrics::default();
         m.count_request("messages");
-        m.generated_tokens.fetch_add(7, Ordering::Relaxed);
+        m.scheduler.generated_tokens.fetch_add(7, Ordering::Relaxed);
         let text = m.render(Gauges {
             queue_depth: 3,
             slots_busy: 1,

@@ -4,11 +4,10 @@ use crate::error::{ApiError, Dialect, ErrorKind};
 use crate::request::{
     collect, generate_params, is_set, new_id, now, read_json, typed, Sampling, StopField,
 };
-use crate::scheduler::{Finish, Summary, TokenInfo};
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
-use anedvd_chat::{Content, Message};
-use anedvd_tokenizer::Tokenizer;
+use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
+use anedvd_engine::{Content, Message, Tokenizer};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;

@@ -3,8 +3,8 @@
 //! collecting a generation for non-streamed replies.
 
 use crate::error::{ApiError, Dialect, ErrorKind};
-use crate::scheduler::{Event, Finish, Summary, TokenInfo};
 use crate::state::AppState;
+use anedvd_engine::scheduler::{Event, Finish, Summary, TokenInfo};
 use anedvd_engine::GenerateParams;
 use axum::body::Body;
 use futures_util::StreamExt;

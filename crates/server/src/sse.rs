@@ -2,7 +2,7 @@
 //! events. Dropping the response (client gone) drops the receiver, which the
 //! slot sees as a cancellation at its next token.
 
-use crate::scheduler::{Event, Finish, Summary, TokenInfo};
+use anedvd_engine::scheduler::{Event, Finish, Summary, TokenInfo};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, StreamExt};

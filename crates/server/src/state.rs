@@ -2,14 +2,32 @@
 //! scheduler and the metrics.
 
 use crate::error::{ApiError, Dialect, Error, ErrorKind};
-use crate::metrics::{Gauges, Metrics};
-use crate::scheduler::{Event, Job, Scheduler, SubmitError};
+use crate::metrics::Metrics;
+use anedvd_engine::scheduler::{Event, EventSink, Gauges, Job, Scheduler, SendError, SubmitError};
 use anedvd_engine::{Engine, GenerateParams, SamplingParams};
 use std::sync::{Arc, RwLock};
-use tokio::sync::mpsc::{channel, Receiver};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::{channel, Receiver, Sender};
 
 /// Events a slot may run ahead of its client before it waits.
 const EVENT_BUFFER: usize = 32;
+
+/// A job's events as the scheduler sends them: into a bounded tokio channel
+/// whose receiver streams them to the client (dropping it cancels the job).
+pub struct ChannelSink(pub Sender<Event>);
+
+impl EventSink for ChannelSink {
+    fn try_send(&self, event: Event) -> Result<(), SendError> {
+        self.0.try_send(event).map_err(|e| match e {
+            TrySendError::Full(event) => SendError::Full(event),
+            TrySendError::Closed(_) => SendError::Closed,
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+}
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -104,11 +122,14 @@ impl AppState {
         if c.max_seq < 2 {
             return Err(Error::Config("--max-seq must be at least 2".into()));
         }
+        if c.parallel == 0 {
+            return Err(Error::Config("--parallel must be at least 1".into()));
+        }
         let max_seq = c.max_seq.min(engine.n_ctx_train().max(2));
         let engine = Arc::new(engine);
         let scheduler = Scheduler::start(
             engine.clone(),
-            self.inner.metrics.clone(),
+            self.inner.metrics.scheduler.clone(),
             c.parallel,
             max_seq,
             c.queue_capacity,
@@ -215,7 +236,7 @@ impl AppState {
             prompt,
             params,
             stop,
-            events: tx,
+            events: Box::new(ChannelSink(tx)),
         };
         match ready.scheduler.submit(job) {
             Ok(()) => Ok(rx),

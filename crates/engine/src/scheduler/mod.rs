@@ -1,18 +1,91 @@
-//! Slots and the request queue: `--parallel` sequences (each with its own KV
-//! cache) advanced together by one batch thread in a single forward pass per
-//! step (continuous batching: requests join between steps and leave when
+//! Continuous batching: slots and the request queue. `slots` sequences (each
+//! with its own KV cache) are advanced together by one batch thread in a
+//! single forward pass per step (requests join between steps and leave when
 //! done), fed from a bounded FIFO queue. A new request goes to the free slot
 //! whose cached tokens share the longest prefix with its prompt. Generation
-//! runs on the batch thread, never on the async runtime; the loop itself is
-//! in [`crate::batcher`].
+//! runs on the batch thread (never on a caller's async runtime); the loop
+//! itself is in `batcher.rs`.
+//!
+//! The scheduler knows no channel type: each job brings an [`EventSink`]
+//! (the server's is a bounded tokio channel) and the batch thread only ever
+//! calls its non-blocking [`EventSink::try_send`]. Counters of the work done
+//! go to a [`SchedulerCounters`] the caller owns (and exports).
 
-use crate::error::Error;
-use crate::metrics::{Gauges, Metrics};
-use anedvd_engine::{Engine, GenerateParams};
+mod batcher;
+mod stop;
+
+pub use stop::{StopMatcher, StopOutcome};
+
+use crate::{Engine, Error, GenerateParams};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use tokio::sync::mpsc::Sender;
+use std::time::Duration;
+
+/// Why [`EventSink::try_send`] did not deliver.
+#[derive(Debug)]
+pub enum SendError {
+    /// The receiver is not keeping up; the event is handed back to retry
+    /// later (only that sequence waits).
+    Full(Event),
+    /// The receiver is gone: the job is cancelled.
+    Closed,
+}
+
+/// Where a job's events go. Implementations must not block: a full sink
+/// pauses its own sequence, never the batch.
+pub trait EventSink: Send {
+    /// Delivers `event` now, or says why not.
+    fn try_send(&self, event: Event) -> Result<(), SendError>;
+    /// True once the receiver is gone.
+    fn is_closed(&self) -> bool;
+}
+
+/// Counters (monotonic) of the scheduler's work, shared with whoever exports
+/// them (the server's `/metrics`).
+#[derive(Debug, Default)]
+pub struct SchedulerCounters {
+    /// Jobs refused because the queue was full.
+    pub rejected_queue_full: AtomicU64,
+    /// Generations cancelled (receiver gone or [`Scheduler::cancel_all`]).
+    pub cancelled: AtomicU64,
+    /// Prompt tokens run through the model.
+    pub prompt_tokens: AtomicU64,
+    /// Prompt tokens served from a slot's cached prefix.
+    pub cached_prompt_tokens: AtomicU64,
+    /// Tokens generated.
+    pub generated_tokens: AtomicU64,
+    /// Prefill time in microseconds.
+    pub prefill_us: AtomicU64,
+    /// Decode time in microseconds.
+    pub decode_us: AtomicU64,
+    /// Tokens run by decode steps (summed over sequences).
+    pub decode_tokens: AtomicU64,
+    /// Batched forward passes.
+    pub batch_passes: AtomicU64,
+    /// Sequences summed over batched forward passes.
+    pub batch_sequences: AtomicU64,
+}
+
+impl SchedulerCounters {
+    /// Adds a duration to a microsecond counter.
+    pub fn add_time(counter: &AtomicU64, d: Duration) {
+        counter.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Values read from the scheduler at scrape time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauges {
+    /// Requests waiting for a slot.
+    pub queue_depth: usize,
+    /// Slots generating.
+    pub slots_busy: usize,
+    /// Slots in all.
+    pub slots_total: usize,
+    /// 1 once the model is loaded.
+    pub ready: bool,
+}
 
 /// One generated token with its log-probabilities (when requested).
 #[derive(Debug, Clone)]
@@ -76,7 +149,6 @@ pub enum Event {
 }
 
 /// A generation request ready to run.
-#[derive(Debug)]
 pub struct Job {
     /// Prompt ids.
     pub prompt: Vec<u32>,
@@ -86,7 +158,7 @@ pub struct Job {
     pub stop: Vec<String>,
     /// Where events go (bounded: a client that stops reading pauses its
     /// sequence, not the batch); closing the receiver cancels the job.
-    pub events: Sender<Event>,
+    pub events: Box<dyn EventSink>,
 }
 
 /// Why a job was not accepted.
@@ -94,23 +166,23 @@ pub struct Job {
 pub enum SubmitError {
     /// All slots busy and the queue is full.
     QueueFull,
-    /// The server is shutting down.
+    /// [`Scheduler::cancel_all`] was called (the server is shutting down).
     ShuttingDown,
 }
 
-pub(crate) struct State {
+struct State {
     /// Jobs not yet given a slot, oldest first.
     pub queue: VecDeque<Job>,
     /// Slots holding a running generation.
     pub busy: usize,
 }
 
-pub(crate) struct Shared {
+struct Shared {
     state: Mutex<State>,
     /// Signalled when a job arrives or shutdown starts.
     pub wake: Condvar,
     pub engine: Arc<Engine>,
-    pub metrics: Arc<Metrics>,
+    pub counters: Arc<SchedulerCounters>,
     queue_capacity: usize,
     pub slots: usize,
     pub cancel_all: AtomicBool,
@@ -136,13 +208,13 @@ impl Scheduler {
     /// the batch thread; at most `queue_capacity` jobs wait beyond the slots.
     pub fn start(
         engine: Arc<Engine>,
-        metrics: Arc<Metrics>,
+        counters: Arc<SchedulerCounters>,
         slots: usize,
         max_seq: usize,
         queue_capacity: usize,
     ) -> Result<Scheduler, Error> {
         if slots == 0 {
-            return Err(Error::Config("--parallel must be at least 1".into()));
+            return Err(Error::Invalid("--parallel must be at least 1".into()));
         }
         let batch = engine.new_batch(slots, max_seq)?;
         let shared = Arc::new(Shared {
@@ -152,7 +224,7 @@ impl Scheduler {
             }),
             wake: Condvar::new(),
             engine,
-            metrics,
+            counters,
             queue_capacity,
             slots,
             cancel_all: AtomicBool::new(false),
@@ -160,7 +232,7 @@ impl Scheduler {
         let sh = shared.clone();
         std::thread::Builder::new()
             .name("anedvd-batch".into())
-            .spawn(move || crate::batcher::run(sh, batch))
+            .spawn(move || batcher::run(sh, batch))
             .map_err(Error::Spawn)?;
         Ok(Scheduler { shared })
     }
@@ -176,7 +248,7 @@ impl Scheduler {
         if st.queue.len() >= self.shared.queue_capacity + free {
             drop(st);
             self.shared
-                .metrics
+                .counters
                 .rejected_queue_full
                 .fetch_add(1, Ordering::Relaxed);
             return Err(SubmitError::QueueFull);

@@ -5,10 +5,11 @@
 //! and streams the text. A client that disconnects is dropped at the next
 //! step; one that reads slowly pauses only its own sequence.
 
-use crate::metrics::Metrics;
-use crate::scheduler::{Event, Finish, Job, Shared, Summary, TokenInfo};
-use crate::stop::{StopMatcher, StopOutcome};
-use anedvd_engine::{
+use super::stop::{StopMatcher, StopOutcome};
+use super::{
+    Event, EventSink, Finish, Job, SchedulerCounters, SendError, Shared, Summary, TokenInfo,
+};
+use crate::{
     check_request, common_prefix, BatchItem, Decoding, EngineBatch, FinishReason, Step, Timings,
     TokenEvent,
 };
@@ -17,8 +18,6 @@ use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::mpsc::Sender;
 
 /// Rows per step (decode tokens first, then prompt pieces): one pass of the
 /// CPU backend, so a long prompt delays decoding sequences by at most one
@@ -33,7 +32,7 @@ const BACKPRESSURE_WAIT: Duration = Duration::from_millis(2);
 
 /// Events a finished generation still has to deliver, and where.
 struct Outbox {
-    events: Sender<Event>,
+    events: Box<dyn EventSink>,
     queue: VecDeque<Event>,
 }
 
@@ -43,11 +42,11 @@ impl Outbox {
         while let Some(ev) = self.queue.pop_front() {
             match self.events.try_send(ev) {
                 Ok(()) => {}
-                Err(TrySendError::Full(ev)) => {
+                Err(SendError::Full(ev)) => {
                     self.queue.push_front(ev);
                     return true;
                 }
-                Err(TrySendError::Closed(_)) => return false,
+                Err(SendError::Closed) => return false,
             }
         }
         true
@@ -121,7 +120,7 @@ impl Active<'_> {
 }
 
 /// Runs until the process exits.
-pub(crate) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
+pub(super) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
     let engine = sh.engine.clone();
     let tokenizer = &engine.tokenizer;
     let mut slots: Vec<Option<Active<'_>>> = (0..batch.n_seqs()).map(|_| None).collect();
@@ -177,7 +176,7 @@ fn admit<'e>(
     batch: &mut EngineBatch,
     slots: &mut [Option<Active<'e>>],
     last_used: &mut [u64],
-    tokenizer: &'e anedvd_tokenizer::Tokenizer,
+    tokenizer: &'e crate::Tokenizer,
 ) {
     let mut st = sh.lock();
     loop {
@@ -189,7 +188,7 @@ fn admit<'e>(
             break;
         };
         if job.events.is_closed() {
-            sh.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            sh.counters.cancelled.fetch_add(1, Ordering::Relaxed);
             continue;
         }
         let Job {
@@ -315,7 +314,7 @@ fn step(
             return;
         }
     };
-    account_time(&sh.metrics, slots, &fed, elapsed);
+    account_time(&sh.counters, slots, &fed, elapsed);
     let n_vocab = sh.engine.vocab_size();
     let mut row = 0;
     for &Fed {
@@ -381,7 +380,12 @@ fn fail_all(
 }
 
 /// Splits the step's time between prefill and decode by token share.
-fn account_time(metrics: &Metrics, slots: &[Option<Active<'_>>], fed: &[Fed], elapsed: Duration) {
+fn account_time(
+    counters: &SchedulerCounters,
+    slots: &[Option<Active<'_>>],
+    fed: &[Fed],
+    elapsed: Duration,
+) {
     let (mut prefill, mut decode) = (0usize, 0usize);
     for f in fed {
         match &slots[f.seq] {
@@ -391,13 +395,16 @@ fn account_time(metrics: &Metrics, slots: &[Option<Active<'_>>], fed: &[Fed], el
         }
     }
     let total = (prefill + decode).max(1) as f64;
-    Metrics::add_time(&metrics.prefill_us, elapsed.mul_f64(prefill as f64 / total));
-    Metrics::add_time(&metrics.decode_us, elapsed.mul_f64(decode as f64 / total));
-    metrics
+    SchedulerCounters::add_time(
+        &counters.prefill_us,
+        elapsed.mul_f64(prefill as f64 / total),
+    );
+    SchedulerCounters::add_time(&counters.decode_us, elapsed.mul_f64(decode as f64 / total));
+    counters
         .decode_tokens
         .fetch_add(decode as u64, Ordering::Relaxed);
-    metrics.batch_passes.fetch_add(1, Ordering::Relaxed);
-    metrics
+    counters.batch_passes.fetch_add(1, Ordering::Relaxed);
+    counters
         .batch_sequences
         .fetch_add(fed.len() as u64, Ordering::Relaxed);
 }
@@ -429,7 +436,7 @@ fn finish(
         generation.timings.decode = t.elapsed();
     }
     let timings = generation.timings;
-    let m = &sh.metrics;
+    let m = &sh.counters;
     let prefilled = fed - timings.reused_tokens;
     m.prompt_tokens
         .fetch_add(prefilled as u64, Ordering::Relaxed);
