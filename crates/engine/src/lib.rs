@@ -2,7 +2,13 @@
 //! picks a backend, runs prefill and decode, samples, and reports timings.
 //!
 //! The CLI and the server are thin layers over this crate. It is the only crate
-//! that knows both models and backends.
+//! that knows both models and backends: [`build_backend`] makes any backend
+//! from a [`BackendChoice`] and [`BackendOptions`] (CPU threads, ISA cap and
+//! packing; the ANE lowering and compile budget). Beside loading and
+//! generating it holds the continuous-batching [`scheduler`] the server runs
+//! (channel-agnostic: jobs bring an [`scheduler::EventSink`]) and the
+//! diagnostic [`tools`] (verify, check, kernels and `--emit`, selftest,
+//! inspect, tokenizer loading, ANE info/probe/width) returning typed reports.
 //!
 //! ```no_run
 //! use anedvd_engine::{generate, Engine, GenerateParams, LoadOptions};
