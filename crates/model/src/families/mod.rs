@@ -8,6 +8,7 @@ mod llama;
 mod mistral;
 mod qwen2;
 mod qwen3;
+mod smollm3;
 
 /// Every family, in lookup order.
 pub const ALL: &[&Family] = &[
@@ -17,4 +18,5 @@ pub const ALL: &[&Family] = &[
     &qwen3::FAMILY,
     &gemma2::FAMILY,
     &gemma3::FAMILY,
+    &smollm3::FAMILY,
 ];
