@@ -1,68 +1,21 @@
-//! ane-sim on the six tiny family checkpoints: logits against HF transformers
-//! (reference.json, produced outside anedvd) and against the CPU backend,
-//! for both lowering variants; chunking, decode, dispatch counts and dumps.
+//! ane-sim on the tiny family checkpoints, beyond the conformance suite
+//! (crates/testkit/tests/conformance.rs, which compares every backend with
+//! transformers): chunking against the CPU backend, decode, dispatch counts,
+//! truncation, dumps, the layer-0 kernel check, the self-test and the
+//! residual scale.
 #![allow(clippy::unwrap_used)]
 
 use anedvd_ane::backend::selftest::{argmax, max_rel};
 use anedvd_ane::{AneSimBackend, LowerOptions, Variant};
-use anedvd_base::WeightSource;
 use anedvd_cpu::CpuBackend;
 use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode};
-use anedvd_model::ConfigOverrides;
-use serde_json::Value;
-use std::path::PathBuf;
-use std::sync::Arc;
+use anedvd_testkit::fixtures::{self, Format};
 
-const FAMILIES: [&str; 6] = ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3"];
 /// Acceptance bound on max|Δ| / max|reference| of the last logits.
 const MAX_REL: f64 = 0.02;
 
-fn dir(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/models")
-        .join(family)
-}
-
-fn reference(family: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir(family).join("reference.json")).unwrap())
-        .unwrap()
-}
-
-/// Mistral GGUFs lose the sliding window in conversion (see crates/cpu/tests/fixtures.rs).
-fn overrides(family: &str, file: &str) -> ConfigOverrides {
-    if family != "mistral" || file == "." {
-        return ConfigOverrides::default();
-    }
-    let cfg: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir(family).join("config.json")).unwrap())
-            .unwrap();
-    ConfigOverrides {
-        family: Some("mistral".into()),
-        sliding_window: cfg["sliding_window"].as_u64().map(|w| w as usize),
-        ..Default::default()
-    }
-}
-
-fn program(family: &str, file: &str) -> DecoderProgram {
-    let opened = anedvd_weights::open(dir(family).join(file)).unwrap();
-    let src: Arc<dyn WeightSource> = Arc::from(opened.source);
-    anedvd_model::load(src, &overrides(family, file)).unwrap().1
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
+fn program(family: &str, format: Format) -> DecoderProgram {
+    fixtures::program(family, format)
 }
 
 fn sim(variant: Variant, width: usize) -> AneSimBackend {
@@ -73,73 +26,15 @@ fn sim(variant: Variant, width: usize) -> AneSimBackend {
     })
 }
 
-#[test]
-fn last_logits_match_transformers_and_cpu() {
-    let mut worst: f64 = 0.0;
-    for family in FAMILIES {
-        let r = reference(family);
-        let prompt = ids(&r["prompt_ids"]);
-        let hf = floats(&r["last_logits"]);
-        let hf_top = r["last_argmax"].as_u64().unwrap() as usize;
-        for file in ["model-f32.gguf", "model-q8_0.gguf", "."] {
-            let p = program(family, file);
-            // exact f32 reference over the same weights (the CPU backend
-            // quantizes activations for quantized weights, see reference.rs)
-            let mut exact = p.clone();
-            exact.weights =
-                Arc::new(anedvd_ane::backend::reference::dequantized(p.weights.as_ref()).unwrap());
-            let cpu = CpuBackend::new(1).unwrap().compile(&exact).unwrap();
-            let native = CpuBackend::new(1).unwrap().compile(&p).unwrap();
-            let native = native
-                .new_session(64)
-                .unwrap()
-                .forward(&prompt, LogitsMode::Last)
-                .unwrap()
-                .to_vec();
-            let want = cpu
-                .new_session(64)
-                .unwrap()
-                .forward(&prompt, LogitsMode::Last)
-                .unwrap()
-                .to_vec();
-            for variant in [Variant::Split, Variant::Fused] {
-                let exe = sim(variant, 64).compile(&p).unwrap();
-                let mut s = exe.new_session(64).unwrap();
-                let got = s.forward(&prompt, LogitsMode::Last).unwrap().to_vec();
-                let tag = format!("{family}/{file}/{}", variant.name());
-                let vs_cpu = max_rel(&got, &want);
-                assert!(vs_cpu <= MAX_REL, "{tag}: rel error vs cpu {vs_cpu:.4}");
-                assert_eq!(argmax(&got), argmax(&want), "{tag}: top-1 vs cpu");
-                assert_eq!(argmax(&got), argmax(&native), "{tag}: top-1 vs native cpu");
-                worst = worst.max(vs_cpu);
-                if file != "model-q8_0.gguf" {
-                    let vs_hf = max_rel(&got, &hf);
-                    assert!(
-                        vs_hf <= MAX_REL,
-                        "{tag}: rel error vs transformers {vs_hf:.4}"
-                    );
-                    assert_eq!(argmax(&got), hf_top, "{tag}: top-1 vs transformers");
-                }
-                println!(
-                    "{tag}: max rel vs exact cpu {vs_cpu:.5}, vs native cpu {:.5}",
-                    max_rel(&got, &native)
-                );
-            }
-        }
-    }
-    println!("worst max rel vs cpu: {worst:.5}");
-}
-
 /// Width 32 splits a 40-token batch into two chunks; every row's logits and
 /// then 8 greedy decode tokens must agree with the CPU backend.
 #[test]
 fn chunked_prefill_and_decode_follow_cpu() {
     for family in ["qwen2", "gemma3"] {
-        let r = reference(family);
-        let mut prompt = ids(&r["prompt_ids"]);
+        let mut prompt = fixtures::reference(family).prompt;
         prompt.extend(prompt.clone().iter().skip(8));
         assert_eq!(prompt.len(), 40);
-        let p = program(family, "model-f32.gguf");
+        let p = program(family, Format::GgufF32);
         let cpu = CpuBackend::new(1).unwrap().compile(&p).unwrap();
         let mut cs = cpu.new_session(64).unwrap();
         let want = cs.forward(&prompt, LogitsMode::All).unwrap().to_vec();
@@ -174,7 +69,7 @@ fn chunked_prefill_and_decode_follow_cpu() {
 
 #[test]
 fn one_decode_token_costs_the_reported_dispatches() {
-    let p = program("gemma3", "model-f32.gguf");
+    let p = program("gemma3", Format::GgufF32);
     let n = p.layers.len();
     for (variant, expect) in [(Variant::Split, 3 * n + 1), (Variant::Fused, n + 2)] {
         let exe = sim(variant, 64).compile_sim(&p).unwrap();
@@ -193,7 +88,7 @@ fn one_decode_token_costs_the_reported_dispatches() {
 
 #[test]
 fn truncate_and_errors_behave_like_cpu() {
-    let p = program("llama", "model-f32.gguf");
+    let p = program("llama", Format::GgufF32);
     let exe = sim(Variant::Fused, 64).compile(&p).unwrap();
     let mut s = exe.new_session(8).unwrap();
     let a = s.forward(&[1, 2, 3, 4], LogitsMode::Last).unwrap().to_vec();
@@ -212,7 +107,7 @@ fn truncate_and_errors_behave_like_cpu() {
 
 #[test]
 fn dumps_name_every_layer_output() {
-    let p = program("gemma2", "model-f32.gguf");
+    let p = program("gemma2", Format::GgufF32);
     let tmp = std::env::temp_dir().join(format!("anedvd-ane-sim-dump-{}", std::process::id()));
     let exe = sim(Variant::Split, 64).compile(&p).unwrap();
     let mut s = exe.new_session(16).unwrap();
@@ -235,8 +130,8 @@ fn dumps_name_every_layer_output() {
 
 #[test]
 fn layer0_kernels_match_f32_matmuls() {
-    for family in FAMILIES {
-        let p = program(family, "model-f32.gguf");
+    for family in fixtures::families() {
+        let p = program(family, Format::GgufF32);
         let checks =
             anedvd_ane::backend::check::check_layer0(&p, &LowerOptions::default(), 0.01).unwrap();
         // split: qkv, attn_out, ffn, lm_head.0; fused: entry, blk.0.layer, lm_head.0

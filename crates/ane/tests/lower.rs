@@ -3,32 +3,14 @@
 
 use anedvd_ane::lower::{dispatch_count, lower, LowerOptions, Variant};
 use anedvd_mil::rules::{check, RuleConfig};
-use std::path::PathBuf;
-use std::sync::Arc;
-
-const FAMILIES: [&str; 6] = ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3"];
-
-fn fixture(family: &str, file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/models")
-        .join(family)
-        .join(file)
-}
-
-fn program(family: &str, file: &str) -> anedvd_graph::DecoderProgram {
-    let opened = anedvd_weights::open(fixture(family, file)).expect("open fixture");
-    let src: Arc<dyn anedvd_base::WeightSource> = Arc::from(opened.source);
-    anedvd_model::load(src, &Default::default())
-        .expect("load fixture")
-        .1
-}
+use anedvd_testkit::fixtures::{self, Format};
 
 #[test]
 fn every_program_of_every_family_passes_the_rules() {
     let mut total = 0;
-    for family in FAMILIES {
-        for file in ["model-f32.gguf", "model-q8_0.gguf", "."] {
-            let p = program(family, file);
+    for family in fixtures::families() {
+        for format in Format::ALL {
+            let p = fixtures::program(family, format);
             for variant in [Variant::Split, Variant::Fused] {
                 // a small slice forces several lm_head programs
                 for vocab_slice in [32768, 128] {
@@ -46,7 +28,8 @@ fn every_program_of_every_family_passes_the_rules() {
                         let v = check(&k.program, Some(&k.weights), &RuleConfig::default());
                         assert!(
                             v.is_empty(),
-                            "{family}/{file} {} {}: {v:?}",
+                            "{family}/{} {} {}: {v:?}",
+                            format.name(),
                             variant.name(),
                             k.name
                         );
@@ -64,7 +47,7 @@ fn every_program_of_every_family_passes_the_rules() {
 
 #[test]
 fn rejects_bad_widths_and_slices() {
-    let p = program("llama", "model-f32.gguf");
+    let p = fixtures::program("llama", Format::GgufF32);
     for (width, vocab_slice, residual_scale) in [
         (0, 128, 1.0),
         (48, 128, 1.0),
@@ -87,8 +70,8 @@ fn rejects_bad_widths_and_slices() {
 /// detector, see tests/golden/README.md. `ANEDVD_BLESS=1` rewrites it.
 #[test]
 fn golden_layer0_mil() {
-    let p = program("gemma3", "model-f32.gguf");
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let p = fixtures::program("gemma3", Format::GgufF32);
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     for (variant, names) in [
         (
             Variant::Split,

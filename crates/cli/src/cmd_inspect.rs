@@ -184,6 +184,9 @@ fn print_text(args: &InspectArgs, r: &Report, out: &mut dyn Write) -> Result<()>
             writeln!(out, "  {k:<20} {}", text_value(v))?;
         }
     }
+    for note in &r.notes {
+        writeln!(out, "* Note: {note}")?;
+    }
     Ok(())
 }
 

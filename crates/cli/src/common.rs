@@ -27,9 +27,15 @@ pub struct ModelArgs {
     /// Override the RoPE element pairing (norm = adjacent pairs, neox = half split).
     #[arg(long, value_name = "norm|neox")]
     pub rope_pairing: Option<String>,
-    /// Treat the model as this family (llama, qwen2, qwen3, mistral, gemma2, gemma3).
+    /// Treat the model as this family (llama, qwen2, qwen3, mistral, gemma2, gemma3,
+    /// smollm3).
     #[arg(long, value_name = "NAME")]
     pub family: Option<String>,
+    /// Replace the sliding window (0 disables it). Mistral GGUFs lose the window
+    /// in llama.cpp's conversion: `--family mistral --sliding-window 4096` puts it
+    /// back on every layer (`inspect` says when a file needs it).
+    #[arg(long, value_name = "N")]
+    pub sliding_window: Option<usize>,
 }
 
 /// Which backend runs the model (for run, chat, serve, bench).
@@ -183,6 +189,7 @@ impl ModelArgs {
         Ok(ConfigOverrides {
             family: self.family.clone(),
             rope_pairing,
+            sliding_window: self.sliding_window,
             ..Default::default()
         })
     }

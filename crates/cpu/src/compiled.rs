@@ -2,6 +2,7 @@
 //! (norm weights with their offset folded in, biases) decoded once.
 
 use crate::matmul::{vector, Matrix};
+use crate::norms::{norm_weights, LayerNorms};
 use crate::qkernels::Kernels;
 use crate::NAME;
 use anedvd_base::WeightSource;
@@ -17,12 +18,7 @@ pub struct Layer {
     pub attn: Attention,
     pub n_ff: usize,
     pub activation: Activation,
-    pub attn_norm: Vec<f32>,
-    pub ffn_norm: Vec<f32>,
-    pub post_attn_norm: Option<Vec<f32>>,
-    pub post_ffn_norm: Option<Vec<f32>>,
-    pub q_norm: Option<Vec<f32>>,
-    pub k_norm: Option<Vec<f32>>,
+    pub norms: LayerNorms,
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
@@ -68,14 +64,6 @@ impl Model {
     pub fn new(p: &DecoderProgram, k: Kernels, pack: bool) -> Result<Self> {
         let src = p.weights.as_ref();
         let packed = |m: Matrix| if pack { m.packed(src) } else { Ok(m) };
-        let offset = p.norm.weight_offset;
-        let norm = |name: &str, len: usize| -> Result<Vec<f32>> {
-            let mut v = vector(src, name, len)?;
-            v.iter_mut().for_each(|x| *x += offset);
-            Ok(v)
-        };
-        let opt_norm =
-            |name: &Option<String>, len: usize| name.as_deref().map(|n| norm(n, len)).transpose();
         let opt_vec = |name: &Option<String>, len: usize| {
             name.as_deref().map(|n| vector(src, n, len)).transpose()
         };
@@ -109,7 +97,7 @@ impl Model {
             let Attention {
                 n_head: _,
                 n_head_kv: _,
-                head_dim,
+                head_dim: _,
                 scale: _,
                 softcap: _,
                 window: _,
@@ -120,8 +108,8 @@ impl Model {
                 wv,
                 wo,
                 bias,
-                q_norm,
-                k_norm,
+                q_norm: _,
+                k_norm: _,
             } = attn;
             if kv_source.is_some() {
                 return Err(Error::unsupported(NAME, "attention", "shared K/V", i));
@@ -133,15 +121,9 @@ impl Model {
                 up,
                 down,
             } = dense;
-            let ((attn_norm, post_attn_norm), (ffn_norm, post_ffn_norm)) = norms.split();
             let (q, kv) = (attn.q_dim(), attn.kv_dim());
             layers.push(Layer {
-                attn_norm: norm(attn_norm, d)?,
-                ffn_norm: norm(ffn_norm, d)?,
-                post_attn_norm: post_attn_norm.map(|n| norm(n, d)).transpose()?,
-                post_ffn_norm: post_ffn_norm.map(|n| norm(n, d)).transpose()?,
-                q_norm: opt_norm(q_norm, *head_dim)?,
-                k_norm: opt_norm(k_norm, *head_dim)?,
+                norms: LayerNorms::load(p, norms, attn)?,
                 bq: opt_vec(&bias.q, q)?,
                 bk: opt_vec(&bias.k, kv)?,
                 bv: opt_vec(&bias.v, kv)?,
@@ -179,7 +161,7 @@ impl Model {
             final_softcap: p.final_softcap,
             token_embd,
             output,
-            output_norm: norm(&p.output_norm, p.n_embd)?,
+            output_norm: norm_weights(p, &p.output_norm, p.n_embd)?,
             layers,
             kernels: k,
         })

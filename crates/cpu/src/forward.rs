@@ -140,7 +140,7 @@ pub fn run(
         let (qd, kvd, ff) = (l.q_dim(), l.kv_dim(), l.n_ff);
         let li = Some(il);
         h.resize(n * d, 0.0);
-        rms_norm(x, &l.attn_norm, m.eps, h);
+        rms_norm(x, &l.norms.attn, m.eps, h);
         Dump::put_opt(dump, li, names::ATTN_NORM, h, n);
 
         q.resize(n * qd, 0.0);
@@ -160,8 +160,7 @@ pub fn run(
         Dump::put_opt(dump, li, names::Q, q, n);
         Dump::put_opt(dump, li, names::K, k, n);
         Dump::put_opt(dump, li, names::V, v, n);
-        let qk_norms = (l.q_norm.as_deref(), l.k_norm.as_deref());
-        encode_positions(&l.attn, qk_norms, m.eps, q, k, rope_tables, row_pos);
+        encode_positions(&l.attn, l.norms.qk(), m.eps, q, k, rope_tables, row_pos);
         Dump::put_opt(dump, li, names::Q_ROPE, q, n);
         Dump::put_opt(dump, li, names::K_ROPE, k, n);
 
@@ -183,7 +182,7 @@ pub fn run(
         acts.prepare(att, n, &[&l.wo])?;
         l.wo.matmul(src, att, n, acts, o, tmp)?;
         add_bias(o, l.bo.as_ref());
-        let attn_out: &[f32] = match &l.post_attn_norm {
+        let attn_out: &[f32] = match &l.norms.post_attn {
             Some(w) => {
                 rms_norm(o, w, m.eps, h);
                 h
@@ -194,7 +193,7 @@ pub fn run(
         add(x, attn_out);
         Dump::put_opt(dump, li, names::FFN_INP, x, n);
 
-        rms_norm(x, &l.ffn_norm, m.eps, h);
+        rms_norm(x, &l.norms.ffn, m.eps, h);
         Dump::put_opt(dump, li, names::FFN_NORM, h, n);
         g.resize(n * ff, 0.0);
         u.resize(n * ff, 0.0);
@@ -204,7 +203,7 @@ pub fn run(
         Dump::put_opt(dump, li, names::FFN_ACT, g, n);
         acts.prepare(g, n, &[&l.down])?;
         l.down.matmul(src, g, n, acts, o, tmp)?;
-        let ffn_out: &[f32] = match &l.post_ffn_norm {
+        let ffn_out: &[f32] = match &l.norms.post_ffn {
             Some(w) => {
                 rms_norm(o, w, m.eps, h);
                 h

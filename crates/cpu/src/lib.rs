@@ -26,6 +26,7 @@ mod compiled;
 mod forward;
 pub mod kernels;
 mod matmul;
+pub mod norms;
 #[path = "kernels/qkernels.rs"]
 pub mod qkernels;
 mod session;

@@ -6,7 +6,9 @@
 use crate::compiled::Model;
 use crate::forward::{self, Buffers, Segment, SeqState};
 use anedvd_graph::dump::Dump;
-use anedvd_graph::{validate_batch, BatchItem, BatchSession, Error, LogitsMode, Result, Session};
+use anedvd_graph::{
+    validate_batch, validate_forward, BatchItem, BatchSession, LogitsMode, Result, Session,
+};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -42,21 +44,10 @@ impl CpuSession {
 impl Session for CpuSession {
     fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
         let n_vocab = self.model.n_vocab;
-        if tokens.is_empty() {
-            return match mode {
-                LogitsMode::None => Ok(&[]),
-                _ => Err(Error::InvalidArgument(
-                    "forward with no tokens cannot return logits".into(),
-                )),
-            };
-        }
-        let item = BatchItem {
-            seq: 0,
-            tokens,
-            logits: mode != LogitsMode::None,
-        };
         let pos = self.seq[0].pos;
-        validate_batch(&[item], 1, self.max_seq, n_vocab, |_| pos)?;
+        if !validate_forward(tokens, mode, pos, self.max_seq, n_vocab)? {
+            return Ok(&[]);
+        }
         let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
         // A dump names whole-input intermediates, so it runs in one pass.
         let chunk = if dump.is_some() {

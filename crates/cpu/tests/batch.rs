@@ -5,68 +5,20 @@
 //! position (tests/fixtures/models/<family>/reference.json, F32 GGUF).
 #![allow(clippy::unwrap_used)]
 
-use anedvd_base::WeightSource;
 use anedvd_cpu::CpuBackend;
 use anedvd_graph::{Backend, BatchItem, Error, Executable};
-use anedvd_model::{load, ConfigOverrides};
-use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-fn family_dir(family: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/models")
-        .join(family)
-}
+use anedvd_testkit::cosine;
+use anedvd_testkit::fixtures::{self, Format};
 
 /// Prompt ids and transformers' logits at every prompt position.
 fn reference(family: &str) -> Option<(Vec<u32>, Vec<Vec<f32>>)> {
-    let text = std::fs::read_to_string(family_dir(family).join("reference.json")).ok()?;
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let prompt = v["prompt_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect();
-    let all = v["all_logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| {
-            row.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap() as f32)
-                .collect()
-        })
-        .collect();
-    Some((prompt, all))
+    let r = fixtures::reference(family);
+    Some((r.prompt, r.all))
 }
 
 fn compile(family: &str) -> Option<Box<dyn Executable>> {
-    let path = family_dir(family).join("model-f32.gguf");
-    let opened = anedvd_weights::open(&path).ok()?;
-    let source: Arc<dyn WeightSource> = Arc::from(opened.source);
-    let mut overrides = ConfigOverrides::default();
-    if family == "mistral" {
-        // llama.cpp's converter drops the window; see tests/fixtures.rs.
-        let cfg: Value = serde_json::from_str(
-            &std::fs::read_to_string(family_dir(family).join("config.json")).unwrap(),
-        )
-        .unwrap();
-        overrides.family = Some("mistral".into());
-        overrides.sliding_window = cfg["sliding_window"].as_u64().map(|w| w as usize);
-    }
-    let (_, program) = load(source, &overrides).unwrap();
+    let program = fixtures::program(family, Format::GgufF32);
     Some(CpuBackend::new(2).unwrap().compile(&program).unwrap())
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum();
-    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum();
-    dot / (na.sqrt() * nb.sqrt())
 }
 
 /// Chunk length sequence `s` takes at step `step` (0 = sits this step out).

@@ -8,48 +8,26 @@
 use anedvd_chat::{Message, RenderOptions};
 use anedvd_engine::{generate, Engine, FinishReason, GenerateParams, LoadOptions, SamplingParams};
 use anedvd_model::ConfigOverrides;
+use anedvd_testkit::fixtures::{self, Format};
 use serde_json::Value;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
-const FAMILIES: [&str; 6] = ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3"];
-
-fn fixture_dir(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/models")
-        .join(family)
-}
-
 fn reference(family: &str) -> Value {
-    let text = std::fs::read_to_string(fixture_dir(family).join("reference.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    fixtures::reference(family).json
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    fixtures::ids(v)
 }
 
-/// The HF directory and the F32 GGUF of `family`. llama.cpp's converter drops
-/// Mistral's sliding window, so its GGUF is loaded with the window from
-/// config.json to match transformers.
+/// The HF directory and the F32 GGUF of `family`, with the overrides each
+/// needs (`anedvd_testkit::fixtures::overrides`).
 fn variants(family: &str) -> Vec<(PathBuf, ConfigOverrides)> {
-    let dir = fixture_dir(family);
-    let mut gguf = ConfigOverrides::default();
-    if family == "mistral" {
-        let config: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
-                .unwrap();
-        gguf.family = Some("mistral".into());
-        gguf.sliding_window = config["sliding_window"].as_u64().map(|w| w as usize);
-    }
-    vec![
-        (dir.clone(), ConfigOverrides::default()),
-        (dir.join("model-f32.gguf"), gguf),
-    ]
+    [Format::Hf, Format::GgufF32]
+        .into_iter()
+        .map(|f| (fixtures::path(family, f), fixtures::overrides(family, f)))
+        .collect()
 }
 
 fn load(path: &PathBuf, overrides: ConfigOverrides) -> Engine {
@@ -63,7 +41,7 @@ fn load(path: &PathBuf, overrides: ConfigOverrides) -> Engine {
 
 #[test]
 fn greedy_continuation_equals_transformers() {
-    for family in FAMILIES {
+    for family in fixtures::families() {
         let r = reference(family);
         let prompt = ids(&r["prompt_ids"]);
         let expected = ids(&r["greedy_new_ids"]);
@@ -88,7 +66,7 @@ fn greedy_continuation_equals_transformers() {
 
 #[test]
 fn tokenizer_and_chat_template_equal_transformers() {
-    for family in FAMILIES {
+    for family in fixtures::families() {
         let r = reference(family);
         for (path, overrides) in variants(family) {
             let engine = load(&path, overrides);
@@ -102,22 +80,29 @@ fn tokenizer_and_chat_template_equal_transformers() {
                     path.display()
                 );
             }
-            let chat = &r["chat"];
-            let messages: Vec<Message> = serde_json::from_value(chat["messages"].clone()).unwrap();
-            let mut opts = RenderOptions {
-                add_generation_prompt: true,
-                ..Default::default()
-            };
-            if let Some(kwargs) = chat["template_kwargs"].as_object() {
-                opts.extra = kwargs.clone();
+            // `chat_no_think`: SmolLM3's template in its other mode
+            for key in ["chat", "chat_no_think"] {
+                let chat = &r[key];
+                if chat.is_null() && key != "chat" {
+                    continue;
+                }
+                let messages: Vec<Message> =
+                    serde_json::from_value(chat["messages"].clone()).unwrap();
+                let mut opts = RenderOptions {
+                    add_generation_prompt: true,
+                    ..Default::default()
+                };
+                if let Some(kwargs) = chat["template_kwargs"].as_object() {
+                    opts.extra = kwargs.clone();
+                }
+                let got = engine.chat_prompt_with(&messages, &opts).unwrap();
+                assert_eq!(
+                    got,
+                    ids(&chat["ids"]),
+                    "{family} {}: {key} prompt",
+                    path.display()
+                );
             }
-            let got = engine.chat_prompt_with(&messages, &opts).unwrap();
-            assert_eq!(
-                got,
-                ids(&chat["ids"]),
-                "{family} {}: chat prompt",
-                path.display()
-            );
         }
     }
 }
@@ -126,7 +111,7 @@ fn tokenizer_and_chat_template_equal_transformers() {
 fn prefix_reuse_prefills_only_the_new_suffix() {
     let r = reference("qwen2");
     let prompt = ids(&r["prompt_ids"]);
-    let engine = load(&fixture_dir("qwen2"), ConfigOverrides::default());
+    let engine = load(&fixtures::dir("qwen2"), ConfigOverrides::default());
     let mut session = engine.new_session(64).unwrap();
     let params = GenerateParams {
         max_tokens: 4,
@@ -152,7 +137,7 @@ fn prefix_reuse_prefills_only_the_new_suffix() {
 
 #[test]
 fn bad_requests_are_typed_errors() {
-    let engine = load(&fixture_dir("qwen2"), ConfigOverrides::default());
+    let engine = load(&fixtures::dir("qwen2"), ConfigOverrides::default());
     let mut session = engine.new_session(8).unwrap();
     let params = GenerateParams::default();
     let go = |s: &mut anedvd_engine::EngineSession, p: &[u32], params: &GenerateParams| {
@@ -186,7 +171,7 @@ fn ane_backend_through_the_simulated_driver_generates_like_transformers() {
         let r = reference(family);
         let prompt = ids(&r["prompt_ids"]);
         let expected = ids(&r["greedy_new_ids"]);
-        let path = fixture_dir(family).join("model-f32.gguf");
+        let path = fixtures::path(family, Format::GgufF32);
         let options = LoadOptions {
             backend_options: anedvd_engine::BackendOptions::with_threads(1),
             backend: BackendChoice::Ane(DriverKind::Sim),

@@ -75,6 +75,33 @@ pub fn validate_batch(
     Ok(())
 }
 
+/// The checks every [`Session::forward`] makes before appending anything:
+/// logits need tokens, ids below `n_vocab`, capacity for them. Returns
+/// `Ok(false)` when there is nothing to run (no tokens, no logits wanted).
+pub fn validate_forward(
+    tokens: &[u32],
+    mode: LogitsMode,
+    position: usize,
+    max_seq: usize,
+    n_vocab: usize,
+) -> Result<bool> {
+    if tokens.is_empty() {
+        return match mode {
+            LogitsMode::None => Ok(false),
+            _ => Err(Error::InvalidArgument(
+                "forward with no tokens cannot return logits".into(),
+            )),
+        };
+    }
+    let item = BatchItem {
+        seq: 0,
+        tokens,
+        logits: mode != LogitsMode::None,
+    };
+    validate_batch(&[item], 1, max_seq, n_vocab, |_| position)?;
+    Ok(true)
+}
+
 /// A [`BatchSession`] over independent [`Session`]s run one after another:
 /// correct for any backend, with none of the speed of a batched pass.
 pub struct SequentialBatch {

@@ -32,7 +32,7 @@ mod memory;
 mod program;
 mod traits;
 
-pub use batch::{validate_batch, BatchItem, BatchSession, SequentialBatch};
+pub use batch::{validate_batch, validate_forward, BatchItem, BatchSession, SequentialBatch};
 pub use block::{
     Activation, Attention, AttentionBias, Block, DenseFfn, ExpertTensors, FeedForward, Mixer,
     MoeFfn, NormPlacement, PerLayerInput, SharedExpert, ShortConv,

@@ -144,3 +144,33 @@ pub fn load(
     let program = program::build(&cfg, fam, source)?;
     Ok((cfg, program))
 }
+
+/// Things about how `source` is read under `overrides` that a user should
+/// know, one sentence each (`inspect` and the CLI's loaders print them):
+/// today, a Mistral model converted to GGUF architecture `llama` without
+/// `llama.attention.sliding_window` (llama.cpp's converter drops it) runs
+/// with full attention on every layer.
+pub fn notes(source: &dyn WeightSource, overrides: &ConfigOverrides) -> Vec<String> {
+    let md = source.metadata();
+    let text = |k: &str| md.opt_str(k).ok().flatten().unwrap_or("");
+    let mut notes = Vec::new();
+    let arch = text("general.architecture");
+    let named_mistral = ["general.name", "general.basename", "general.finetune"]
+        .iter()
+        .any(|k| text(k).to_ascii_lowercase().contains("mistral"));
+    let looks_mistral = named_mistral || text("tokenizer.ggml.pre") == "tekken";
+    let window_key = format!("{arch}.attention.sliding_window");
+    if source.format_name() == "gguf"
+        && arch == "llama"
+        && looks_mistral
+        && !md.contains(&window_key)
+        && overrides.sliding_window.is_none()
+    {
+        notes.push(format!(
+            "this looks like a Mistral model but the GGUF has no `{window_key}`: full \
+             attention is used on every layer (as llama.cpp does); if the original \
+             config.json sets `sliding_window`, pass --family mistral --sliding-window N"
+        ));
+    }
+    notes
+}

@@ -6,14 +6,9 @@
 use anedvd_base::WeightSource;
 use anedvd_graph::RopePairing;
 use anedvd_model::{load, ConfigOverrides, DecoderConfig, SourceFormat};
-use std::path::{Path, PathBuf};
+use anedvd_testkit::fixtures::{self, Format};
+use std::path::Path;
 use std::sync::Arc;
-
-fn dir(family: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/models")
-        .join(family)
-}
 
 fn config(path: &Path, o: &ConfigOverrides) -> DecoderConfig {
     let source: Arc<dyn WeightSource> = Arc::from(anedvd_weights::open(path).unwrap().source);
@@ -22,20 +17,13 @@ fn config(path: &Path, o: &ConfigOverrides) -> DecoderConfig {
 
 #[test]
 fn hf_and_gguf_configs_agree() {
-    for family in ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"] {
-        let d = dir(family);
-        if !d.join("config.json").exists() || !d.join("model-f32.gguf").exists() {
-            eprintln!("skipping {family}: fixture absent");
-            continue;
-        }
-        let hf = config(&d, &ConfigOverrides::default());
-        let mut o = ConfigOverrides::default();
-        if family == "mistral" {
-            // llama.cpp converts Mistral to arch `llama` and drops the window.
-            o.family = Some("mistral".into());
-            o.sliding_window = hf.sliding_window;
-        }
-        let gg = config(&d.join("model-f32.gguf"), &o);
+    for family in fixtures::families() {
+        let hf = config(
+            &fixtures::path(family, Format::Hf),
+            &ConfigOverrides::default(),
+        );
+        let o = fixtures::overrides(family, Format::GgufF32);
+        let gg = config(&fixtures::path(family, Format::GgufF32), &o);
         assert_eq!(hf.format, SourceFormat::HuggingFace);
         assert_eq!(gg.format, SourceFormat::Gguf);
         assert_eq!(hf.family, gg.family, "{family}");
@@ -47,7 +35,8 @@ fn hf_and_gguf_configs_agree() {
         );
         assert_eq!(gg.norm_weight_offset, 0.0, "{family}");
         assert_eq!(hf.rope.pairing, RopePairing::Neox);
-        let llama_like = family == "llama" || family == "mistral";
+        // llama.cpp's converter permutes q/k rows of these into adjacent pairs
+        let llama_like = ["llama", "mistral", "smollm3"].contains(&family);
         let want = if llama_like {
             RopePairing::Norm
         } else {
@@ -81,17 +70,8 @@ fn hf_and_gguf_configs_agree() {
 /// llama.cpp's converter wrote to `rope_freqs.weight`.
 #[test]
 fn llama3_frequencies_match_converter_factors() {
-    let d = dir("llama");
-    if !d.join("model-f32.gguf").exists() {
-        eprintln!("skipping: llama fixture absent");
-        return;
-    }
-    let program = |p: &Path| {
-        let source: Arc<dyn WeightSource> = Arc::from(anedvd_weights::open(p).unwrap().source);
-        load(source, &ConfigOverrides::default()).unwrap().1
-    };
-    let hf = program(&d);
-    let gg = program(&d.join("model-f32.gguf"));
+    let hf = fixtures::program("llama", Format::Hf);
+    let gg = fixtures::program("llama", Format::GgufF32);
     let (a, b) = (
         &hf.layers[0]
             .attention()

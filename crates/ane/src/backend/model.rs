@@ -6,6 +6,7 @@ use super::Error;
 use crate::lower::{self, tensors, KernelKind, LowerOptions, Lowered, Variant};
 use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
+use anedvd_cpu::norms::{norm_weights, LayerNorms};
 use anedvd_cpu::qkernels::Kernels;
 use anedvd_graph::{Attention, DecoderProgram, Executable, Result, Session};
 use anedvd_mil::ir::Program;
@@ -55,12 +56,7 @@ impl Exec {
 /// Host-side per-layer data.
 pub(crate) struct CpuLayer {
     pub attn: Attention,
-    pub attn_norm: Vec<f32>,
-    pub ffn_norm: Vec<f32>,
-    pub post_attn_norm: Option<Vec<f32>>,
-    pub post_ffn_norm: Option<Vec<f32>>,
-    pub q_norm: Option<Vec<f32>>,
-    pub k_norm: Option<Vec<f32>>,
+    pub norms: LayerNorms,
 }
 
 pub(crate) struct Model {
@@ -139,30 +135,17 @@ impl Model {
             });
         }
         let worker = opened.map(|o| o.prepare(sources)).transpose()?;
-        let src = p.weights.as_ref();
-        let off = p.norm.weight_offset;
-        let vec = |name: &str, len: usize| -> Result<Vec<f32>> {
-            Ok(tensors::vector(src, name, len).map_err(Error::from)?)
-        };
-        let norm = |name: &str, len: usize| -> Result<Vec<f32>> {
-            let mut v = vec(name, len)?;
-            v.iter_mut().for_each(|x| *x += off);
-            Ok(v)
-        };
-        let mut layers = Vec::with_capacity(views.len());
-        for l in &views {
-            let opt = |name: Option<&str>, len: usize| name.map(|n| norm(n, len)).transpose();
-            let hd = l.attn.head_dim;
-            layers.push(CpuLayer {
-                attn: l.attn.clone(),
-                attn_norm: norm(l.attn_norm, p.n_embd)?,
-                ffn_norm: norm(l.ffn_norm, p.n_embd)?,
-                post_attn_norm: opt(l.post_attn_norm, p.n_embd)?,
-                post_ffn_norm: opt(l.post_ffn_norm, p.n_embd)?,
-                q_norm: opt(l.attn.q_norm.as_deref(), hd)?,
-                k_norm: opt(l.attn.k_norm.as_deref(), hd)?,
-            });
-        }
+        let layers = p
+            .layers
+            .iter()
+            .zip(&views)
+            .map(|(b, l)| {
+                Ok(CpuLayer {
+                    attn: l.attn.clone(),
+                    norms: LayerNorms::load(p, &b.norms, l.attn)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Model {
             options: *options,
             exec,
@@ -175,7 +158,7 @@ impl Model {
             token_embd: p.token_embd.clone(),
             source: p.weights.clone(),
             layers,
-            output_norm: norm(&p.output_norm, p.n_embd)?,
+            output_norm: norm_weights(p, &p.output_norm, p.n_embd)?,
             kernels,
             host: Kernels::detect(),
             dispatches: Arc::new(AtomicU64::new(0)),

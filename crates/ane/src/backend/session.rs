@@ -6,7 +6,7 @@ use anedvd_cpu::attention::{attend, encode_positions, KvCache, RopeTables};
 use anedvd_cpu::kernels::{add, rms_norm, softcap};
 use anedvd_graph::dump::Dump;
 use anedvd_graph::intermediate as names;
-use anedvd_graph::{Error, LogitsMode, Result, Session};
+use anedvd_graph::{validate_forward, LogitsMode, Result, Session};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -65,23 +65,23 @@ impl SimSession {
             Variant::Split => {
                 for (i, l) in m.layers.iter().enumerate() {
                     let li = Some(i);
-                    let h = norm(&x, &l.attn_norm, m.eps);
+                    let h = norm(&x, &l.norms.attn, m.eps);
                     Dump::put_opt(dump, li, names::ATTN_NORM, &h, n);
                     let qkv = m.dispatch(m.find(|k| *k == KernelKind::Qkv { layer: i })?, &h, n)?;
                     let att = self.attend(i, &qkv, pos0, n, dump);
                     let mut o =
                         m.dispatch(m.find(|k| *k == KernelKind::AttnOut { layer: i })?, &att, n)?;
-                    if let Some(w) = &l.post_attn_norm {
+                    if let Some(w) = &l.norms.post_attn {
                         o = norm(&o, w, m.eps);
                     }
                     Dump::put_opt(dump, li, names::ATTN_OUT, &o, n);
                     add(&mut x, &o);
                     Dump::put_opt(dump, li, names::FFN_INP, &x, n);
-                    let h = norm(&x, &l.ffn_norm, m.eps);
+                    let h = norm(&x, &l.norms.ffn, m.eps);
                     Dump::put_opt(dump, li, names::FFN_NORM, &h, n);
                     let mut f =
                         m.dispatch(m.find(|k| *k == KernelKind::Ffn { layer: i })?, &h, n)?;
-                    if let Some(w) = &l.post_ffn_norm {
+                    if let Some(w) = &l.norms.post_ffn {
                         f = norm(&f, w, m.eps);
                     }
                     Dump::put_opt(dump, li, names::FFN_OUT, &f, n);
@@ -176,10 +176,9 @@ impl SimSession {
         if i == 0 {
             self.rope_tables.new_pass();
         }
-        let norms = (l.q_norm.as_deref(), l.k_norm.as_deref());
         encode_positions(
             &l.attn,
-            norms,
+            l.norms.qk(),
             m.eps,
             &mut q,
             &mut k,
@@ -208,24 +207,10 @@ impl SimSession {
 impl Session for SimSession {
     fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
         let n_vocab = self.model.n_vocab;
-        if tokens.is_empty() {
-            return match mode {
-                LogitsMode::None => Ok(&[]),
-                _ => Err(Error::InvalidArgument(
-                    "forward with no tokens cannot return logits".into(),
-                )),
-            };
-        }
-        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::TokenOutOfRange { token, n_vocab });
+        if !validate_forward(tokens, mode, self.pos, self.max_seq, n_vocab)? {
+            return Ok(&[]);
         }
         let needed = self.pos + tokens.len();
-        if needed > self.max_seq {
-            return Err(Error::ContextOverflow {
-                needed,
-                max_seq: self.max_seq,
-            });
-        }
         let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
         let w = self.model.options.width;
         let n_chunks = tokens.len().div_ceil(w);

@@ -220,6 +220,10 @@ pub struct Report {
     pub architecture: BTreeMap<&'static str, Value>,
     /// Tokenizer fields found in the metadata or next to the model.
     pub tokenizer: BTreeMap<&'static str, Value>,
+    /// What a user should know about how the model will be read
+    /// (`anedvd_model::notes`), e.g. a Mistral GGUF without its window.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 fn build_report(
@@ -265,6 +269,7 @@ fn build_report(
         totals,
         architecture: architecture(source.metadata(), model.kind),
         tokenizer: tokenizer(source.metadata(), model.dir.as_deref()),
+        notes: anedvd_model::notes(source, &Default::default()),
     }
 }
 

@@ -1,0 +1,54 @@
+//! The RMS-norm weights of a model, decoded once with the program's weight
+//! offset folded in (Gemma HF files store `w` for a `(1 + w)` norm) — shared
+//! by this crate's decoder and the ANE backend's host side.
+
+use crate::matmul::vector;
+use anedvd_graph::{Attention, DecoderProgram, NormPlacement, Result};
+
+/// The norm `name` of `len` values, offset folded in.
+pub fn norm_weights(p: &DecoderProgram, name: &str, len: usize) -> Result<Vec<f32>> {
+    let mut v = vector(p.weights.as_ref(), name, len)?;
+    let offset = p.norm.weight_offset;
+    if offset != 0.0 {
+        v.iter_mut().for_each(|x| *x += offset);
+    }
+    Ok(v)
+}
+
+/// Every norm of one attention block.
+pub struct LayerNorms {
+    /// Before attention.
+    pub attn: Vec<f32>,
+    /// After attention (sandwich norms).
+    pub post_attn: Option<Vec<f32>>,
+    /// Before the feed-forward part.
+    pub ffn: Vec<f32>,
+    /// After the feed-forward part (sandwich norms).
+    pub post_ffn: Option<Vec<f32>>,
+    /// Per-head query norm.
+    pub q: Option<Vec<f32>>,
+    /// Per-head key norm.
+    pub k: Option<Vec<f32>>,
+}
+
+impl LayerNorms {
+    /// Decodes the norms of a block placed as `norms` around `attn`.
+    pub fn load(p: &DecoderProgram, norms: &NormPlacement, attn: &Attention) -> Result<Self> {
+        let d = p.n_embd;
+        let opt = |name: Option<&str>, len| name.map(|n| norm_weights(p, n, len)).transpose();
+        let ((attn_norm, post_attn), (ffn, post_ffn)) = norms.split();
+        Ok(LayerNorms {
+            attn: norm_weights(p, attn_norm, d)?,
+            post_attn: opt(post_attn, d)?,
+            ffn: norm_weights(p, ffn, d)?,
+            post_ffn: opt(post_ffn, d)?,
+            q: opt(attn.q_norm.as_deref(), attn.head_dim)?,
+            k: opt(attn.k_norm.as_deref(), attn.head_dim)?,
+        })
+    }
+
+    /// `(q, k)` norms as [`crate::attention::encode_positions`] takes them.
+    pub fn qk(&self) -> (Option<&[f32]>, Option<&[f32]>) {
+        (self.q.as_deref(), self.k.as_deref())
+    }
+}
