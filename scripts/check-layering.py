@@ -98,6 +98,31 @@ def parse_table(text, doc_name=DOC_REL):
     return table, errors
 
 
+# The HTTP/async stack stays above the engine: only these crates may depend
+# (normal or build) on these external packages (docs/architecture.md says so).
+ASYNC_PACKAGES = {"tokio", "axum", "hyper", "tower", "tower-http"}
+ASYNC_CRATES = {"server", "cli"}
+
+
+def async_violations(metadata, doc_name=DOC_REL):
+    """Lines for crates outside ASYNC_CRATES that depend on ASYNC_PACKAGES."""
+    members = set(metadata.get("workspace_members") or [])
+    errors = []
+    for p in metadata["packages"]:
+        if members and p["id"] not in members:
+            continue
+        crate = crate_dir_name(p["manifest_path"])
+        if crate in ASYNC_CRATES:
+            continue
+        for dep in p.get("dependencies", []):
+            if dep.get("kind") in (None, "build") and dep["name"] in ASYNC_PACKAGES:
+                errors.append(
+                    f"layering: {crate} -> {dep['name']}: only {', '.join(sorted(ASYNC_CRATES))} "
+                    f"may use the async/HTTP stack; see {doc_name}"
+                )
+    return sorted(errors)
+
+
 def crate_dir_name(manifest_path):
     return os.path.basename(os.path.dirname(os.path.abspath(manifest_path)))
 
@@ -168,6 +193,7 @@ def run(metadata, doc_text, doc_name=DOC_REL):
     errors = [f"layering: {e}" for e in errors]
     graph = actual_graph(metadata)
     errors += check(table, graph, doc_name)
+    errors += async_violations(metadata, doc_name)
     if errors:
         return False, errors
     arrows = sum(len(d) for d in graph.values())
@@ -306,6 +332,14 @@ def self_test():
     rows = good_rows[:-1] + ["cli -> cpu, gguf, graph"]
     expect("stale arrow", synthetic_metadata(root, good_graph), synthetic_doc(rows), False,
            ["layering: cli -> graph is allowed but not used"])
+
+    # 4b. The async stack below server/cli.
+    m = synthetic_metadata(root, good_graph)
+    cpu = next(p for p in m["packages"] if p["name"] == "anedvd-cpu")
+    cpu["dependencies"].append({"name": "tokio", "source": "registry+https://github.com/rust-lang/crates.io-index",
+                                "kind": None, "target": None})
+    expect("tokio below the server", m, synthetic_doc(good_rows), False,
+           ["layering: cpu -> tokio: only cli, server may use the async/HTTP stack"])
 
     # 5. No marker block at all.
     expect("missing markers", synthetic_metadata(root, good_graph), "# Architecture\n", False,

@@ -12,6 +12,6 @@ pub mod lower;
 pub mod runtime;
 
 pub use backend::{
-    AneBackend, AneExecutable, AneSimBackend, AneSimExecutable, CompileReport, DriverKind,
-    LowerOptions, Variant, DEFAULT_COMPILE_BUDGET,
+    AneBackend, AneExecutable, AneSimBackend, CompileReport, DriverKind, LowerOptions, Variant,
+    DEFAULT_COMPILE_BUDGET,
 };

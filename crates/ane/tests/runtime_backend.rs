@@ -6,31 +6,21 @@
 
 use anedvd_ane::backend::selftest::{argmax, max_rel};
 use anedvd_ane::{AneBackend, AneSimBackend, DriverKind, LowerOptions, Variant};
-use anedvd_base::WeightSource;
 use anedvd_cpu::CpuBackend;
 use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode};
+use anedvd_testkit::fixtures::{self, Format};
 use serde_json::Value;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Acceptance bound on max|Δ| / max|reference| of the last logits (as in families.rs).
 const MAX_REL: f64 = 0.02;
 
-fn dir(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/models")
-        .join(family)
-}
-
 fn reference(family: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir(family).join("reference.json")).unwrap())
-        .unwrap()
+    fixtures::reference(family).json
 }
 
 fn program(family: &str) -> DecoderProgram {
-    let opened = anedvd_weights::open(dir(family).join("model-f32.gguf")).unwrap();
-    let src: Arc<dyn WeightSource> = Arc::from(opened.source);
-    anedvd_model::load(src, &Default::default()).unwrap().1
+    fixtures::program(family, Format::GgufF32)
 }
 
 fn values(v: &Value) -> Vec<f64> {

@@ -5,8 +5,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use anedvd_ane::backend::check::pseudo_random;
+use anedvd_testkit::fixtures::{self, Format};
 
 use anedvd_ane::lower::{lower, LowerOptions, Variant};
 use anedvd_ane::runtime::{ProgramSource, Runtime, SimDriver};
@@ -14,11 +14,7 @@ use anedvd_base::WeightSource;
 use anedvd_mil::sim::{Simulator, Tensor};
 
 fn program() -> anedvd_graph::DecoderProgram {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/models/qwen2/model-f32.gguf");
-    let opened = anedvd_weights::open(path).unwrap();
-    let src: Arc<dyn WeightSource> = Arc::from(opened.source);
-    anedvd_model::load(src, &Default::default()).unwrap().1
+    fixtures::program("qwen2", Format::GgufF32)
 }
 
 /// An f32 tensor straight from the GGUF bytes (ggml shape `[cols, rows]`).
@@ -31,18 +27,6 @@ fn f32_tensor(src: &dyn WeightSource, name: &str) -> (Vec<f32>, usize) {
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
     (v, t.info.shape[0] as usize)
-}
-
-fn lcg(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(7);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 #[test]
@@ -73,7 +57,7 @@ fn lowered_qkv_matches_f32_matmul_over_gguf_tensors() {
     let cout = bias.len();
     assert_eq!(cout, k.out_channels);
     assert!(bias.iter().any(|&b| b != 0.0), "qwen2 has q/k/v biases");
-    let x = lcg(11, d * w);
+    let x = pseudo_random(11, d * w);
     let mut rt = Runtime::new(SimDriver::new());
     let mut kern = rt
         .prepare(&ProgramSource::from_program(&k.program, &k.weights))
@@ -109,7 +93,7 @@ fn every_lowered_kernel_runs_identically_through_the_runtime() {
         let w = o.width;
         let mut rt = Runtime::new(SimDriver::new());
         for k in lower(&p, &o).unwrap().kernels {
-            let x = lcg(n as u64, k.in_channels * w);
+            let x = pseudo_random(n as u64, k.in_channels * w);
             let mut kern = rt
                 .prepare(&ProgramSource::from_program(&k.program, &k.weights))
                 .unwrap();
@@ -157,7 +141,7 @@ fn programs_prepare_a_whole_lowering_once_and_dispatch_by_name() {
         "one compile per program"
     );
     for (i, k) in l.kernels.iter().enumerate() {
-        let x = lcg(100 + i as u64, k.in_channels * o.width);
+        let x = pseudo_random(100 + i as u64, k.in_channels * o.width);
         for _ in 0..2 {
             let y = progs.run(&k.name, &x).unwrap();
             assert_eq!(y.len(), k.out_channels * o.width, "{}", k.name);

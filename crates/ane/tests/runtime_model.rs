@@ -6,17 +6,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use anedvd_ane::lower::{lower, KernelKind, LowerOptions, Variant};
 use anedvd_ane::runtime::{ProgramSource, Programs, Runtime, SimDriver};
 use anedvd_base::WeightSource;
 use anedvd_graph::{DecoderProgram, NormPlacement, RopePairing};
-
-fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/models/qwen2")
-}
+use anedvd_testkit::fixtures::{self, Format};
 
 fn f32s(src: &dyn WeightSource, name: &str) -> Vec<f32> {
     let t = src.tensor(name).unwrap();
@@ -189,9 +183,7 @@ fn forward(
 
 #[test]
 fn tiny_qwen2_through_the_runtime_matches_hf_logits() {
-    let opened = anedvd_weights::open(dir().join("model-f32.gguf")).unwrap();
-    let src: Arc<dyn WeightSource> = Arc::from(opened.source);
-    let p = anedvd_model::load(src, &Default::default()).unwrap().1;
+    let p = fixtures::program("qwen2", Format::GgufF32);
     let o = LowerOptions {
         variant: Variant::Split,
         vocab_slice: 128, // several lm_head programs
@@ -210,9 +202,7 @@ fn tiny_qwen2_through_the_runtime_matches_hf_logits() {
             )
             .unwrap();
     }
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir().join("reference.json")).unwrap())
-            .unwrap();
+    let r = fixtures::reference("qwen2").json;
     let ids: Vec<u32> = r["prompt_ids"]
         .as_array()
         .unwrap()

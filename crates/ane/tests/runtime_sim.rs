@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use anedvd_ane::backend::check::pseudo_random;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,21 +16,6 @@ use anedvd_mil::builder::{program, FunctionBuilder};
 use anedvd_mil::ir::DType;
 
 const W_KEY: &str = "@model_path/weights/w.bin";
-
-/// Deterministic pseudo-random values in [-1, 1).
-fn lcg(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// `y[1, cout, 1, s] = W[cout, cin] · x[1, cin, 1, s]` as a 1×1 conv.
 fn projection(cin: usize, cout: usize, s: usize, w: &[f32]) -> ProgramSource {
@@ -82,8 +68,8 @@ fn sim_runtime_is_send() {
 fn projection_matches_cpu_matmul_at_every_width() {
     let (cin, cout) = (64, 48);
     for s in [1usize, 16, 32, 64] {
-        let w = lcg(1, cout * cin);
-        let x = lcg(2 + s as u64, cin * s);
+        let w = pseudo_random(1, cout * cin);
+        let x = pseudo_random(2 + s as u64, cin * s);
         let mut rt = Runtime::new(SimDriver::new());
         let mut k = rt.prepare(&projection(cin, cout, s, &w)).unwrap();
         let l = &k.attributes().inputs[0];
@@ -122,14 +108,14 @@ fn projection_matches_cpu_matmul_at_every_width() {
 fn a_wrong_weight_layout_is_caught() {
     // Transposed weights (W^T) must not pass the same comparison: the test can fail.
     let (cin, cout, s) = (32, 32, 32);
-    let w = lcg(7, cout * cin);
+    let w = pseudo_random(7, cout * cin);
     let mut wt = vec![0f32; w.len()];
     for o in 0..cout {
         for i in 0..cin {
             wt[i * cout + o] = w[o * cin + i];
         }
     }
-    let x = lcg(8, cin * s);
+    let x = pseudo_random(8, cin * s);
     let mut rt = Runtime::new(SimDriver::new());
     let mut k = rt.prepare(&projection(cin, cout, s, &wt)).unwrap();
     let got = rt.run(&mut k, &[("x", &x)]).unwrap().remove(0).1;
@@ -370,7 +356,7 @@ fn path_traversal_weight_keys_are_rejected() {
     let base = tempfile::tempdir().unwrap();
     let inner = base.path().join("models");
     let (cin, cout, s) = (32, 32, 32);
-    let w = lcg(3, cin * cout);
+    let w = pseudo_random(3, cin * cout);
     let good = projection(cin, cout, s, &w);
     let blob = good.weights[W_KEY].clone();
     for key in [
@@ -403,7 +389,7 @@ fn path_traversal_weight_keys_are_rejected() {
 #[test]
 fn model_directory_is_written_and_removed() {
     let base = tempfile::tempdir().unwrap();
-    let w = lcg(4, 32 * 32);
+    let w = pseudo_random(4, 32 * 32);
     let src = projection(32, 32, 32, &w);
     let mut d = SimDriver::new().with_model_dir(base.path());
     let m = d.compile(&src).unwrap();

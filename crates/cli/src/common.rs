@@ -232,7 +232,11 @@ pub fn load_engine(path: &Path, options: &LoadOptions, quiet: bool) -> Result<En
         bar.set_message(stage.describe());
     });
     bar.finish_and_clear();
-    engine.context("cannot load the model")
+    let engine = engine.context("cannot load the model")?;
+    for note in &engine.notes {
+        eprintln!("note: {note}");
+    }
+    Ok(engine)
 }
 
 /// Physical cores are what matter for matrix-vector work; without a portable

@@ -7,7 +7,8 @@ use crate::qkernels::Kernels;
 use crate::NAME;
 use anedvd_base::WeightSource;
 use anedvd_graph::{
-    Activation, Attention, Block, DecoderProgram, DenseFfn, Error, FeedForward, Mixer, Result,
+    Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, Error, FeedForward,
+    Mixer, Result,
 };
 use std::sync::Arc;
 
@@ -107,7 +108,13 @@ impl Model {
                 wk,
                 wv,
                 wo,
-                bias,
+                bias:
+                    AttentionBias {
+                        q: bq,
+                        k: bk,
+                        v: bv,
+                        o: bo,
+                    },
                 q_norm: _,
                 k_norm: _,
             } = attn;
@@ -124,10 +131,10 @@ impl Model {
             let (q, kv) = (attn.q_dim(), attn.kv_dim());
             layers.push(Layer {
                 norms: LayerNorms::load(p, norms, attn)?,
-                bq: opt_vec(&bias.q, q)?,
-                bk: opt_vec(&bias.k, kv)?,
-                bv: opt_vec(&bias.v, kv)?,
-                bo: opt_vec(&bias.o, d)?,
+                bq: opt_vec(bq, q)?,
+                bk: opt_vec(bk, kv)?,
+                bv: opt_vec(bv, kv)?,
+                bo: opt_vec(bo, d)?,
                 wq: matrix(wq)?,
                 wk: matrix(wk)?,
                 wv: matrix(wv)?,

@@ -36,7 +36,21 @@ impl LayerNorms {
     pub fn load(p: &DecoderProgram, norms: &NormPlacement, attn: &Attention) -> Result<Self> {
         let d = p.n_embd;
         let opt = |name: Option<&str>, len| name.map(|n| norm_weights(p, n, len)).transpose();
-        let ((attn_norm, post_attn), (ffn, post_ffn)) = norms.split();
+        // no catch-all: a new placement is a compile error here
+        let (attn_norm, post_attn, ffn, post_ffn) = match norms {
+            NormPlacement::Pre { mixer, ffn } => (mixer, None, ffn, None),
+            NormPlacement::Sandwich {
+                mixer,
+                post_mixer,
+                ffn,
+                post_ffn,
+            } => (
+                mixer,
+                Some(post_mixer.as_str()),
+                ffn,
+                Some(post_ffn.as_str()),
+            ),
+        };
         Ok(LayerNorms {
             attn: norm_weights(p, attn_norm, d)?,
             post_attn: opt(post_attn, d)?,

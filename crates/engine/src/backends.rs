@@ -67,14 +67,22 @@ impl BackendOptions {
     }
 }
 
+/// The ANE runtime backend on `driver` configured by `options` (its host
+/// side on the CPU options' instruction set).
+pub fn ane_backend(driver: DriverKind, options: &BackendOptions) -> AneBackend {
+    AneBackend::new(options.lowering, driver)
+        .with_compile_budget(options.compile_budget)
+        .with_host_isa(options.cpu.isa)
+}
+
 /// Builds the backend `choice` configured by `options`.
 pub fn build_backend(choice: BackendChoice, options: &BackendOptions) -> Result<Box<dyn Backend>> {
     Ok(match choice {
         BackendChoice::Cpu => Box::new(CpuBackend::with_options(options.cpu)?),
-        BackendChoice::AneSim => Box::new(AneSimBackend::new(options.lowering)),
-        BackendChoice::Ane(driver) => Box::new(
-            AneBackend::new(options.lowering, driver).with_compile_budget(options.compile_budget),
-        ),
+        BackendChoice::AneSim => {
+            Box::new(AneSimBackend::new(options.lowering).with_host_isa(options.cpu.isa))
+        }
+        BackendChoice::Ane(driver) => Box::new(ane_backend(driver, options)),
     })
 }
 

@@ -75,6 +75,9 @@ pub struct Engine {
     pub format: ModelFormat,
     /// Time taken by [`Engine::load`].
     pub load_time: Duration,
+    /// What a user should know about how the model was read
+    /// (`anedvd_model::notes`), e.g. a Mistral GGUF without its window.
+    pub notes: Vec<String>,
     executable: Box<dyn Executable>,
     weights: Arc<dyn WeightSource>,
 }
@@ -139,6 +142,7 @@ impl Engine {
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_default()
             });
+        let notes = anedvd_model::notes(weights.as_ref(), &options.overrides);
         Ok(Engine {
             config,
             tokenizer,
@@ -147,6 +151,7 @@ impl Engine {
             path: path.to_path_buf(),
             format: opened.kind,
             load_time: start.elapsed(),
+            notes,
             executable,
             weights,
         })

@@ -85,7 +85,9 @@ pub enum NormPlacement {
 }
 
 impl NormPlacement {
-    /// `(pre, post)` norm names of the mixer and of the feed-forward part.
+    /// `(pre, post)` norm names of the mixer and of the feed-forward part
+    /// (for tools and tests; backends match [`NormPlacement`] themselves, so
+    /// that a new placement is a compile error there).
     #[allow(clippy::type_complexity)]
     pub fn split(&self) -> ((&str, Option<&str>), (&str, Option<&str>)) {
         match self {

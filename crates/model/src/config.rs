@@ -467,6 +467,7 @@ fn sliding_layers(r: &Reader<'_>, n_layer: usize, has_window: bool) -> Result<Ve
     Ok(match r.family.quirks.sliding {
         SlidingDefault::None => vec![false; n_layer],
         SlidingDefault::AllLayers => vec![true; n_layer],
+        SlidingDefault::AllLayersInGguf => vec![r.format == SourceFormat::Gguf; n_layer],
         SlidingDefault::Pattern(default) => {
             let period = r.usize(Param::SlidingWindowPattern)?.unwrap_or(default);
             (0..n_layer)

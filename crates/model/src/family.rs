@@ -401,6 +401,10 @@ pub enum SlidingDefault {
     None,
     /// Every layer slides when a window is set (Mistral).
     AllLayers,
+    /// Every layer slides when a GGUF sets a window (Mistral GGUFs have
+    /// architecture `llama`); HF configs never slide (transformers'
+    /// `LlamaAttention` ignores a `sliding_window` key).
+    AllLayersInGguf,
     /// Layer `i` slides unless `i % period == period - 1` (Gemma 2: 2, Gemma 3: 6);
     /// `sliding_window_pattern` in the metadata overrides the period.
     Pattern(usize),

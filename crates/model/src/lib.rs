@@ -146,7 +146,8 @@ pub fn load(
 }
 
 /// Things about how `source` is read under `overrides` that a user should
-/// know, one sentence each (`inspect` and the CLI's loaders print them):
+/// know, one sentence each (`inspect` prints them, the CLI's loaders print
+/// them to stderr as `note: ...`):
 /// today, a Mistral model converted to GGUF architecture `llama` without
 /// `llama.attention.sliding_window` (llama.cpp's converter drops it) runs
 /// with full attention on every layer.

@@ -6,6 +6,7 @@
 //! not run refused by name. Bounds: `anedvd_testkit::tolerance`.
 #![allow(clippy::unwrap_used)]
 
+use anedvd_ane::backend::check::pseudo_random;
 use anedvd_graph::{
     Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, Error, ExpertTensors,
     FeedForward, LogitsMode, MemorySource, Mixer, MoeFfn, NormPlacement, NormSpec, PerLayerInput,
@@ -16,16 +17,6 @@ use anedvd_testkit::fixtures::{self, Format};
 use anedvd_testkit::tolerance::{self, Tolerance};
 use anedvd_testkit::{argmax, cosine, max_rel, oracle};
 use std::sync::Arc;
-
-/// Which formats each backend runs in the suite: the runtime path on the
-/// simulated driver executes the same programs as ane-sim, so one format
-/// shows its binding and dispatch are right.
-fn formats(backend: TestBackend) -> &'static [Format] {
-    match backend {
-        TestBackend::AneSimDriver(_) => &[Format::GgufF32],
-        _ => &Format::ALL,
-    }
-}
 
 /// Compares `rows` (one logits row per prompt position) with the
 /// reference's; returns a failure message, if any.
@@ -94,7 +85,7 @@ fn families_match_transformers_on_every_backend() {
     for family in fixtures::families() {
         let r = fixtures::reference(family);
         for backend in TestBackend::ALL {
-            for &format in formats(backend) {
+            for format in Format::ALL {
                 let tag = format!("{family}/{}/{}", format.name(), backend.name());
                 let t = tolerance::against_transformers(backend, format);
                 let p = fixtures::program(family, format);
@@ -172,19 +163,16 @@ fn cpu_gguf_logits_match_llamacpp() {
 const D: usize = 64;
 const VOCAB: usize = 96;
 
-/// Deterministic values in `[-scale, scale] + bias`.
+/// Deterministic tensors: each draw takes the next seed.
 struct Lcg(u64);
 
 impl Lcg {
+    /// `n` values in `[-scale, scale) + bias`.
     fn vec(&mut self, n: usize, scale: f32, bias: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                self.0 = self
-                    .0
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                (((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0) * scale + bias
-            })
+        self.0 += 1;
+        pseudo_random(self.0, n)
+            .into_iter()
+            .map(|v| v * scale + bias)
             .collect()
     }
 }

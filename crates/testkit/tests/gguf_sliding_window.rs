@@ -102,3 +102,26 @@ fn notes_say_when_a_mistral_gguf_lacks_the_window() {
         Arc::new(GgufFile::open(fixtures::path("llama", Format::GgufF32)).unwrap());
     assert!(note(llama).is_empty());
 }
+
+/// transformers' `LlamaAttention` has no window: an HF llama config that
+/// carries a `sliding_window` key (some derived checkpoints do) must not
+/// slide, while the same key in a llama-architecture GGUF means Mistral.
+#[test]
+fn an_hf_llama_config_with_a_window_key_does_not_slide() {
+    let src = fixtures::dir("llama");
+    let dir = std::env::temp_dir().join(format!("anedvd-llama-window-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut config = fixtures::hf_config("llama");
+    config["sliding_window"] = serde_json::json!(4);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let opened = anedvd_weights::open(&dir).unwrap();
+    let source: Arc<dyn WeightSource> = Arc::from(opened.source);
+    let (cfg, p) = anedvd_model::load(source, &ConfigOverrides::default()).unwrap();
+    assert_eq!(cfg.sliding_window, Some(4));
+    assert!(p
+        .layers
+        .iter()
+        .all(|b| b.attention().unwrap().window.is_none()));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -37,6 +37,13 @@ fn lcg(seed: &mut u64) -> f32 {
     ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
 }
 
+/// `n` deterministic pseudo-random values in [-1, 1) from `seed` (inputs of
+/// checks, probes and tests; the same seed always gives the same values).
+pub fn pseudo_random(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..n).map(|_| lcg(&mut s)).collect()
+}
+
 /// `y[t] = W·x[t] (+ b)` for `n` rows; `w` is `[out, in]` row-major.
 fn matmul(w: &[f32], b: Option<&[f32]>, x: &[f32], cin: usize, out: usize) -> Vec<f32> {
     let mut y = Vec::with_capacity(x.len() / cin * out);

@@ -1,6 +1,7 @@
-//! The ane-sim backend: the ANE lowering (`anedvd_ane::lower`) executed by the
-//! MIL fp16 simulator (`anedvd_mil::sim`), behind the same
-//! `Backend` trait as the CPU backend.
+//! The two backends that run the ANE lowering (`crate::lower`) behind the
+//! same `Backend` trait as the CPU backend: `ane-sim` executes every program
+//! on the MIL fp16 simulator (`anedvd_mil::sim`), `ane` goes through the ANE
+//! runtime on a driver.
 //!
 //! # The split between "ANE" and CPU
 //!
@@ -9,7 +10,7 @@
 //! | where | what |
 //! |---|---|
 //! | ANE (simulated) | every lowered program: q/k/v, output and FFN projections as 1×1 convs (biases added inside), the gated activation; in the fused variant also every RMSNorm (attention, FFN, post-attention, post-FFN, final), both residual adds, and the lm_head slices |
-//! | CPU (f32) | token-embedding lookup and its scale, per-head q/k RMSNorm, RoPE, the KV cache, attention scores, soft-cap, softmax over keys and the weighted sum of values; the final-logit soft-cap; in the split variant also the RMSNorms and residual adds |
+//! | CPU (f32, f16 KV cache) | token-embedding lookup and its scale, per-head q/k RMSNorm, RoPE, the KV cache, attention scores, soft-cap, softmax over keys and the weighted sum of values; the final-logit soft-cap; in the split variant also the RMSNorms and residual adds |
 //!
 //! Each program is printed to MIL text, parsed back and checked against the
 //! ANE rule table when the executable is compiled, so what runs is what the
@@ -18,10 +19,11 @@
 //! chunk's tokens in columns `0..n` of the `[1, C, 1, W]` input (decode fills
 //! column 0) and the other columns zero.
 //!
-//! CPU helpers are reused from `anedvd_cpu::kernels` (`rms_norm`,
-//! `rms_norm_inplace`, `rope_row`, `rope_cos_sin`, `softcap`, `softmax`,
-//! `dot`, `axpy`); attention and the KV cache (f32) are this crate's own
-//! (the CPU crate's are private).
+//! The host side is the CPU backend's own code, not a copy: q/k norm and
+//! RoPE (`anedvd_cpu::attention::encode_positions`), the f16 KV cache and
+//! attention (`KvCache`, `attend`), the norm weights (`anedvd_cpu::norms`)
+//! and row ops (`anedvd_cpu::kernels`), on the kernels of
+//! [`AneSimBackend::host_isa`] / [`AneBackend::host_isa`].
 //!
 //! In the fused variant the residual stream crosses the ANE divided by
 //! `LowerOptions::residual_scale` (fp16 overflows on real residuals); the
@@ -68,14 +70,12 @@ pub mod worker;
 
 pub use crate::lower::{LowerOptions, Variant};
 pub use crate::runtime::DEFAULT_COMPILE_BUDGET;
-pub use model::AneSimExecutable;
+pub use model::AneExecutable;
 pub use worker::{CompileReport, DriverKind};
-
-/// The executable of both backends ([`AneSimBackend`], [`AneBackend`]).
-pub type AneExecutable = AneSimExecutable;
 
 use model::Exec;
 
+use anedvd_cpu::IsaCap;
 use anedvd_graph::{Backend, DecoderProgram, Executable, Result};
 
 /// Errors of this crate (converted to `anedvd_graph::Error::Backend` at the trait boundary).
@@ -152,19 +152,31 @@ impl From<Error> for anedvd_graph::Error {
 pub struct AneSimBackend {
     /// Lowering options (width, variant, vocabulary slice).
     pub options: LowerOptions,
+    /// Most capable instruction set of the host-side CPU kernels.
+    pub host_isa: IsaCap,
 }
 
 impl AneSimBackend {
-    /// A backend lowering with `options`.
+    /// A backend lowering with `options`; host kernels per `ANEDVD_KERNELS`,
+    /// else the best this CPU has.
     pub fn new(options: LowerOptions) -> Self {
-        AneSimBackend { options }
+        AneSimBackend {
+            options,
+            host_isa: IsaCap::from_env().unwrap_or_default(),
+        }
+    }
+
+    /// Sets the host kernels' instruction-set cap.
+    pub fn with_host_isa(mut self, isa: IsaCap) -> Self {
+        self.host_isa = isa;
+        self
     }
 
     /// Like [`Backend::compile`] but returns the concrete executable (for
     /// its dispatch counters).
-    pub fn compile_sim(&self, program: &DecoderProgram) -> Result<AneSimExecutable> {
+    pub fn compile_sim(&self, program: &DecoderProgram) -> Result<AneExecutable> {
         program.validate()?;
-        AneSimExecutable::new(program, &self.options, Exec::Direct)
+        AneExecutable::new(program, &self.options, Exec::Direct, self.host_isa)
     }
 }
 
@@ -190,6 +202,8 @@ pub struct AneBackend {
     /// Compiles this backend's runtime allows (counted from the driver's
     /// compiles so far; the private driver counts the whole process).
     pub compile_budget: u32,
+    /// Most capable instruction set of the host-side CPU kernels.
+    pub host_isa: IsaCap,
 }
 
 impl AneBackend {
@@ -200,7 +214,14 @@ impl AneBackend {
             options,
             driver,
             compile_budget: DEFAULT_COMPILE_BUDGET,
+            host_isa: IsaCap::from_env().unwrap_or_default(),
         }
+    }
+
+    /// Sets the host kernels' instruction-set cap.
+    pub fn with_host_isa(mut self, isa: IsaCap) -> Self {
+        self.host_isa = isa;
+        self
     }
 
     /// Sets the compile budget.
@@ -214,10 +235,11 @@ impl AneBackend {
     /// program is compiled and loaded here, on the runtime thread.
     pub fn compile_ane(&self, program: &DecoderProgram) -> Result<AneExecutable> {
         program.validate()?;
-        AneSimExecutable::new(
+        AneExecutable::new(
             program,
             &self.options,
             Exec::Runtime(self.driver, self.compile_budget),
+            self.host_isa,
         )
     }
 }

@@ -1,6 +1,6 @@
 //! The compiled model: kernels printed → parsed → rule-checked, plus the CPU-side vectors.
 
-use super::session::SimSession;
+use super::session::AneSession;
 use super::worker::{CompileReport, DriverKind, Opened, Worker};
 use super::Error;
 use crate::lower::{self, tensors, KernelKind, LowerOptions, Lowered, Variant};
@@ -8,6 +8,7 @@ use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
 use anedvd_cpu::norms::{norm_weights, LayerNorms};
 use anedvd_cpu::qkernels::Kernels;
+use anedvd_cpu::IsaCap;
 use anedvd_graph::{Attention, DecoderProgram, Executable, Result, Session};
 use anedvd_mil::ir::Program;
 use anedvd_mil::rules::RuleConfig;
@@ -90,7 +91,7 @@ fn mil_err(kernel: &str) -> impl Fn(anedvd_mil::Error) -> Error + '_ {
 }
 
 impl Model {
-    fn new(p: &DecoderProgram, options: &LowerOptions, exec: Exec) -> Result<Self> {
+    fn new(p: &DecoderProgram, options: &LowerOptions, exec: Exec, host: IsaCap) -> Result<Self> {
         // refuse what the lowering cannot run before opening anything,
         // naming this backend
         let views = lower::layer_views(p, exec.backend_name())?;
@@ -99,7 +100,12 @@ impl Model {
             Exec::Direct => None,
             Exec::Runtime(driver, budget) => Some(Opened::open(driver, budget)?),
         };
-        let lowered: Lowered = lower::lower(p, options).map_err(Error::from)?;
+        // lowering errors name the backend that lowers
+        let lowered: Lowered =
+            lower::lower(p, options).map_err(|e| anedvd_graph::Error::Backend {
+                backend: exec.backend_name().into(),
+                message: format!("lowering: {e}"),
+            })?;
         let mut kernels = Vec::with_capacity(lowered.kernels.len());
         let mut sources = Vec::new();
         for (index, k) in lowered.kernels.into_iter().enumerate() {
@@ -160,7 +166,7 @@ impl Model {
             layers,
             output_norm: norm_weights(p, &p.output_norm, p.n_embd)?,
             kernels,
-            host: Kernels::detect(),
+            host: Kernels::capped(host),
             dispatches: Arc::new(AtomicU64::new(0)),
             worker,
         })
@@ -241,14 +247,19 @@ impl Model {
 }
 
 /// A compiled ane-sim program.
-pub struct AneSimExecutable {
+pub struct AneExecutable {
     model: Arc<Model>,
 }
 
-impl AneSimExecutable {
-    pub(crate) fn new(p: &DecoderProgram, options: &LowerOptions, exec: Exec) -> Result<Self> {
-        Ok(AneSimExecutable {
-            model: Arc::new(Model::new(p, options, exec)?),
+impl AneExecutable {
+    pub(crate) fn new(
+        p: &DecoderProgram,
+        options: &LowerOptions,
+        exec: Exec,
+        host: IsaCap,
+    ) -> Result<Self> {
+        Ok(AneExecutable {
+            model: Arc::new(Model::new(p, options, exec, host)?),
         })
     }
 
@@ -296,9 +307,9 @@ impl AneSimExecutable {
     }
 }
 
-impl Executable for AneSimExecutable {
+impl Executable for AneExecutable {
     fn new_session(&self, max_seq: usize) -> Result<Box<dyn Session>> {
-        Ok(Box::new(SimSession::new(self.model.clone(), max_seq)))
+        Ok(Box::new(AneSession::new(self.model.clone(), max_seq)))
     }
 
     fn vocab_size(&self) -> usize {

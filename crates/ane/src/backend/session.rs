@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// One sequence on the ane-sim backend.
-pub(crate) struct SimSession {
+pub(crate) struct AneSession {
     model: Arc<Model>,
     max_seq: usize,
     pos: usize,
@@ -27,14 +27,14 @@ fn norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     out
 }
 
-impl SimSession {
+impl AneSession {
     pub fn new(model: Arc<Model>, max_seq: usize) -> Self {
         let kv = model
             .layers
             .iter()
             .map(|l| KvCache::new(l.attn.n_head_kv, l.attn.head_dim))
             .collect();
-        SimSession {
+        AneSession {
             model,
             max_seq,
             pos: 0,
@@ -204,7 +204,7 @@ impl SimSession {
     }
 }
 
-impl Session for SimSession {
+impl Session for AneSession {
     fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
         let n_vocab = self.model.n_vocab;
         if !validate_forward(tokens, mode, self.pos, self.max_seq, n_vocab)? {

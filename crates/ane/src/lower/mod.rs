@@ -40,7 +40,9 @@ pub mod tensors;
 
 pub use cost::{CostModel, KernelCost};
 
-use anedvd_graph::{Attention, Block, DecoderProgram, DenseFfn, FeedForward, Mixer};
+use anedvd_graph::{
+    Attention, AttentionBias, Block, DecoderProgram, DenseFfn, FeedForward, Mixer, NormPlacement,
+};
 use anedvd_mil::ir::Program;
 use anedvd_mil::sim::Weights;
 
@@ -275,7 +277,13 @@ pub fn layer_views<'a>(
             wk: _,
             wv: _,
             wo: _,
-            bias: _,
+            bias:
+                AttentionBias {
+                    q: _,
+                    k: _,
+                    v: _,
+                    o: _,
+                },
             q_norm: _,
             k_norm: _,
         } = attn;
@@ -288,7 +296,20 @@ pub fn layer_views<'a>(
                 return Err(E::unsupported(backend, "feed-forward", ffn.kind(), i))
             }
         };
-        let ((attn_norm, post_attn_norm), (ffn_norm, post_ffn_norm)) = norms.split();
+        let (attn_norm, post_attn_norm, ffn_norm, post_ffn_norm) = match norms {
+            NormPlacement::Pre { mixer, ffn } => (mixer, None, ffn, None),
+            NormPlacement::Sandwich {
+                mixer,
+                post_mixer,
+                ffn,
+                post_ffn,
+            } => (
+                mixer,
+                Some(post_mixer.as_str()),
+                ffn,
+                Some(post_ffn.as_str()),
+            ),
+        };
         views.push(LayerView {
             attn,
             ffn,
@@ -347,7 +368,10 @@ pub fn lower(program: &DecoderProgram, options: &LowerOptions) -> Result<Lowered
             }
         }
         Variant::Fused => {
-            kernels.push(kernels::qkv(program, options, (0, &views[0]), true)?);
+            let first = views
+                .first()
+                .ok_or_else(|| Error::Options("a program without layers".into()))?;
+            kernels.push(kernels::qkv(program, options, (0, first), true)?);
             for (i, l) in views.iter().enumerate() {
                 kernels.push(kernels::fused_layer(
                     program,

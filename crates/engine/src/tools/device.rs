@@ -3,6 +3,7 @@
 //! against activation width), on the private framework or the simulated driver.
 
 use crate::{DriverKind, Error, Result};
+use anedvd_ane::backend::check::pseudo_random;
 use anedvd_ane::runtime::private::{self, PrivateDriver};
 use anedvd_ane::runtime::{Driver, ProgramSource, Runtime, SimDriver, DEFAULT_COMPILE_BUDGET};
 use anedvd_mil::blob::{BlobLayout, BlobWriter};
@@ -108,8 +109,8 @@ pub fn probe(driver: DriverKind, size: usize, width: usize, iters: u32) -> Resul
 
 fn probe_on<D: Driver>(mut rt: Runtime<D>, n: usize, w: usize, iters: u32) -> Result<ProbeReport> {
     check_shape(n, w)?;
-    let weights = lcg(1, n * n);
-    let x = lcg(2, n * w);
+    let weights = pseudo_random(1, n * n);
+    let x = pseudo_random(2, n * w);
     let src = projection(n, w, &weights)?;
     let t0 = Instant::now();
     let mut k = rt.prepare(&src)?;
@@ -203,11 +204,11 @@ fn width_on<D: Driver>(
         )));
     }
     let simulated = rt.driver().name() == "sim";
-    let weights = lcg(1, n * n);
+    let weights = pseudo_random(1, n * n);
     let mut rows = Vec::with_capacity(widths.len());
     for &w in widths {
         check_shape(n, w)?;
-        let x = lcg(2, n * w);
+        let x = pseudo_random(2, n * w);
         let mut k = rt.prepare(&projection(n, w, &weights)?)?;
         rt.run(&mut k, &[("x", &x)])?; // warm-up, not timed below
         let warm = k.stats();
@@ -226,19 +227,6 @@ fn width_on<D: Driver>(
         rt.release(k);
     }
     Ok(WidthReport { simulated, rows })
-}
-
-/// Deterministic values in [-1, 1).
-fn lcg(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 /// The probe program: `y[1, n, 1, w] = W[n, n] · x[1, n, 1, w]` as a 1×1 conv.

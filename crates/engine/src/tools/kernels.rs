@@ -211,9 +211,15 @@ pub fn emit(
     lowering: &LowerOptions,
     dir: &Path,
 ) -> Result<EmitReport> {
-    prepare_empty_dir(dir)?;
+    // refuse a used directory before the (slow) lowering, create it only
+    // once there is something to write
+    check_empty_or_absent(dir)?;
     let program = super::open_program(path, overrides, false)?.program;
     let lowered = lower::lower(&program, lowering)?;
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let mut kernels = Vec::with_capacity(lowered.kernels.len());
     for k in &lowered.kernels {
         let sub = plain_component(&k.name)?;
@@ -257,8 +263,8 @@ pub fn emit(
     Ok(report)
 }
 
-/// Creates `dir`, or accepts it when it is an empty directory.
-fn prepare_empty_dir(dir: &Path) -> Result<()> {
+/// Accepts `dir` when it does not exist or is an empty directory.
+fn check_empty_or_absent(dir: &Path) -> Result<()> {
     let io = |source| Error::Io {
         path: dir.to_path_buf(),
         source,
@@ -273,9 +279,7 @@ fn prepare_empty_dir(dir: &Path) -> Result<()> {
             }
             Ok(())
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir).map_err(io)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) if dir.exists() && !dir.is_dir() => Err(Error::Invalid(format!(
             "{} exists and is not a directory ({e})",
             dir.display()
@@ -314,7 +318,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("anedvd-emit-full-{}", std::process::id()));
         let _ = std::fs::create_dir_all(&dir);
         let _ = std::fs::write(dir.join("x"), b"x");
-        let e = prepare_empty_dir(&dir).err().map(|e| e.to_string());
+        let e = check_empty_or_absent(&dir).err().map(|e| e.to_string());
         assert!(
             e.as_deref().is_some_and(|e| e.contains("is not empty")),
             "{e:?}"

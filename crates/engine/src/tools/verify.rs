@@ -7,11 +7,11 @@
 //! states and final logits, and greedy-decodes with each to find the first
 //! divergence.
 
-use crate::backends::{build_backend, BackendChoice, BackendOptions};
+use crate::backends::{ane_backend, build_backend, BackendChoice, BackendOptions};
 use crate::{Error, Result};
 use anedvd_ane::backend::selftest::{argmax, cosine, max_rel};
 use anedvd_ane::lower;
-use anedvd_ane::{AneBackend, AneExecutable, CompileReport};
+use anedvd_ane::{AneExecutable, CompileReport};
 use anedvd_cpu::CpuBackend;
 use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode};
 use anedvd_model::ConfigOverrides;
@@ -383,11 +383,7 @@ fn compile_dut(
 ) -> Result<Dut> {
     Ok(match choice {
         // the concrete executable, for its compile report and counters
-        BackendChoice::Ane(driver) => Dut::Ane(
-            AneBackend::new(options.lowering, driver)
-                .with_compile_budget(options.compile_budget)
-                .compile_ane(program)?,
-        ),
+        BackendChoice::Ane(driver) => Dut::Ane(ane_backend(driver, options).compile_ane(program)?),
         other => Dut::Other(build_backend(other, options)?.compile(program)?),
     })
 }

@@ -22,7 +22,7 @@ pub const FAMILY: Family = Family {
         gguf_norm_offset: 0.0,
         hf_norm_offset: 0.0,
         embd_scale_sqrt: false,
-        sliding: SlidingDefault::AllLayers,
+        sliding: SlidingDefault::AllLayersInGguf,
         default_sliding_window: None,
         default_rope_theta_local: None,
         default_rope_theta: 10_000.0,
