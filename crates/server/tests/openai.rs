@@ -276,11 +276,7 @@ async fn models_tokenize_detokenize_metrics() {
     assert_eq!(m["data"][0]["meta"]["n_ctx"], 256);
 
     // /tokenize agrees with HF tokenizers (reference.json encodings).
-    let repo_ref: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo().join("tests/fixtures/models/qwen2/reference.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    let repo_ref: Value = anedvd_testkit::fixtures::reference("qwen2").json;
     let enc = &repo_ref["encodings"][0];
     let t = post(&app, "/tokenize", &json!({"content": enc["text"]}))
         .await

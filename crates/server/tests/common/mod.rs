@@ -3,6 +3,7 @@
 
 use anedvd_engine::{Engine, LoadOptions, SamplingParams};
 use anedvd_server::{router, AppState, ServerConfig};
+use anedvd_testkit::fixtures::{self, Format};
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
 use axum::Router;
@@ -37,7 +38,7 @@ pub fn state(config: ServerConfig) -> AppState {
 
 /// A ready state with the tiny fixture of `family`.
 pub fn state_for(family: &str, config: ServerConfig) -> AppState {
-    let path = repo().join(format!("tests/fixtures/models/{family}/model-f32.gguf"));
+    let path = fixtures::path(family, Format::GgufF32);
     let engine = Engine::load(
         &path,
         &LoadOptions {
