@@ -394,6 +394,26 @@ mod tests {
         assert!(e.to_string().contains("must be at least 1"), "{e}");
         let e = bench(&["-p", "300", "-n", "0", "-r", "1"]).unwrap_err();
         assert!(e.to_string().contains("context"), "{e}");
+        // backend options: named in the error, checked before any work
+        let chain = |e: anyhow::Error| format!("{e:#}");
+        let e = chain(bench(&["--isa", "avx9", "-r", "1"]).unwrap_err());
+        assert!(
+            e.contains("--isa must be best, avx512, avx2 or generic, not `avx9`"),
+            "{e}"
+        );
+        let e =
+            chain(bench(&["--backend", "ane-sim", "--variant", "both", "-r", "1"]).unwrap_err());
+        assert!(
+            e.contains("--variant must be `fused` or `split`, not `both`"),
+            "{e}"
+        );
+        let e = chain(bench(&["--backend", "ane-sim", "--width", "48", "-r", "1"]).unwrap_err());
+        assert!(
+            e.contains("width 48 must be a positive multiple of 32"),
+            "{e}"
+        );
+        let e = chain(bench(&["--sliding-window", "x", "-r", "1"]).unwrap_err());
+        assert!(e.contains("--sliding-window"), "{e}");
         // The same model runs batched, with a depth fill.
         bench(&[
             "--parallel",

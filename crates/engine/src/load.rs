@@ -99,10 +99,11 @@ impl Engine {
         progress(LoadStage::Tokenizer);
         let (tokenizer, file_template) = match &opened.dir {
             Some(dir) => {
-                let json = read_required(&dir.join("tokenizer.json"))?;
-                let config = read_optional(&dir.join("tokenizer_config.json"))?;
+                let (tok, config) = hf_tokenizer(
+                    &dir.join("tokenizer.json"),
+                    &dir.join("tokenizer_config.json"),
+                )?;
                 let jinja = read_optional(&dir.join("chat_template.jinja"))?;
-                let tok = Tokenizer::from_tokenizer_json(&json, config.as_deref())?;
                 let tmpl = template_from_hf_files(jinja.as_deref(), config.as_deref())?;
                 (tok, tmpl)
             }
@@ -261,6 +262,16 @@ fn pick_template(
     };
     let tmpl = ChatTemplate::new(builtin.source(), &bos, &eos)?;
     Ok(Some((tmpl, TemplateOrigin::Builtin(builtin.name()))))
+}
+
+/// The tokenizer of a Hugging Face layout: `json` (tokenizer.json, required)
+/// with `config` (tokenizer_config.json, optional: special-token flags);
+/// also returns the config's text (it may carry the chat template).
+pub(crate) fn hf_tokenizer(json: &Path, config: &Path) -> Result<(Tokenizer, Option<String>)> {
+    let text = read_required(json)?;
+    let config = read_optional(config)?;
+    let tokenizer = Tokenizer::from_tokenizer_json(&text, config.as_deref())?;
+    Ok((tokenizer, config))
 }
 
 fn read_required(path: &Path) -> Result<String> {

@@ -49,15 +49,6 @@ impl Block {
             Mixer::ShortConv(_) => None,
         }
     }
-
-    /// The dense feed-forward part, if this block has one (for tools and
-    /// tests; backends match [`FeedForward`] exhaustively instead).
-    pub fn dense_ffn(&self) -> Option<&DenseFfn> {
-        match &self.ffn {
-            FeedForward::Dense(f) => Some(f),
-            FeedForward::Moe(_) => None,
-        }
-    }
 }
 
 /// RMS norms of a block (tensor names; every norm is `[n_embd]`).

@@ -72,22 +72,7 @@ fn hf_and_gguf_configs_agree() {
 fn llama3_frequencies_match_converter_factors() {
     let hf = fixtures::program("llama", Format::Hf);
     let gg = fixtures::program("llama", Format::GgufF32);
-    let (a, b) = (
-        &hf.layers[0]
-            .attention()
-            .unwrap()
-            .rope
-            .as_ref()
-            .unwrap()
-            .inv_freq,
-        &gg.layers[0]
-            .attention()
-            .unwrap()
-            .rope
-            .as_ref()
-            .unwrap()
-            .inv_freq,
-    );
+    let (a, b) = (inv_freq(&hf, 0), inv_freq(&gg, 0));
     assert_eq!(a.len(), b.len());
     let base = anedvd_model::base_inv_freq(10000.0, a.len() * 2);
     assert!(
@@ -97,4 +82,10 @@ fn llama3_frequencies_match_converter_factors() {
     for (x, y) in a.iter().zip(b) {
         assert!((x - y).abs() <= 1e-6 * y.abs(), "{x} vs {y}");
     }
+}
+
+/// The RoPE frequencies of `layer` (which must be a RoPE attention layer).
+fn inv_freq(p: &anedvd_graph::DecoderProgram, layer: usize) -> &[f64] {
+    let rope = p.layers[layer].attention().and_then(|a| a.rope.as_ref());
+    &rope.expect("a RoPE attention layer").inv_freq
 }

@@ -137,29 +137,8 @@ fn gguf_llama_resolves() {
         prog.layers[1].attention().unwrap().wq,
         "blk.1.attn_q.weight"
     );
-    assert_eq!(
-        prog.layers[0]
-            .attention()
-            .unwrap()
-            .rope
-            .as_ref()
-            .unwrap()
-            .inv_freq
-            .len(),
-        8
-    );
-    assert!(
-        (prog.layers[0]
-            .attention()
-            .unwrap()
-            .rope
-            .as_ref()
-            .unwrap()
-            .inv_freq[1]
-            - 10000f64.powf(-2.0 / 16.0))
-        .abs()
-            < 1e-12
-    );
+    assert_eq!(inv_freq(&prog, 0).len(), 8);
+    assert!((inv_freq(&prog, 0)[1] - 10000f64.powf(-2.0 / 16.0)).abs() < 1e-12);
     assert!(prog
         .layers
         .iter()
@@ -237,30 +216,8 @@ fn hf_gemma3_resolves_quirks() {
     );
     assert_eq!(prog.layers[0].attention().unwrap().window, Some(8));
     assert_eq!(prog.layers[5].attention().unwrap().window, None);
-    assert!(
-        (prog.layers[0]
-            .attention()
-            .unwrap()
-            .rope
-            .as_ref()
-            .unwrap()
-            .inv_freq[1]
-            - 1e4f64.powf(-2.0 / 16.0))
-        .abs()
-            < 1e-12
-    );
-    assert!(
-        (prog.layers[5]
-            .attention()
-            .unwrap()
-            .rope
-            .as_ref()
-            .unwrap()
-            .inv_freq[1]
-            - 1e6f64.powf(-2.0 / 16.0))
-        .abs()
-            < 1e-12
-    );
+    assert!((inv_freq(&prog, 0)[1] - 1e4f64.powf(-2.0 / 16.0)).abs() < 1e-12);
+    assert!((inv_freq(&prog, 5)[1] - 1e6f64.powf(-2.0 / 16.0)).abs() < 1e-12);
     assert_eq!(
         prog.layers[2].norms.split().0 .1,
         Some("model.layers.2.post_attention_layernorm.weight")
@@ -348,13 +305,7 @@ fn llama3_scaling_from_hf_keys() {
     let (cfg, prog) = load(Arc::new(s), &ConfigOverrides::default()).unwrap();
     assert_eq!(cfg.head_dim, 16);
     assert!(matches!(cfg.rope.scaling, RopeScaling::Llama3 { factor, .. } if factor == 32.0));
-    let f = &prog.layers[0]
-        .attention()
-        .unwrap()
-        .rope
-        .as_ref()
-        .unwrap()
-        .inv_freq;
+    let f = inv_freq(&prog, 0);
     let base = anedvd_model::base_inv_freq(500000.0, 16);
     // Highest frequency is untouched; the lowest is divided by the factor.
     assert_eq!(f[0], base[0]);
@@ -373,4 +324,41 @@ fn hostile_sizes_are_refused_before_allocation() {
         .insert("llama.rope.dimension_count", V::U32(1 << 30));
     let err = load(Arc::new(s), &ConfigOverrides::default()).unwrap_err();
     assert!(err.to_string().contains("rotary"), "{err}");
+}
+
+#[test]
+fn no_rope_layers_selects_nope_layers_and_bad_lists_are_errors() {
+    let with = |v: V| {
+        let mut s = hf_gemma3();
+        s.metadata_mut().insert("no_rope_layers", v);
+        load(Arc::new(s), &ConfigOverrides::default())
+    };
+    // 1 = RoPE used (HF's naming), 0 = NoPE
+    let (cfg, prog) = with(V::Array(vec![1i64, 0, 1, 1, 0, 1].into())).unwrap();
+    assert_eq!(cfg.rope_layers, vec![true, false, true, true, false, true]);
+    let nope: Vec<bool> = prog
+        .layers
+        .iter()
+        .map(|b| b.attention().unwrap().rope.is_none())
+        .collect();
+    assert_eq!(nope, vec![false, true, false, false, true, false]);
+
+    let err = with(V::Array(vec![1i64, 0, 1].into())).unwrap_err();
+    assert!(
+        matches!(&err, Error::BadValue { key, reason } if key == "no_rope_layers"
+            && reason.contains("3 entries for 6 layers")),
+        "{err}"
+    );
+    let strings = anedvd_base::PackedStrings::from_strs(["yes"; 6]).unwrap();
+    let err = with(V::Array(strings.into())).unwrap_err();
+    assert!(
+        err.to_string().contains("expected integers or bools"),
+        "{err}"
+    );
+}
+
+/// The RoPE frequencies of `layer` (which must be a RoPE attention layer).
+fn inv_freq(p: &anedvd_graph::DecoderProgram, layer: usize) -> &[f64] {
+    let rope = p.layers[layer].attention().and_then(|a| a.rope.as_ref());
+    &rope.expect("a RoPE attention layer").inv_freq
 }

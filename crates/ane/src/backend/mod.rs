@@ -148,7 +148,7 @@ impl From<Error> for anedvd_graph::Error {
 }
 
 /// The ane-sim backend.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct AneSimBackend {
     /// Lowering options (width, variant, vocabulary slice).
     pub options: LowerOptions,
@@ -177,6 +177,13 @@ impl AneSimBackend {
     pub fn compile_sim(&self, program: &DecoderProgram) -> Result<AneExecutable> {
         program.validate()?;
         AneExecutable::new(program, &self.options, Exec::Direct, self.host_isa)
+    }
+}
+
+impl Default for AneSimBackend {
+    /// Default lowering options, host kernels as [`AneSimBackend::new`].
+    fn default() -> Self {
+        Self::new(LowerOptions::default())
     }
 }
 

@@ -102,7 +102,7 @@ impl Model {
         };
         // lowering errors name the backend that lowers
         let lowered: Lowered =
-            lower::lower(p, options).map_err(|e| anedvd_graph::Error::Backend {
+            lower::lower_views(p, &views, options).map_err(|e| anedvd_graph::Error::Backend {
                 backend: exec.backend_name().into(),
                 message: format!("lowering: {e}"),
             })?;

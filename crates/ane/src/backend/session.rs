@@ -17,6 +17,8 @@ pub(crate) struct AneSession {
     pos: usize,
     kv: Vec<KvCache>,
     rope_tables: RopeTables,
+    /// Positions of the chunk being run (its RoPE tables' rows).
+    positions: Vec<usize>,
     dump_dir: Option<PathBuf>,
     logits: Vec<f32>,
 }
@@ -40,6 +42,7 @@ impl AneSession {
             pos: 0,
             kv,
             rope_tables: RopeTables::default(),
+            positions: Vec::new(),
             dump_dir: None,
             logits: Vec::new(),
         }
@@ -61,6 +64,10 @@ impl AneSession {
             m.embed(tok, &mut x[t * d..(t + 1) * d])?;
         }
         Dump::put_opt(dump, None, "inp_embd", &x, n);
+        // every layer of the chunk sees the same positions: RoPE tables once
+        self.positions.clear();
+        self.positions.extend(pos0..pos0 + n);
+        self.rope_tables.new_pass();
         match m.options.variant {
             Variant::Split => {
                 for (i, l) in m.layers.iter().enumerate() {
@@ -172,10 +179,6 @@ impl AneSession {
         Dump::put_opt(dump, li, names::Q, &q, n);
         Dump::put_opt(dump, li, names::K, &k, n);
         Dump::put_opt(dump, li, names::V, &v, n);
-        let positions: Vec<usize> = (pos0..pos0 + n).collect();
-        if i == 0 {
-            self.rope_tables.new_pass();
-        }
         encode_positions(
             &l.attn,
             l.norms.qk(),
@@ -183,7 +186,7 @@ impl AneSession {
             &mut q,
             &mut k,
             &mut self.rope_tables,
-            &positions,
+            &self.positions,
         );
         Dump::put_opt(dump, li, names::Q_ROPE, &q, n);
         Dump::put_opt(dump, li, names::K_ROPE, &k, n);

@@ -339,6 +339,17 @@ pub fn dispatch_count(
 
 /// Lowers `program` into kernels (see the module docs).
 pub fn lower(program: &DecoderProgram, options: &LowerOptions) -> Result<Lowered> {
+    let views = layer_views(program, "ane").map_err(Error::Unsupported)?;
+    lower_views(program, &views, options)
+}
+
+/// [`lower`] of `program` whose layers the caller has already matched into
+/// `views` (with [`layer_views`], naming its own backend in refusals).
+pub fn lower_views(
+    program: &DecoderProgram,
+    views: &[LayerView<'_>],
+    options: &LowerOptions,
+) -> Result<Lowered> {
     if options.width == 0 || !options.width.is_multiple_of(32) {
         return Err(Error::Options(format!(
             "width {} must be a positive multiple of 32 (64-byte fp16 rows)",
@@ -357,7 +368,6 @@ pub fn lower(program: &DecoderProgram, options: &LowerOptions) -> Result<Lowered
             options.vocab_slice
         )));
     }
-    let views = layer_views(program, "ane").map_err(Error::Unsupported)?;
     let mut kernels = Vec::new();
     match options.variant {
         Variant::Split => {

@@ -11,6 +11,7 @@ pub mod inspect;
 pub mod kernels;
 pub mod verify;
 
+use crate::load::hf_tokenizer;
 use crate::{Error, Result};
 use anedvd_base::WeightSource;
 use anedvd_graph::DecoderProgram;
@@ -44,13 +45,11 @@ pub fn open_program(
     let tokenizer = if !with_tokenizer {
         None
     } else if let Some(dir) = &dir {
-        let json_path = dir.join("tokenizer.json");
-        let json = std::fs::read_to_string(&json_path).map_err(|source| Error::Io {
-            path: json_path,
-            source,
-        })?;
-        let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok();
-        Some(Tokenizer::from_tokenizer_json(&json, config.as_deref())?)
+        let files = (
+            dir.join("tokenizer.json"),
+            dir.join("tokenizer_config.json"),
+        );
+        Some(hf_tokenizer(&files.0, &files.1)?.0)
     } else {
         Some(Tokenizer::from_gguf_metadata(source.metadata())?)
     };
@@ -65,13 +64,11 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     let (json_path, config_path) = if path.is_dir() {
         (
             path.join("tokenizer.json"),
-            Some(path.join("tokenizer_config.json")),
+            path.join("tokenizer_config.json"),
         )
     } else if path.extension().is_some_and(|e| e == "json") {
-        (
-            path.to_path_buf(),
-            path.parent().map(|d| d.join("tokenizer_config.json")),
-        )
+        let dir = path.parent().unwrap_or(Path::new("."));
+        (path.to_path_buf(), dir.join("tokenizer_config.json"))
     } else {
         let opened = anedvd_weights::open(path).map_err(|source| Error::Open {
             path: path.to_path_buf(),
@@ -84,13 +81,12 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
             }
         });
     };
-    let json = std::fs::read_to_string(&json_path).map_err(|source| Error::Io {
-        path: json_path.clone(),
-        source,
-    })?;
-    let config = config_path.and_then(|p| std::fs::read_to_string(p).ok());
-    Tokenizer::from_tokenizer_json(&json, config.as_deref()).map_err(|source| Error::TokenizerOf {
-        path: json_path,
-        source,
-    })
+    match hf_tokenizer(&json_path, &config_path) {
+        Ok((tokenizer, _)) => Ok(tokenizer),
+        Err(Error::Tokenizer(source)) => Err(Error::TokenizerOf {
+            path: json_path,
+            source,
+        }),
+        Err(e) => Err(e),
+    }
 }
