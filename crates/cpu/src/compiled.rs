@@ -1,25 +1,23 @@
 //! The compiled model: matrix handles into the source, and the small vectors
-//! (norm weights with their offset folded in, biases) decoded once.
+//! (norm weights with their offset folded in, biases, conv taps) decoded once.
 
+use crate::conv::ConvLayer;
 use crate::matmul::{vector, Matrix};
+use crate::moe::{Expert, MoeLayer, Shared};
 use crate::norms::{norm_weights, LayerNorms};
 use crate::qkernels::Kernels;
 use crate::NAME;
 use anedvd_base::WeightSource;
 use anedvd_graph::{
-    Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, Error, FeedForward,
-    Mixer, Result,
+    Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, Error, ExpertTensors,
+    FeedForward, Mixer, MoeFfn, Result, SharedExpert, ShortConv,
 };
 use std::sync::Arc;
 
-/// One compiled layer: attention mixer, dense gated FFN, pre or sandwich
-/// norms (the variants this backend runs).
-pub struct Layer {
+/// One compiled attention mixer.
+pub struct AttnLayer {
     /// The attention block as described (head counts, scale, window, RoPE).
     pub attn: Attention,
-    pub n_ff: usize,
-    pub activation: Activation,
-    pub norms: LayerNorms,
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
@@ -28,18 +26,34 @@ pub struct Layer {
     pub wk: Matrix,
     pub wv: Matrix,
     pub wo: Matrix,
+}
+
+/// What mixes positions in one compiled layer.
+pub enum LayerMixer {
+    Attention(AttnLayer),
+    ShortConv(ConvLayer),
+}
+
+/// One compiled dense gated FFN.
+pub struct DenseLayer {
+    pub n_ff: usize,
+    pub activation: Activation,
     pub gate: Matrix,
     pub up: Matrix,
     pub down: Matrix,
 }
 
-impl Layer {
-    pub fn q_dim(&self) -> usize {
-        self.attn.q_dim()
-    }
-    pub fn kv_dim(&self) -> usize {
-        self.attn.kv_dim()
-    }
+/// What transforms positions in one compiled layer.
+pub enum LayerFfn {
+    Dense(DenseLayer),
+    Moe(MoeLayer),
+}
+
+/// One compiled layer: its norms, mixer and feed-forward part.
+pub struct Layer {
+    pub norms: LayerNorms,
+    pub mixer: LayerMixer,
+    pub ffn: LayerFfn,
 }
 
 /// The compiled model.
@@ -83,68 +97,153 @@ impl Model {
             if per_layer_input.is_some() {
                 return Err(Error::unsupported(NAME, "per-layer", "input embeddings", i));
             }
-            let attn = match mixer {
-                Mixer::Attention(a) => a,
-                Mixer::ShortConv(_) => {
-                    return Err(Error::unsupported(NAME, "mixer", mixer.kind(), i))
+            let (mixer, attn) = match mixer {
+                Mixer::Attention(attn) => {
+                    let Attention {
+                        n_head: _,
+                        n_head_kv: _,
+                        head_dim: _,
+                        scale: _,
+                        softcap: _,
+                        window: _,
+                        rope: _,
+                        kv_source,
+                        wq,
+                        wk,
+                        wv,
+                        wo,
+                        bias:
+                            AttentionBias {
+                                q: bq,
+                                k: bk,
+                                v: bv,
+                                o: bo,
+                            },
+                        q_norm: _,
+                        k_norm: _,
+                    } = attn;
+                    if kv_source.is_some() {
+                        return Err(Error::unsupported(NAME, "attention", "shared K/V", i));
+                    }
+                    let (q, kv) = (attn.q_dim(), attn.kv_dim());
+                    let layer = AttnLayer {
+                        bq: opt_vec(bq, q)?,
+                        bk: opt_vec(bk, kv)?,
+                        bv: opt_vec(bv, kv)?,
+                        bo: opt_vec(bo, d)?,
+                        wq: matrix(wq)?,
+                        wk: matrix(wk)?,
+                        wv: matrix(wv)?,
+                        wo: matrix(wo)?,
+                        attn: attn.clone(),
+                    };
+                    (LayerMixer::Attention(layer), Some(attn))
+                }
+                Mixer::ShortConv(ShortConv {
+                    kernel,
+                    in_proj,
+                    conv,
+                    out_proj,
+                }) => {
+                    // Stored `[hidden][kernel]` (ggml `[kernel, hidden]`):
+                    // transposed to tap-major once.
+                    let w = vector(src, conv, kernel * d)?;
+                    let mut taps = vec![0.0; kernel * d];
+                    for c in 0..d {
+                        for t in 0..*kernel {
+                            taps[t * d + c] = w[c * kernel + t];
+                        }
+                    }
+                    let layer = ConvLayer {
+                        kernel: *kernel,
+                        in_proj: matrix(in_proj)?,
+                        taps,
+                        out_proj: matrix(out_proj)?,
+                    };
+                    (LayerMixer::ShortConv(layer), None)
                 }
             };
-            let dense = match ffn {
-                FeedForward::Dense(f) => f,
-                FeedForward::Moe(_) => {
-                    return Err(Error::unsupported(NAME, "feed-forward", ffn.kind(), i))
+            let dense = |f: &DenseFfn| -> Result<DenseLayer> {
+                let DenseFfn {
+                    n_ff,
+                    activation,
+                    gate,
+                    up,
+                    down,
+                } = f;
+                Ok(DenseLayer {
+                    n_ff: *n_ff,
+                    activation: *activation,
+                    gate: matrix(gate)?,
+                    up: matrix(up)?,
+                    down: matrix(down)?,
+                })
+            };
+            let ffn = match ffn {
+                FeedForward::Dense(f) => LayerFfn::Dense(dense(f)?),
+                FeedForward::Moe(MoeFfn {
+                    n_expert,
+                    n_expert_used,
+                    n_ff_expert: _,
+                    activation,
+                    router,
+                    normalize_top_k,
+                    experts,
+                    shared,
+                }) => {
+                    let experts = match experts {
+                        ExpertTensors::Stacked { gate, up, down } => (0..*n_expert)
+                            .map(|e| {
+                                let m = |name: &str| packed(Matrix::expert(src, name, e, k)?);
+                                Ok(Expert {
+                                    gate: m(gate)?,
+                                    up: m(up)?,
+                                    down: m(down)?,
+                                })
+                            })
+                            .collect::<Result<Vec<_>>>()?,
+                        ExpertTensors::PerExpert { gate, up, down } => gate
+                            .iter()
+                            .zip(up)
+                            .zip(down)
+                            .map(|((g, u), dn)| {
+                                Ok(Expert {
+                                    gate: matrix(g)?,
+                                    up: matrix(u)?,
+                                    down: matrix(dn)?,
+                                })
+                            })
+                            .collect::<Result<Vec<_>>>()?,
+                    };
+                    let shared = match shared {
+                        None => None,
+                        Some(SharedExpert { ffn, gate_inp }) => {
+                            let f = dense(ffn)?;
+                            Some(Shared {
+                                ffn: Expert {
+                                    gate: f.gate,
+                                    up: f.up,
+                                    down: f.down,
+                                },
+                                gate_inp: opt_vec(gate_inp, d)?,
+                            })
+                        }
+                    };
+                    LayerFfn::Moe(MoeLayer {
+                        n_used: *n_expert_used,
+                        normalize: *normalize_top_k,
+                        activation: *activation,
+                        // The router runs in f32 whatever the file stores.
+                        router: Matrix::new(src, router, k)?,
+                        experts,
+                        shared,
+                    })
                 }
             };
-            let Attention {
-                n_head: _,
-                n_head_kv: _,
-                head_dim: _,
-                scale: _,
-                softcap: _,
-                window: _,
-                rope: _,
-                kv_source,
-                wq,
-                wk,
-                wv,
-                wo,
-                bias:
-                    AttentionBias {
-                        q: bq,
-                        k: bk,
-                        v: bv,
-                        o: bo,
-                    },
-                q_norm: _,
-                k_norm: _,
-            } = attn;
-            if kv_source.is_some() {
-                return Err(Error::unsupported(NAME, "attention", "shared K/V", i));
-            }
-            let DenseFfn {
-                n_ff,
-                activation,
-                gate,
-                up,
-                down,
-            } = dense;
-            let (q, kv) = (attn.q_dim(), attn.kv_dim());
             layers.push(Layer {
                 norms: LayerNorms::load(p, norms, attn)?,
-                bq: opt_vec(bq, q)?,
-                bk: opt_vec(bk, kv)?,
-                bv: opt_vec(bv, kv)?,
-                bo: opt_vec(bo, d)?,
-                wq: matrix(wq)?,
-                wk: matrix(wk)?,
-                wv: matrix(wv)?,
-                wo: matrix(wo)?,
-                gate: matrix(gate)?,
-                up: matrix(up)?,
-                down: matrix(down)?,
-                n_ff: *n_ff,
-                activation: *activation,
-                attn: attn.clone(),
+                mixer,
+                ffn,
             });
         }
         let token_embd = Matrix::new(src, &p.token_embd, k)?;

@@ -3,20 +3,42 @@
 //! KV store and attention run per sequence segment against its own cache.
 
 use crate::attention::{attend, encode_positions, KvCache, RopeTables};
-use crate::compiled::Model;
+use crate::compiled::{AttnLayer, LayerFfn, LayerMixer, Model};
+use crate::conv::ConvHistory;
 use crate::kernels::{add, gated, rms_norm, softcap};
 use crate::matmul::{matmul_group, Acts};
+use crate::moe::MoeBuffers;
 use anedvd_graph::dump::Dump;
 use anedvd_graph::intermediate as names;
 use anedvd_graph::Result;
 use rayon::prelude::*;
 
-/// The cache and position of one sequence.
+/// What one layer keeps per sequence.
+pub enum LayerCache {
+    /// Keys and values of an attention layer.
+    Kv(KvCache),
+    /// Recent gated inputs of a short-convolution layer.
+    Conv(ConvHistory),
+}
+
+/// The convolution states of every conv layer at one position.
+struct Snapshot {
+    pos: usize,
+    states: Vec<Vec<f32>>,
+}
+
+/// Snapshots kept per sequence (at the start of its latest multi-token
+/// forward calls: prompt boundaries, where chat turns and repeated prompts
+/// come back to).
+const SNAPSHOTS: usize = 8;
+
+/// The caches and position of one sequence.
 pub struct SeqState {
     /// Positions held.
     pub pos: usize,
     /// One cache per layer.
-    pub kv: Vec<KvCache>,
+    pub layers: Vec<LayerCache>,
+    snapshots: Vec<Snapshot>,
 }
 
 impl SeqState {
@@ -24,22 +46,93 @@ impl SeqState {
     pub fn new(model: &Model) -> Self {
         Self {
             pos: 0,
-            kv: model
+            layers: model
                 .layers
                 .iter()
-                .map(|l| KvCache::new(l.attn.n_head_kv, l.attn.head_dim))
+                .map(|l| match &l.mixer {
+                    LayerMixer::Attention(a) => {
+                        LayerCache::Kv(KvCache::new(a.attn.n_head_kv, a.attn.head_dim))
+                    }
+                    LayerMixer::ShortConv(c) => {
+                        LayerCache::Conv(ConvHistory::new(c.kernel, model.n_embd))
+                    }
+                })
                 .collect(),
+            snapshots: Vec::new(),
         }
     }
 
-    /// Forgets positions at and beyond `n`.
+    fn convs(&self) -> impl Iterator<Item = &ConvHistory> {
+        self.layers.iter().filter_map(|c| match c {
+            LayerCache::Conv(h) => Some(h),
+            LayerCache::Kv(_) => None,
+        })
+    }
+
+    /// Whether some layer carries recurrent state.
+    fn recurrent(&self) -> bool {
+        self.convs().next().is_some()
+    }
+
+    /// Remembers the convolution states at the current position (before a
+    /// multi-token forward call), so the sequence can come back here.
+    pub fn snapshot(&mut self) {
+        if !self.recurrent() || self.snapshots.iter().any(|s| s.pos == self.pos) {
+            return;
+        }
+        if self.snapshots.len() == SNAPSHOTS {
+            self.snapshots.remove(0);
+        }
+        let states = self.convs().map(|h| h.state().to_vec()).collect();
+        self.snapshots.push(Snapshot {
+            pos: self.pos,
+            states,
+        });
+    }
+
+    /// The most positions [`Self::truncate`]`(n)` keeps: `min(n, pos)`
+    /// without recurrent state; with it, the latest position at or before
+    /// `n` whose state every conv layer still holds or a snapshot has (0
+    /// at worst).
+    pub fn reusable(&self, n: usize) -> usize {
+        let n = n.min(self.pos);
+        if !self.recurrent() || self.convs().all(|h| h.can_rewind_to(n)) {
+            return n;
+        }
+        self.snapshots
+            .iter()
+            .map(|s| s.pos)
+            .filter(|p| *p <= n)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Forgets positions at and beyond [`Self::reusable`]`(n)`.
     pub fn truncate(&mut self, n: usize) {
-        if n < self.pos {
-            self.pos = n;
-            for c in &mut self.kv {
-                c.truncate(n);
+        let keep = self.reusable(n);
+        let rewound = self.layers.iter_mut().all(|c| match c {
+            LayerCache::Conv(h) => h.rewind_to(keep),
+            LayerCache::Kv(_) => true,
+        });
+        if !rewound {
+            if let Some(s) = self.snapshots.iter().find(|s| s.pos == keep) {
+                let mut states = s.states.iter();
+                for c in &mut self.layers {
+                    if let LayerCache::Conv(h) = c {
+                        if let Some(st) = states.next() {
+                            h.restore(keep, st);
+                        }
+                    }
+                }
             }
         }
+        self.snapshots.retain(|s| s.pos <= keep);
+        for c in &mut self.layers {
+            if let LayerCache::Kv(kv) = c {
+                kv.truncate(keep);
+            }
+        }
+        self.pos = keep;
     }
 }
 
@@ -74,6 +167,7 @@ pub struct Buffers {
     rope_tables: RopeTables,
     row_pos: Vec<usize>,
     acts: Acts,
+    moe: MoeBuffers,
 }
 
 fn add_bias(x: &mut [f32], bias: Option<&Vec<f32>>) {
@@ -119,6 +213,7 @@ pub fn run(
         rope_tables,
         row_pos,
         acts,
+        moe,
     } = bufs;
     x.resize(n * d, 0.0);
     row_pos.clear();
@@ -137,51 +232,79 @@ pub fn run(
     rope_tables.new_pass();
     parts.resize_with(segs.len(), Vec::new);
     for (il, l) in m.layers.iter().enumerate() {
-        let (qd, kvd, ff) = (l.q_dim(), l.kv_dim(), l.n_ff);
         let li = Some(il);
         h.resize(n * d, 0.0);
         rms_norm(x, &l.norms.attn, m.eps, h);
         Dump::put_opt(dump, li, names::ATTN_NORM, h, n);
-
-        q.resize(n * qd, 0.0);
-        k.resize(n * kvd, 0.0);
-        v.resize(n * kvd, 0.0);
-        acts.prepare(h, n, &[&l.wq, &l.wk, &l.wv])?;
-        matmul_group(
-            src,
-            &mut [(&l.wq, q, tmp), (&l.wk, k, tmp2), (&l.wv, v, tmp3)],
-            h,
-            n,
-            acts,
-        )?;
-        add_bias(q, l.bq.as_ref());
-        add_bias(k, l.bk.as_ref());
-        add_bias(v, l.bv.as_ref());
-        Dump::put_opt(dump, li, names::Q, q, n);
-        Dump::put_opt(dump, li, names::K, k, n);
-        Dump::put_opt(dump, li, names::V, v, n);
-        encode_positions(&l.attn, l.norms.qk(), m.eps, q, k, rope_tables, row_pos);
-        Dump::put_opt(dump, li, names::Q_ROPE, q, n);
-        Dump::put_opt(dump, li, names::K_ROPE, k, n);
-
-        let mut r0 = 0;
-        for seg in segs {
-            let len = seg.tokens.len();
-            let (ks, vs) = (
-                &k[r0 * kvd..(r0 + len) * kvd],
-                &v[r0 * kvd..(r0 + len) * kvd],
-            );
-            seqs[seg.seq].kv[il].store(seg.pos0, ks, vs, len);
-            r0 += len;
-        }
-        att.resize(n * qd, 0.0);
-        attend_segments(m, l, seqs, segs, q, att, parts, il);
-        Dump::put_opt(dump, li, names::KQV_OUT, att, n);
-
         o.resize(n * d, 0.0);
-        acts.prepare(att, n, &[&l.wo])?;
-        l.wo.matmul(src, att, n, acts, o, tmp)?;
-        add_bias(o, l.bo.as_ref());
+        match &l.mixer {
+            LayerMixer::Attention(a) => {
+                let (qd, kvd) = (a.attn.q_dim(), a.attn.kv_dim());
+                q.resize(n * qd, 0.0);
+                k.resize(n * kvd, 0.0);
+                v.resize(n * kvd, 0.0);
+                acts.prepare(h, n, &[&a.wq, &a.wk, &a.wv])?;
+                matmul_group(
+                    src,
+                    &mut [(&a.wq, q, tmp), (&a.wk, k, tmp2), (&a.wv, v, tmp3)],
+                    h,
+                    n,
+                    acts,
+                )?;
+                add_bias(q, a.bq.as_ref());
+                add_bias(k, a.bk.as_ref());
+                add_bias(v, a.bv.as_ref());
+                Dump::put_opt(dump, li, names::Q, q, n);
+                Dump::put_opt(dump, li, names::K, k, n);
+                Dump::put_opt(dump, li, names::V, v, n);
+                encode_positions(&a.attn, l.norms.qk(), m.eps, q, k, rope_tables, row_pos);
+                Dump::put_opt(dump, li, names::Q_ROPE, q, n);
+                Dump::put_opt(dump, li, names::K_ROPE, k, n);
+
+                let mut r0 = 0;
+                for seg in segs {
+                    let len = seg.tokens.len();
+                    let (ks, vs) = (
+                        &k[r0 * kvd..(r0 + len) * kvd],
+                        &v[r0 * kvd..(r0 + len) * kvd],
+                    );
+                    if let LayerCache::Kv(kv) = &mut seqs[seg.seq].layers[il] {
+                        kv.store(seg.pos0, ks, vs, len);
+                    }
+                    r0 += len;
+                }
+                att.resize(n * qd, 0.0);
+                attend_segments(m, a, seqs, segs, q, att, parts, il);
+                Dump::put_opt(dump, li, names::KQV_OUT, att, n);
+                acts.prepare(att, n, &[&a.wo])?;
+                a.wo.matmul(src, att, n, acts, o, tmp)?;
+                add_bias(o, a.bo.as_ref());
+            }
+            LayerMixer::ShortConv(c) => {
+                // `[B; C; X]` rows, then the causal convolution per segment
+                // against its own history, then the output projection.
+                q.resize(n * 3 * d, 0.0);
+                acts.prepare(h, n, &[&c.in_proj])?;
+                c.in_proj.matmul(src, h, n, acts, q, tmp)?;
+                Dump::put_opt(dump, li, names::CONV_IN, q, n);
+                att.resize(n * d, 0.0);
+                let mut r0 = 0;
+                for seg in segs {
+                    let len = seg.tokens.len();
+                    if let LayerCache::Conv(hist) = &mut seqs[seg.seq].layers[il] {
+                        c.mix(
+                            hist,
+                            &q[r0 * 3 * d..(r0 + len) * 3 * d],
+                            &mut att[r0 * d..(r0 + len) * d],
+                        );
+                    }
+                    r0 += len;
+                }
+                Dump::put_opt(dump, li, names::CONV_OUT, att, n);
+                acts.prepare(att, n, &[&c.out_proj])?;
+                c.out_proj.matmul(src, att, n, acts, o, tmp)?;
+            }
+        }
         let attn_out: &[f32] = match &l.norms.post_attn {
             Some(w) => {
                 rms_norm(o, w, m.eps, h);
@@ -195,14 +318,20 @@ pub fn run(
 
         rms_norm(x, &l.norms.ffn, m.eps, h);
         Dump::put_opt(dump, li, names::FFN_NORM, h, n);
-        g.resize(n * ff, 0.0);
-        u.resize(n * ff, 0.0);
-        acts.prepare(h, n, &[&l.gate, &l.up])?;
-        matmul_group(src, &mut [(&l.gate, g, tmp), (&l.up, u, tmp2)], h, n, acts)?;
-        gated(l.activation, g, u);
-        Dump::put_opt(dump, li, names::FFN_ACT, g, n);
-        acts.prepare(g, n, &[&l.down])?;
-        l.down.matmul(src, g, n, acts, o, tmp)?;
+        match &l.ffn {
+            LayerFfn::Dense(f) => {
+                let ff = f.n_ff;
+                g.resize(n * ff, 0.0);
+                u.resize(n * ff, 0.0);
+                acts.prepare(h, n, &[&f.gate, &f.up])?;
+                matmul_group(src, &mut [(&f.gate, g, tmp), (&f.up, u, tmp2)], h, n, acts)?;
+                gated(f.activation, g, u);
+                Dump::put_opt(dump, li, names::FFN_ACT, g, n);
+                acts.prepare(g, n, &[&f.down])?;
+                f.down.matmul(src, g, n, acts, o, tmp)?;
+            }
+            LayerFfn::Moe(e) => e.run(src, h, n, acts, moe, o)?,
+        }
         let ffn_out: &[f32] = match &l.norms.post_ffn {
             Some(w) => {
                 rms_norm(o, w, m.eps, h);
@@ -246,7 +375,7 @@ pub fn run(
 #[allow(clippy::too_many_arguments)]
 fn attend_segments(
     m: &Model,
-    l: &crate::compiled::Layer,
+    l: &AttnLayer,
     seqs: &[SeqState],
     segs: &[Segment<'_>],
     q: &[f32],
@@ -254,9 +383,15 @@ fn attend_segments(
     parts: &mut [Vec<f32>],
     il: usize,
 ) {
-    let qd = l.q_dim();
+    let qd = l.attn.q_dim();
+    let cache_of = |seq: usize| match &seqs[seq].layers[il] {
+        LayerCache::Kv(kv) => Some(kv),
+        LayerCache::Conv(_) => None,
+    };
     if let [seg] = segs {
-        let cache = &seqs[seg.seq].kv[il];
+        let Some(cache) = cache_of(seg.seq) else {
+            return;
+        };
         let n = seg.tokens.len();
         attend(
             &m.kernels,
@@ -281,7 +416,9 @@ fn attend_segments(
         jobs.push((seg, qs, os, part));
     }
     jobs.into_par_iter().for_each(|(seg, qs, os, part)| {
-        let cache = &seqs[seg.seq].kv[il];
+        let Some(cache) = cache_of(seg.seq) else {
+            return;
+        };
         attend(
             &m.kernels,
             &l.attn,

@@ -23,9 +23,11 @@
 
 pub mod attention;
 mod compiled;
+mod conv;
 mod forward;
 pub mod kernels;
 mod matmul;
+mod moe;
 pub mod norms;
 #[path = "kernels/qkernels.rs"]
 pub mod qkernels;

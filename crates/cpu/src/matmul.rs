@@ -78,6 +78,9 @@ pub struct Matrix {
     /// The weights repacked for the kernels at load ([`Matrix::packed`]);
     /// products then read these instead of the source's bytes.
     packed: Option<Arc<PackedWeights>>,
+    /// Where this matrix starts in the tensor's bytes (one expert of a
+    /// stacked 3-D tensor; 0 for a whole 2-D tensor).
+    offset: usize,
 }
 
 fn backend_err(tensor: &str, message: impl std::fmt::Display) -> Error {
@@ -153,31 +156,57 @@ fn prefill_rows_per_task(m: &Matrix) -> usize {
 impl Matrix {
     /// Describes tensor `name`, checks its size and that row 0 decodes.
     pub fn new(source: &dyn WeightSource, name: &str, kernels: Kernels) -> Result<Self> {
+        Self::slice(source, name, None, kernels)
+    }
+
+    /// Matrix `index` of the stacked 3-D tensor `name` (`[n_in, n_out,
+    /// count]`, GGUF's `ffn_*_exps`), read in place.
+    pub fn expert(
+        source: &dyn WeightSource,
+        name: &str,
+        index: usize,
+        kernels: Kernels,
+    ) -> Result<Self> {
+        Self::slice(source, name, Some(index), kernels)
+    }
+
+    fn slice(
+        source: &dyn WeightSource,
+        name: &str,
+        index: Option<usize>,
+        kernels: Kernels,
+    ) -> Result<Self> {
         let t = source
             .tensor(name)
             .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
-        let (n_in, n_out) = match t.info.shape.as_slice() {
-            [a, b] => (*a as usize, *b as usize),
-            s => {
-                return Err(backend_err(
-                    name,
-                    format!("expected a 2-D tensor, found {s:?}"),
-                ));
+        let (n_in, n_out, count) = match (t.info.shape.as_slice(), index) {
+            ([a, b], None) => (*a as usize, *b as usize, 1),
+            ([a, b, c], Some(i)) if (i as u64) < *c => (*a as usize, *b as usize, *c as usize),
+            (s, _) => {
+                let want = match index {
+                    None => "a 2-D tensor".to_string(),
+                    Some(i) => format!("a 3-D tensor with matrix {i}"),
+                };
+                return Err(backend_err(name, format!("expected {want}, found {s:?}")));
             }
         };
         let dtype = t.info.dtype;
         let row_bytes = dtype
             .row_bytes(n_in as u64)
             .map_err(|e| backend_err(name, e))? as usize;
-        if row_bytes.checked_mul(n_out) != Some(t.data.len()) {
+        let total = row_bytes
+            .checked_mul(n_out)
+            .and_then(|b| b.checked_mul(count));
+        if total != Some(t.data.len()) {
             return Err(backend_err(
                 name,
                 format!(
-                    "{} bytes, expected {n_out} rows of {row_bytes}",
+                    "{} bytes, expected {count} × {n_out} rows of {row_bytes}",
                     t.data.len()
                 ),
             ));
         }
+        let offset = index.unwrap_or(0) * n_out * row_bytes;
         let fits = ActFormat::for_weight(dtype).is_some_and(|f| n_in.is_multiple_of(f.block()));
         let m = Matrix {
             name: name.to_string(),
@@ -187,10 +216,11 @@ impl Matrix {
             row_bytes,
             kernels: fits.then_some(kernels),
             packed: None,
+            offset,
         };
         let mut row = vec![0.0; n_in];
         if n_out > 0 {
-            decode_row(m.dtype, &t.data[..row_bytes], &mut row).map_err(|_| {
+            decode_row(m.dtype, &t.data[offset..offset + row_bytes], &mut row).map_err(|_| {
                 Error::UnsupportedType {
                     tensor: name.to_string(),
                     dtype: m.dtype,
@@ -228,10 +258,11 @@ impl Matrix {
             .try_for_each(|(i, dst)| {
                 let r0 = i * rows_per_job;
                 let bytes = r0 * rb..((r0 + rows_per_job).min(self.n_out)) * rb;
-                source.will_read(&self.name, bytes.clone());
-                k.pack_rows(self.dtype, &data[bytes.clone()], self.n_in, dst)
+                let in_tensor = bytes.start + self.offset..bytes.end + self.offset;
+                source.will_read(&self.name, in_tensor.clone());
+                k.pack_rows(self.dtype, &data[bytes], self.n_in, dst)
                     .map_err(|e| backend_err(&self.name, e))?;
-                source.release(&self.name, bytes);
+                source.release(&self.name, in_tensor);
                 Ok(())
             })?;
         self.packed = Some(Arc::new(p));
@@ -245,9 +276,10 @@ impl Matrix {
     }
 
     fn data<'a>(&self, source: &'a dyn WeightSource) -> Result<&'a [u8]> {
+        let len = self.n_out * self.row_bytes;
         source
             .tensor(&self.name)
-            .map(|t| t.data)
+            .and_then(|t| t.data.get(self.offset..self.offset + len))
             .ok_or_else(|| Error::MissingTensor(self.name.clone()))
     }
 
@@ -513,6 +545,32 @@ pub fn matvec_group(
                 .map(move |(c, o)| (j, m, c * per, x, o))
         })
         .try_for_each(|(j, m, r0, x, o)| m.rows_vec(datas[j], r0, x, acts, o))
+}
+
+/// One product of [`matvec_each`]: a matrix, its one-token input (prepared
+/// in the `Acts`), and where the result goes.
+pub type VecJob<'a> = (&'a Matrix, &'a [f32], &'a Acts, &'a mut [f32]);
+
+/// One token through any number of matrices, each with its own input (the
+/// experts of a mixture: every down projection reads its own expert's
+/// hidden state), in a single parallel region.
+pub fn matvec_each(source: &dyn WeightSource, jobs: &mut [VecJob<'_>]) -> Result<()> {
+    let datas = jobs
+        .iter()
+        .map(|(m, ..)| m.data(source))
+        .collect::<Result<Vec<_>>>()?;
+    jobs.par_iter_mut()
+        .enumerate()
+        .flat_map(|(j, (m, x, acts, out))| {
+            let m: &Matrix = m;
+            let per = decode_rows_per_task(m);
+            let (x, acts): (&[f32], &Acts) = (&x[..m.n_in], acts);
+            out[..m.n_out]
+                .par_chunks_mut(per)
+                .enumerate()
+                .map(move |(c, o)| (j, m, c * per, x, acts, o))
+        })
+        .try_for_each(|(j, m, r0, x, acts, o)| m.rows_vec(datas[j], r0, x, acts, o))
 }
 
 /// Decodes a whole 1-D tensor to f32 (norm weights, biases).

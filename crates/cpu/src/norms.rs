@@ -15,7 +15,7 @@ pub fn norm_weights(p: &DecoderProgram, name: &str, len: usize) -> Result<Vec<f3
     Ok(v)
 }
 
-/// Every norm of one attention block.
+/// Every norm of one block.
 pub struct LayerNorms {
     /// Before attention.
     pub attn: Vec<f32>,
@@ -32,8 +32,13 @@ pub struct LayerNorms {
 }
 
 impl LayerNorms {
-    /// Decodes the norms of a block placed as `norms` around `attn`.
-    pub fn load(p: &DecoderProgram, norms: &NormPlacement, attn: &Attention) -> Result<Self> {
+    /// Decodes the norms of a block placed as `norms` around its mixer
+    /// (`attn`'s q/k norms when it is an attention block).
+    pub fn load(
+        p: &DecoderProgram,
+        norms: &NormPlacement,
+        attn: Option<&Attention>,
+    ) -> Result<Self> {
         let d = p.n_embd;
         let opt = |name: Option<&str>, len| name.map(|n| norm_weights(p, n, len)).transpose();
         // no catch-all: a new placement is a compile error here
@@ -56,8 +61,14 @@ impl LayerNorms {
             post_attn: opt(post_attn, d)?,
             ffn: norm_weights(p, ffn, d)?,
             post_ffn: opt(post_ffn, d)?,
-            q: opt(attn.q_norm.as_deref(), attn.head_dim)?,
-            k: opt(attn.k_norm.as_deref(), attn.head_dim)?,
+            q: match attn {
+                Some(a) => opt(a.q_norm.as_deref(), a.head_dim)?,
+                None => None,
+            },
+            k: match attn {
+                Some(a) => opt(a.k_norm.as_deref(), a.head_dim)?,
+                None => None,
+            },
         })
     }
 

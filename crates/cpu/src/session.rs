@@ -48,6 +48,9 @@ impl Session for CpuSession {
         if !validate_forward(tokens, mode, pos, self.max_seq, n_vocab)? {
             return Ok(&[]);
         }
+        if tokens.len() > 1 {
+            self.seq[0].snapshot();
+        }
         let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
         // A dump names whole-input intermediates, so it runs in one pass.
         let chunk = if dump.is_some() {
@@ -111,6 +114,10 @@ impl Session for CpuSession {
 
     fn truncate(&mut self, n: usize) {
         self.seq[0].truncate(n);
+    }
+
+    fn reusable(&self, n: usize) -> usize {
+        self.seq[0].reusable(n)
     }
 
     fn max_seq(&self) -> usize {
@@ -210,12 +217,19 @@ impl BatchSession for CpuBatch {
         }
     }
 
+    fn reusable(&self, seq: usize, n: usize) -> usize {
+        self.seqs.get(seq).map_or(0, |s| s.reusable(n))
+    }
+
     fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]> {
         let n_vocab = self.model.n_vocab;
         validate_batch(items, self.seqs.len(), self.max_seq, n_vocab, |s| {
             self.position(s)
         })?;
         let starts: Vec<usize> = items.iter().map(|i| self.seqs[i.seq].pos).collect();
+        for item in items.iter().filter(|i| i.tokens.len() > 1) {
+            self.seqs[item.seq].snapshot();
+        }
         let passes = plan(items, &starts, MAX_CHUNK);
         let n_rows = items.iter().filter(|i| i.logits).count();
         let mut logits = std::mem::take(&mut self.logits);

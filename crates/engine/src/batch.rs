@@ -38,21 +38,31 @@ impl EngineBatch {
         self.cached.get(seq).map_or(&[], |c| c.as_slice())
     }
 
-    /// Keeps the longest prefix of sequence `seq` shared with `prompt`, but
-    /// always leaves at least one prompt token to run (its logits start
+    /// Keeps the longest prefix of sequence `seq` shared with `prompt` that
+    /// the backend can return to ([`BatchSession::reusable`]), but always
+    /// leaves at least one prompt token to run (its logits start
     /// generation). Returns how many prompt tokens were reused.
     pub fn reuse_prefix(&mut self, seq: usize, prompt: &[u32]) -> usize {
         let keep = reusable_prefix(self.cached_tokens(seq), prompt);
-        self.truncate(seq, keep);
-        keep
+        self.truncate(seq, keep)
     }
 
-    /// Drops positions at or beyond `n` of sequence `seq`.
-    pub fn truncate(&mut self, seq: usize, n: usize) {
+    /// The prompt tokens sequence `seq` would reuse for `prompt` (for
+    /// choosing a slot without touching it).
+    pub fn reusable_for(&self, seq: usize, prompt: &[u32]) -> usize {
+        let keep = reusable_prefix(self.cached_tokens(seq), prompt);
+        self.inner.reusable(seq, keep)
+    }
+
+    /// Drops positions at or beyond `n` of sequence `seq`; returns the
+    /// positions kept (fewer where recurrent state has no snapshot at `n`).
+    pub fn truncate(&mut self, seq: usize, n: usize) -> usize {
         self.inner.truncate(seq, n);
+        let kept = self.inner.position(seq);
         if let Some(c) = self.cached.get_mut(seq) {
-            c.truncate(n);
+            c.truncate(kept);
         }
+        kept
     }
 
     /// Runs one batched forward pass; see [`BatchSession::forward`].

@@ -35,24 +35,33 @@ impl EngineSession {
         &self.cached
     }
 
-    /// Keeps the longest cached prefix shared with `prompt`, but always leaves
-    /// at least one prompt token to run (its logits start generation).
-    /// Returns how many prompt tokens were reused.
+    /// Keeps the longest cached prefix shared with `prompt` that the backend
+    /// can return to ([`Session::reusable`]), but always leaves at least one
+    /// prompt token to run (its logits start generation). Returns how many
+    /// prompt tokens were reused.
     pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
         let keep = reusable_prefix(&self.cached, prompt);
-        self.truncate(keep);
-        keep
+        self.truncate(keep)
     }
 
-    /// Drops everything at or beyond position `n`.
-    pub fn truncate(&mut self, n: usize) {
+    /// Drops everything at or beyond position `n`; returns the positions
+    /// kept (fewer than `n` where recurrent state has no snapshot at `n`).
+    pub fn truncate(&mut self, n: usize) -> usize {
         self.inner.truncate(n);
-        self.cached.truncate(n);
+        let kept = self.inner.position();
+        self.cached.truncate(kept);
+        kept
     }
 
     /// Forgets the whole cache.
     pub fn reset(&mut self) {
         self.truncate(0);
+    }
+
+    /// The longest prefix of `prompt` this session would reuse (for
+    /// choosing among sessions without touching them).
+    pub fn reusable_for(&self, prompt: &[u32]) -> usize {
+        self.inner.reusable(reusable_prefix(&self.cached, prompt))
     }
 
     /// Appends `tokens` and returns logits per `mode`.

@@ -24,8 +24,13 @@ pub trait BatchSession: Send {
     fn max_seq(&self) -> usize;
     /// Positions held by sequence `seq` (0 for an unknown one).
     fn position(&self, seq: usize) -> usize;
-    /// Drops positions at or beyond `n` of sequence `seq`.
+    /// Drops positions at or beyond `n` of sequence `seq`, keeping
+    /// [`BatchSession::reusable`]`(seq, n)` (see [`Session::truncate`]).
     fn truncate(&mut self, seq: usize, n: usize);
+    /// The most positions `truncate(seq, n)` keeps.
+    fn reusable(&self, seq: usize, n: usize) -> usize {
+        n.min(self.position(seq))
+    }
     /// Appends every item's tokens to its sequence. Returns one `n_vocab` row
     /// per item with `logits` set, in item order. Everything is checked
     /// before anything is appended: an error leaves every sequence as it was.
@@ -139,6 +144,10 @@ impl BatchSession for SequentialBatch {
         if let Some(s) = self.sessions.get_mut(seq) {
             s.truncate(n);
         }
+    }
+
+    fn reusable(&self, seq: usize, n: usize) -> usize {
+        self.sessions.get(seq).map_or(0, |s| s.reusable(n))
     }
 
     fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]> {

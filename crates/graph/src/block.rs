@@ -187,7 +187,8 @@ pub struct ShortConv {
     pub kernel: usize,
     /// `[n_embd, 3 * n_embd]`.
     pub in_proj: String,
-    /// Depthwise weights `[kernel, n_embd]`.
+    /// Depthwise weights `[kernel, n_embd]` (or HF's `[kernel, 1, n_embd]`):
+    /// tap `kernel - 1` multiplies the current position.
     pub conv: String,
     /// `[n_embd, n_embd]`.
     pub out_proj: String,
@@ -281,7 +282,7 @@ pub enum ExpertTensors {
 pub struct SharedExpert {
     /// The expert.
     pub ffn: DenseFfn,
-    /// `[n_embd, 1]` scalar gate, if any.
+    /// `[n_embd]` (or `[n_embd, 1]`) scalar gate, if any.
     pub gate_inp: Option<String>,
 }
 

@@ -18,7 +18,11 @@ pub const Q_ROPE: &str = "q_rope";
 pub const K_ROPE: &str = "k_rope";
 /// Attention context (softmax(QK^T)V), before the output projection.
 pub const KQV_OUT: &str = "kqv_out";
-/// Attention output projection, after the post-attention norm if the model has one.
+/// Short convolution: `in_proj` output `[B; C; X]`.
+pub const CONV_IN: &str = "conv_in";
+/// Short convolution: `C · conv(B · X)`, before the output projection.
+pub const CONV_OUT: &str = "conv_out";
+/// Attention (or short-convolution) output projection, after the post-attention norm if the model has one.
 pub const ATTN_OUT: &str = "attn_out";
 /// Residual stream after the attention block (`ffn_inp` in llama.cpp).
 pub const FFN_INP: &str = "ffn_inp";

@@ -35,11 +35,29 @@ pub enum Role {
     FfnUp,
     FfnDown,
     PostFfnNorm,
+    /// Fused `[q; k; v]` projection rows (Phi-3), split by the loader.
+    AttnQkv,
+    /// Fused `[gate; up]` rows (Phi-3), split by the loader.
+    FfnGateUp,
+    ShortConvInProj,
+    ShortConvConv,
+    ShortConvOutProj,
+    /// MoE router.
+    FfnGateInp,
+    /// Per-expert (HF, `{e}` in the name) or stacked (GGUF) expert gates.
+    FfnGateExps,
+    FfnUpExps,
+    FfnDownExps,
+    FfnGateShexp,
+    FfnUpShexp,
+    FfnDownShexp,
+    /// The shared expert's scalar sigmoid gate.
+    FfnGateInpShexp,
 }
 
 impl Role {
     /// Every role, globals first.
-    pub const ALL: [Role; 20] = [
+    pub const ALL: [Role; 33] = [
         Role::TokenEmbd,
         Role::OutputNorm,
         Role::Output,
@@ -60,6 +78,19 @@ impl Role {
         Role::FfnUp,
         Role::FfnDown,
         Role::PostFfnNorm,
+        Role::AttnQkv,
+        Role::FfnGateUp,
+        Role::ShortConvInProj,
+        Role::ShortConvConv,
+        Role::ShortConvOutProj,
+        Role::FfnGateInp,
+        Role::FfnGateExps,
+        Role::FfnUpExps,
+        Role::FfnDownExps,
+        Role::FfnGateShexp,
+        Role::FfnUpShexp,
+        Role::FfnDownShexp,
+        Role::FfnGateInpShexp,
     ];
 
     /// The glossary name (GGUF stem, with `_bias` for biases).
@@ -86,6 +117,19 @@ impl Role {
             FfnUp => "ffn_up",
             FfnDown => "ffn_down",
             PostFfnNorm => "post_ffw_norm",
+            AttnQkv => "attn_qkv",
+            FfnGateUp => "ffn_gate_up",
+            ShortConvInProj => "shortconv.in_proj",
+            ShortConvConv => "shortconv.conv",
+            ShortConvOutProj => "shortconv.out_proj",
+            FfnGateInp => "ffn_gate_inp",
+            FfnGateExps => "ffn_gate_exps",
+            FfnUpExps => "ffn_up_exps",
+            FfnDownExps => "ffn_down_exps",
+            FfnGateShexp => "ffn_gate_shexp",
+            FfnUpShexp => "ffn_up_shexp",
+            FfnDownShexp => "ffn_down_shexp",
+            FfnGateInpShexp => "ffn_gate_inp_shexp",
         }
     }
 
@@ -219,6 +263,12 @@ impl Checker<'_> {
         Ok(())
     }
 
+    /// `name` has shape `expected` or `alternative` (errors name `expected`).
+    fn shape_or(&self, name: &str, expected: &[u64], alternative: &[u64]) -> Result<()> {
+        self.shape(name, expected)
+            .or_else(|e| self.shape(name, alternative).map_err(|_| e))
+    }
+
     fn opt(&self, name: &Option<String>, expected: &[u64]) -> Result<()> {
         name.as_deref().map_or(Ok(()), |n| self.shape(n, expected))
     }
@@ -325,7 +375,9 @@ impl Checker<'_> {
         }
         let d = self.p.n_embd as u64;
         self.shape(in_proj, &[d, 3 * d])?;
-        self.shape(conv, &[*kernel as u64, d])?;
+        // GGUF squeezes HF's Conv1d weight `[d, 1, k]` (ggml order `[k, 1, d]`).
+        let k = *kernel as u64;
+        self.shape_or(conv, &[k, d], &[k, 1, d])?;
         self.shape(out_proj, &[d, d])
     }
 
@@ -372,7 +424,10 @@ impl Checker<'_> {
         }
         if let Some(SharedExpert { ffn, gate_inp }) = shared {
             self.dense(i, ffn)?;
-            self.opt(gate_inp, &[d, 1])?;
+            // `[d]` in GGUF, HF's `Linear(d, 1)` weight `[d, 1]`.
+            if let Some(g) = gate_inp {
+                self.shape_or(g, &[d], &[d, 1])?;
+            }
         }
         Ok(())
     }

@@ -50,7 +50,16 @@ pub trait Session: Send {
     /// Number of positions held.
     fn position(&self) -> usize;
     /// Drops every position at or beyond `n` (no-op if `n >= position()`).
+    /// A session with recurrent state (LFM2's short convolutions) can only
+    /// go back to positions it kept a snapshot of: it keeps
+    /// [`Session::reusable`]`(n)` positions, so read [`Session::position`]
+    /// afterwards.
     fn truncate(&mut self, n: usize);
+    /// The most positions `truncate(n)` keeps: `min(n, position())` for a
+    /// KV cache alone; at most that (down to 0) for recurrent state.
+    fn reusable(&self, n: usize) -> usize {
+        n.min(self.position())
+    }
     /// Capacity in positions.
     fn max_seq(&self) -> usize;
     /// Dumps every named intermediate of the NEXT forward call into `dir`

@@ -150,6 +150,8 @@ fn every_variant_checks_its_tensor_shapes() {
         });
     };
     program(|s, l| conv(s, l, &[3, 8])).validate().unwrap();
+    // HF's Conv1d weight keeps its middle axis.
+    program(|s, l| conv(s, l, &[3, 1, 8])).validate().unwrap();
     let e = program(|s, l| conv(s, l, &[4, 8])).validate().unwrap_err();
     assert_eq!(e.to_string(), "tensor cv: expected [3, 8], found [4, 8]");
 

@@ -75,6 +75,21 @@ pub struct RopeConfig {
     pub n_rot: usize,
 }
 
+/// Mixture-of-experts options, alike in every sparse layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    /// Experts per sparse layer.
+    pub n_expert: usize,
+    /// Experts each token is routed to.
+    pub n_expert_used: usize,
+    /// Hidden width of one routed expert.
+    pub n_ff_expert: usize,
+    /// Hidden width of the shared expert, when the metadata gives one.
+    pub n_ff_shared: Option<usize>,
+    /// Renormalise the top-k probabilities.
+    pub normalize_top_k: bool,
+}
+
 /// Every option of the generic decoder, as data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecoderConfig {
@@ -88,8 +103,19 @@ pub struct DecoderConfig {
     pub n_layer: usize,
     /// Query heads.
     pub n_head: usize,
-    /// Key/value heads.
+    /// Key/value heads (of attention layers; see `n_head_kv_layers`).
     pub n_head_kv: usize,
+    /// Key/value heads per layer (GGUF per-layer arrays; 0 on LFM2's
+    /// convolution layers).
+    pub n_head_kv_layers: Vec<usize>,
+    /// Per layer: a short convolution instead of attention (LFM2).
+    pub conv_layers: Vec<bool>,
+    /// Taps of the short convolution, when any layer has one.
+    pub conv_kernel: Option<usize>,
+    /// Mixture of experts, when the model has one.
+    pub moe: Option<MoeConfig>,
+    /// Per layer: a mixture of experts instead of the dense FFN.
+    pub moe_layers: Vec<bool>,
     /// Per-head dimension.
     pub head_dim: usize,
     /// Feed-forward hidden width.
@@ -135,6 +161,11 @@ pub struct DecoderConfig {
 const MAX_DIM: usize = 1 << 20;
 /// Largest accepted layer count.
 const MAX_LAYERS: usize = 4096;
+/// Longest accepted short convolution (LFM2 uses 3); the per-sequence state
+/// holds `kernel - 1` rows per layer.
+pub const MAX_CONV_KERNEL: usize = 64;
+/// Most experts accepted per layer.
+const MAX_EXPERTS: usize = 4096;
 
 /// Reads hyperparameters of one family in one naming.
 pub(crate) struct Reader<'a> {
@@ -229,6 +260,34 @@ impl Reader<'_> {
         }
     }
 
+    /// `p` as one value per layer: an array of `n_layer` non-negative
+    /// integers, or one integer repeated. `None` when absent.
+    pub fn per_layer_usize(&self, p: Param, n_layer: usize) -> Result<Option<Vec<usize>>> {
+        let Some((key, v)) = self.find(p) else {
+            return Ok(None);
+        };
+        let Some(items) = v.as_array() else {
+            return self.usize(p).map(|o| o.map(|n| vec![n; n_layer]));
+        };
+        if items.len() != n_layer {
+            return Err(Error::BadValue {
+                key,
+                reason: format!("{} entries for {n_layer} layers", items.len()),
+            });
+        }
+        (0..items.len())
+            .map(|i| items.i64_at(i).and_then(|x| usize::try_from(x).ok()))
+            .collect::<Option<Vec<_>>>()
+            .map(Some)
+            .ok_or_else(|| Error::BadValue {
+                key,
+                reason: format!(
+                    "expected non-negative integers, found array[{}]",
+                    items.elem_type().name()
+                ),
+            })
+    }
+
     pub fn array(&self, p: Param) -> Option<(String, &MetadataArray)> {
         self.find(p).and_then(|(k, v)| v.as_array().map(|a| (k, a)))
     }
@@ -257,14 +316,61 @@ pub(crate) fn resolve(
     let n_embd = r.require_usize(Param::NEmbd)?;
     let n_layer = r.require_usize(Param::NLayer)?;
     let n_head = r.require_usize(Param::NHead)?;
-    let n_head_kv = r.usize(Param::NHeadKv)?.unwrap_or(n_head);
+    if n_layer > MAX_LAYERS {
+        return Err(Error::Invalid(format!(
+            "n_layer = {n_layer} exceeds the limit {MAX_LAYERS}"
+        )));
+    }
+    let n_head_kv_layers = r
+        .per_layer_usize(Param::NHeadKv, n_layer)?
+        .unwrap_or_else(|| vec![n_head; n_layer]);
+    let conv_layers = conv_layers(&r, n_layer, &n_head_kv_layers)?;
+    // The scalar: the first attention layer's (per-layer zeros mark LFM2's
+    // convolution layers, which have no heads).
+    let n_head_kv = n_head_kv_layers
+        .iter()
+        .zip(&conv_layers)
+        .find(|(_, conv)| !**conv)
+        .map_or(n_head, |(n, _)| *n);
+    let n_head_kv_layers: Vec<usize> = n_head_kv_layers
+        .iter()
+        .zip(&conv_layers)
+        .map(|(n, conv)| if *conv { 0 } else { *n })
+        .collect();
     if n_head == 0 || n_head_kv == 0 || n_layer == 0 || n_embd == 0 {
         return Err(Error::Invalid(format!(
             "n_embd {n_embd}, n_layer {n_layer}, n_head {n_head}, n_head_kv {n_head_kv} must be positive"
         )));
     }
+    if let Some((i, n)) = n_head_kv_layers
+        .iter()
+        .enumerate()
+        .find(|(i, n)| !conv_layers[*i] && **n == 0)
+    {
+        return Err(Error::Invalid(format!(
+            "layer {i}: {n} key/value heads on an attention layer"
+        )));
+    }
     let head_dim = r.usize(Param::HeadDim)?.unwrap_or(n_embd / n_head);
-    let n_ff = r.require_usize(Param::NFf)?;
+    let conv_kernel = if conv_layers.contains(&true) {
+        let k = r.require_usize(Param::ConvKernel)?;
+        if k == 0 || k > MAX_CONV_KERNEL {
+            return Err(Error::BadValue {
+                key: r.all_keys(Param::ConvKernel),
+                reason: format!("short convolution of {k} taps (supported: 1..={MAX_CONV_KERNEL})"),
+            });
+        }
+        Some(k)
+    } else {
+        None
+    };
+    let moe = moe_config(&r)?;
+    let moe_layers = moe_layers(&r, n_layer, moe.is_some())?;
+    let n_ff = match (r.usize(Param::NFf)?, &moe) {
+        (Some(n), _) => adjusted_ff(&r, n)?,
+        (None, Some(m)) => m.n_ff_expert,
+        (None, None) => r.require_usize(Param::NFf)?,
+    };
     // Sanity caps before anything is sized from these numbers (hostile metadata).
     for (what, v, cap) in [
         ("n_embd", n_embd, MAX_DIM),
@@ -273,6 +379,16 @@ pub(crate) fn resolve(
         ("n_head", n_head, MAX_DIM),
         ("n_head_kv", n_head_kv, MAX_DIM),
         ("n_layer", n_layer, MAX_LAYERS),
+        (
+            "n_ff_expert",
+            moe.as_ref().map_or(0, |m| m.n_ff_expert),
+            MAX_DIM,
+        ),
+        (
+            "n_ff_shared",
+            moe.as_ref().and_then(|m| m.n_ff_shared).unwrap_or(0),
+            MAX_DIM,
+        ),
     ] {
         if v > cap {
             return Err(Error::Invalid(format!(
@@ -345,11 +461,7 @@ pub(crate) fn resolve(
         (1.0 / (head_dim as f64).sqrt()) as f32
     };
 
-    let has = |role: Role| {
-        source
-            .tensor(&tensor_name(family, format, role, 0))
-            .is_some()
-    };
+    let has = |role: Role| present_tensor(source, family, format, role, 0).is_some();
     Ok(DecoderConfig {
         family: family.name,
         format,
@@ -357,6 +469,11 @@ pub(crate) fn resolve(
         n_layer,
         n_head,
         n_head_kv,
+        n_head_kv_layers,
+        conv_layers,
+        conv_kernel,
+        moe,
+        moe_layers,
         head_dim,
         n_ff,
         n_vocab,
@@ -390,6 +507,115 @@ pub(crate) fn resolve(
         sandwich_norm: q.sandwich_norm || has(Role::PostAttnNorm),
         tied_output: !has(Role::Output),
     })
+}
+
+/// LFM2's HF FFN sizing: with `block_auto_adjust_ff_dim`, `n_ff` becomes
+/// `2/3` of itself, times `block_ffn_dim_multiplier`, rounded up to a
+/// multiple of `block_multiple_of` (GGUFs store the adjusted width).
+fn adjusted_ff(r: &Reader<'_>, n_ff: usize) -> Result<usize> {
+    if r.bool(Param::BlockAutoAdjustFf)? != Some(true) {
+        return Ok(n_ff);
+    }
+    let mut ff = 2 * n_ff / 3;
+    if let Some(m) = r.f64(Param::BlockFfMultiplier)? {
+        ff = (m * ff as f64) as usize;
+    }
+    let multiple = r.usize(Param::BlockMultipleOf)?.unwrap_or(256);
+    if multiple == 0 {
+        return Err(Error::BadValue {
+            key: r.all_keys(Param::BlockMultipleOf),
+            reason: "must be positive".into(),
+        });
+    }
+    Ok(ff.div_ceil(multiple) * multiple)
+}
+
+/// Which layers are short convolutions: HF `layer_types` entries `"conv"`,
+/// or every layer missing from `full_attn_idxs`, or (GGUF) a per-layer
+/// head count of 0.
+fn conv_layers(r: &Reader<'_>, n_layer: usize, heads_kv: &[usize]) -> Result<Vec<bool>> {
+    if let Some((key, MetadataArray::String(types))) = r.array(Param::LayerTypes) {
+        if types.iter().any(|t| t == "conv") {
+            if types.len() != n_layer {
+                return Err(Error::BadValue {
+                    key,
+                    reason: format!("{} entries for {n_layer} layers", types.len()),
+                });
+            }
+            return Ok(types.iter().map(|t| t == "conv").collect());
+        }
+    }
+    if let Some((key, items)) = r.array(Param::FullAttnIdxs) {
+        let idx: Vec<usize> = (0..items.len())
+            .map(|i| items.i64_at(i).and_then(|x| usize::try_from(x).ok()))
+            .collect::<Option<_>>()
+            .filter(|v: &Vec<usize>| v.iter().all(|i| *i < n_layer))
+            .ok_or_else(|| Error::BadValue {
+                key,
+                reason: format!("expected layer indices below {n_layer}"),
+            })?;
+        return Ok((0..n_layer).map(|i| !idx.contains(&i)).collect());
+    }
+    Ok(heads_kv.iter().map(|n| *n == 0).collect())
+}
+
+/// The mixture-of-experts options, when the metadata declares experts.
+fn moe_config(r: &Reader<'_>) -> Result<Option<MoeConfig>> {
+    let Some(n_expert) = r.usize(Param::NExpert)? else {
+        return Ok(None);
+    };
+    let bad = |p: Param, reason: String| Error::BadValue {
+        key: r.all_keys(p),
+        reason,
+    };
+    if n_expert == 0 || n_expert > MAX_EXPERTS {
+        return Err(bad(
+            Param::NExpert,
+            format!("{n_expert} experts (supported: 1..={MAX_EXPERTS})"),
+        ));
+    }
+    let n_expert_used = r.require_usize(Param::NExpertUsed)?;
+    if n_expert_used == 0 || n_expert_used > n_expert {
+        return Err(bad(
+            Param::NExpertUsed,
+            format!("{n_expert_used} experts per token of {n_expert}"),
+        ));
+    }
+    let n_ff_expert = r.require_usize(Param::NFfExpert)?;
+    if n_ff_expert == 0 {
+        return Err(bad(Param::NFfExpert, "expert width 0".into()));
+    }
+    Ok(Some(MoeConfig {
+        n_expert,
+        n_expert_used,
+        n_ff_expert,
+        n_ff_shared: r.usize(Param::NFfSharedExpert)?.filter(|n| *n > 0),
+        normalize_top_k: r
+            .bool(Param::ExpertWeightsNorm)?
+            .unwrap_or(r.family.quirks.default_expert_weights_norm),
+    }))
+}
+
+/// Which layers route through experts: HF Qwen-MoE's `decoder_sparse_step`
+/// and `mlp_only_layers` (every layer by default); GGUFs, every layer.
+fn moe_layers(r: &Reader<'_>, n_layer: usize, moe: bool) -> Result<Vec<bool>> {
+    if !moe {
+        return Ok(vec![false; n_layer]);
+    }
+    let step = r.usize(Param::DecoderSparseStep)?.unwrap_or(1);
+    let dense: Vec<usize> = match r.array(Param::MlpOnlyLayers) {
+        None => Vec::new(),
+        Some((key, items)) => (0..items.len())
+            .map(|i| items.i64_at(i).and_then(|x| usize::try_from(x).ok()))
+            .collect::<Option<_>>()
+            .ok_or_else(|| Error::BadValue {
+                key,
+                reason: "expected layer indices".into(),
+            })?,
+    };
+    Ok((0..n_layer)
+        .map(|i| !dense.contains(&i) && step > 0 && (i + 1) % step == 0)
+        .collect())
 }
 
 fn rope_scaling(r: &Reader<'_>, source: &dyn WeightSource) -> Result<RopeScaling> {
@@ -513,24 +739,48 @@ fn rope_layers(r: &Reader<'_>, n_layer: usize) -> Result<Vec<bool>> {
         .collect())
 }
 
-/// The name of `role`'s tensor in `layer` for this family and naming (the
-/// template with `{i}` replaced). Empty if the family has no template.
-pub(crate) fn tensor_name(
+/// The names `role`'s tensor in `layer` may have for this family and
+/// naming (templates with `{i}` replaced), in table order.
+pub(crate) fn tensor_names(
     family: &Family,
     format: SourceFormat,
     role: Role,
     layer: usize,
-) -> String {
+) -> impl Iterator<Item = String> + '_ {
     family
         .tensors
         .iter()
-        .find(|t| t.role == role)
-        .map(|t| {
+        .flat_map(|table| table.iter())
+        .filter(move |t| t.role == role)
+        .map(move |t| {
             let tpl = match format {
                 SourceFormat::Gguf => t.gguf,
                 SourceFormat::HuggingFace => t.hf,
             };
             tpl.replace("{i}", &layer.to_string())
         })
+}
+
+/// The first name of `role`'s tensor in `layer` ([`tensor_names`]). Empty
+/// if the family has no template.
+pub(crate) fn tensor_name(
+    family: &Family,
+    format: SourceFormat,
+    role: Role,
+    layer: usize,
+) -> String {
+    tensor_names(family, format, role, layer)
+        .next()
         .unwrap_or_default()
+}
+
+/// The first of `role`'s names in `layer` that `source` has, if any.
+pub(crate) fn present_tensor(
+    source: &dyn WeightSource,
+    family: &Family,
+    format: SourceFormat,
+    role: Role,
+    layer: usize,
+) -> Option<String> {
+    tensor_names(family, format, role, layer).find(|n| source.tensor(n).is_some())
 }

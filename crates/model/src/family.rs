@@ -39,6 +39,25 @@ pub enum Param {
     FinalSoftcap,
     QueryPreAttnScalar,
     AttnScale,
+    /// LFM2: taps of the short convolution (`L_cache`).
+    ConvKernel,
+    /// LFM2 (HF): indices of the attention layers in older configs.
+    FullAttnIdxs,
+    /// LFM2 (HF): shrink `intermediate_size` to 2/3, times the multiplier,
+    /// rounded up to `block_multiple_of`.
+    BlockAutoAdjustFf,
+    BlockFfMultiplier,
+    BlockMultipleOf,
+    NExpert,
+    NExpertUsed,
+    NFfExpert,
+    NFfSharedExpert,
+    /// Renormalise the top-k router probabilities.
+    ExpertWeightsNorm,
+    /// HF Qwen2/3-MoE: every `n`-th layer is sparse.
+    DecoderSparseStep,
+    /// HF Qwen2/3-MoE: layers that keep a dense FFN.
+    MlpOnlyLayers,
 }
 
 /// Where a hyperparameter lives in each format. The first key present wins.
@@ -53,7 +72,11 @@ pub struct KeySpec {
     pub hf: &'static [&'static str],
 }
 
-const fn key(param: Param, gguf: &'static [&'static str], hf: &'static [&'static str]) -> KeySpec {
+pub(crate) const fn key(
+    param: Param,
+    gguf: &'static [&'static str],
+    hf: &'static [&'static str],
+) -> KeySpec {
     KeySpec { param, gguf, hf }
 }
 
@@ -214,9 +237,47 @@ pub const COMMON_KEYS: &[KeySpec] = &[
     ),
     key(Param::QueryPreAttnScalar, &[], &["query_pre_attn_scalar"]),
     key(Param::AttnScale, &["{arch}.attention.scale"], &[]),
+    key(
+        Param::ConvKernel,
+        &["{arch}.shortconv.l_cache"],
+        &["conv_L_cache"],
+    ),
+    key(Param::FullAttnIdxs, &[], &["full_attn_idxs"]),
+    key(Param::BlockAutoAdjustFf, &[], &["block_auto_adjust_ff_dim"]),
+    key(Param::BlockFfMultiplier, &[], &["block_ffn_dim_multiplier"]),
+    key(Param::BlockMultipleOf, &[], &["block_multiple_of"]),
+    key(
+        Param::NExpert,
+        &["{arch}.expert_count"],
+        &["num_experts", "num_local_experts"],
+    ),
+    key(
+        Param::NExpertUsed,
+        &["{arch}.expert_used_count"],
+        &["num_experts_per_tok"],
+    ),
+    key(
+        Param::NFfExpert,
+        &["{arch}.expert_feed_forward_length"],
+        &["moe_intermediate_size"],
+    ),
+    key(
+        Param::NFfSharedExpert,
+        &["{arch}.expert_shared_feed_forward_length"],
+        &["shared_expert_intermediate_size"],
+    ),
+    key(
+        Param::ExpertWeightsNorm,
+        &["{arch}.expert_weights_norm"],
+        &["norm_topk_prob"],
+    ),
+    key(Param::DecoderSparseStep, &[], &["decoder_sparse_step"]),
+    key(Param::MlpOnlyLayers, &[], &["mlp_only_layers"]),
 ];
 
-/// A tensor-name template in both namings; `{i}` is the layer index.
+/// A tensor-name template in both namings; `{i}` is the layer index, `{e}`
+/// the expert index (HF per-expert tensors). A table may list a role twice:
+/// the first name present in the source wins (LFM2's final norm).
 #[derive(Debug, Clone, Copy)]
 pub struct TensorName {
     /// The role.
@@ -394,6 +455,155 @@ pub const GEMMA_TENSORS: &[TensorName] = &[
     ),
 ];
 
+/// Mixture-of-experts tensors of Qwen2-MoE / Qwen3-MoE checkpoints (GGUF:
+/// stacked 3-D experts; HF: one tensor per expert and projection).
+pub const QWEN_MOE_TENSORS: &[TensorName] = &[
+    t(
+        Role::FfnGateInp,
+        "blk.{i}.ffn_gate_inp.weight",
+        "model.layers.{i}.mlp.gate.weight",
+    ),
+    t(
+        Role::FfnGateExps,
+        "blk.{i}.ffn_gate_exps.weight",
+        "model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
+    ),
+    t(
+        Role::FfnUpExps,
+        "blk.{i}.ffn_up_exps.weight",
+        "model.layers.{i}.mlp.experts.{e}.up_proj.weight",
+    ),
+    t(
+        Role::FfnDownExps,
+        "blk.{i}.ffn_down_exps.weight",
+        "model.layers.{i}.mlp.experts.{e}.down_proj.weight",
+    ),
+    t(
+        Role::FfnGateShexp,
+        "blk.{i}.ffn_gate_shexp.weight",
+        "model.layers.{i}.mlp.shared_expert.gate_proj.weight",
+    ),
+    t(
+        Role::FfnUpShexp,
+        "blk.{i}.ffn_up_shexp.weight",
+        "model.layers.{i}.mlp.shared_expert.up_proj.weight",
+    ),
+    t(
+        Role::FfnDownShexp,
+        "blk.{i}.ffn_down_shexp.weight",
+        "model.layers.{i}.mlp.shared_expert.down_proj.weight",
+    ),
+    t(
+        Role::FfnGateInpShexp,
+        "blk.{i}.ffn_gate_inp_shexp.weight",
+        "model.layers.{i}.mlp.shared_expert_gate.weight",
+    ),
+];
+
+/// Tensor names of LFM2 checkpoints (lfm2-spec.md §7). The final norm is
+/// `token_embd_norm` in llama.cpp's naming, `output_norm` in older ollama
+/// conversions; HF calls it `embedding_norm` although it follows the layers.
+pub const LFM2_TENSORS: &[TensorName] = &[
+    t(
+        Role::TokenEmbd,
+        "token_embd.weight",
+        "model.embed_tokens.weight",
+    ),
+    t(
+        Role::OutputNorm,
+        "token_embd_norm.weight",
+        "model.embedding_norm.weight",
+    ),
+    t(Role::OutputNorm, "output_norm.weight", "model.norm.weight"),
+    t(Role::Output, "output.weight", "lm_head.weight"),
+    t(
+        Role::AttnNorm,
+        "blk.{i}.attn_norm.weight",
+        "model.layers.{i}.operator_norm.weight",
+    ),
+    t(
+        Role::FfnNorm,
+        "blk.{i}.ffn_norm.weight",
+        "model.layers.{i}.ffn_norm.weight",
+    ),
+    t(
+        Role::AttnQ,
+        "blk.{i}.attn_q.weight",
+        "model.layers.{i}.self_attn.q_proj.weight",
+    ),
+    t(
+        Role::AttnK,
+        "blk.{i}.attn_k.weight",
+        "model.layers.{i}.self_attn.k_proj.weight",
+    ),
+    t(
+        Role::AttnV,
+        "blk.{i}.attn_v.weight",
+        "model.layers.{i}.self_attn.v_proj.weight",
+    ),
+    t(
+        Role::AttnOutput,
+        "blk.{i}.attn_output.weight",
+        "model.layers.{i}.self_attn.out_proj.weight",
+    ),
+    t(
+        Role::AttnQNorm,
+        "blk.{i}.attn_q_norm.weight",
+        "model.layers.{i}.self_attn.q_layernorm.weight",
+    ),
+    t(
+        Role::AttnKNorm,
+        "blk.{i}.attn_k_norm.weight",
+        "model.layers.{i}.self_attn.k_layernorm.weight",
+    ),
+    t(
+        Role::ShortConvInProj,
+        "blk.{i}.shortconv.in_proj.weight",
+        "model.layers.{i}.conv.in_proj.weight",
+    ),
+    t(
+        Role::ShortConvConv,
+        "blk.{i}.shortconv.conv.weight",
+        "model.layers.{i}.conv.conv.weight",
+    ),
+    t(
+        Role::ShortConvOutProj,
+        "blk.{i}.shortconv.out_proj.weight",
+        "model.layers.{i}.conv.out_proj.weight",
+    ),
+    t(
+        Role::FfnGate,
+        "blk.{i}.ffn_gate.weight",
+        "model.layers.{i}.feed_forward.w1.weight",
+    ),
+    t(
+        Role::FfnUp,
+        "blk.{i}.ffn_up.weight",
+        "model.layers.{i}.feed_forward.w3.weight",
+    ),
+    t(
+        Role::FfnDown,
+        "blk.{i}.ffn_down.weight",
+        "model.layers.{i}.feed_forward.w2.weight",
+    ),
+];
+
+/// Phi-3's fused tensors (q/k/v rows in one matrix, gate then up rows in
+/// another), split into the llama roles by the loader; the rest of a Phi-3
+/// checkpoint uses llama names.
+pub const PHI3_FUSED_TENSORS: &[TensorName] = &[
+    t(
+        Role::AttnQkv,
+        "blk.{i}.attn_qkv.weight",
+        "model.layers.{i}.self_attn.qkv_proj.weight",
+    ),
+    t(
+        Role::FfnGateUp,
+        "blk.{i}.ffn_up.weight",
+        "model.layers.{i}.mlp.gate_up_proj.weight",
+    ),
+];
+
 /// Which layers use the sliding window when the metadata has no per-layer list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlidingDefault {
@@ -444,6 +654,9 @@ pub struct Quirks {
     /// `1/sqrt(n_embd / n_head)` instead of `1/sqrt(head_dim)` for the model
     /// sizes with these layer counts (Gemma 2/3 27B).
     pub gguf_attn_scale_embd_per_head_layers: &'static [usize],
+    /// MoE: renormalise the top-k router probabilities when the metadata
+    /// does not say (Qwen3-MoE: true, Qwen2-MoE: false).
+    pub default_expert_weights_norm: bool,
 }
 
 /// A model family: names, keys, tensor names and quirks.
@@ -457,8 +670,8 @@ pub struct Family {
     pub hf_model_types: &'static [&'static str],
     /// Family-specific keys, consulted before [`COMMON_KEYS`].
     pub extra_keys: &'static [KeySpec],
-    /// Tensor names.
-    pub tensors: &'static [TensorName],
+    /// Tensor-name tables, searched in order.
+    pub tensors: &'static [&'static [TensorName]],
     /// GGUF name of a per-pair RoPE frequency-factor tensor (llama3 scaling), if any.
     pub gguf_rope_freqs: Option<&'static str>,
     /// Quirks and defaults.

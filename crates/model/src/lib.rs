@@ -20,8 +20,11 @@ mod config;
 pub mod families;
 pub mod family;
 mod program;
+pub mod views;
 
-pub use config::{DecoderConfig, RopeConfig, RopeScaling, SourceFormat};
+pub use config::{
+    DecoderConfig, MoeConfig, RopeConfig, RopeScaling, SourceFormat, MAX_CONV_KERNEL,
+};
 pub use program::{base_inv_freq, llama3_inv_freq, yarn_inv_freq};
 
 use anedvd_base::WeightSource;

@@ -2,13 +2,14 @@
 //! blocks with their RoPE frequencies (or none), windows, and the family
 //! table's tensor names in typed fields.
 
-use crate::config::{tensor_name, DecoderConfig, RopeScaling};
+use crate::config::{present_tensor, tensor_name, DecoderConfig, MoeConfig, RopeScaling};
 use crate::family::Family;
+use crate::views::{RowView, RowViews};
 use crate::{Error, Result};
 use anedvd_base::{GgmlType, WeightSource};
 use anedvd_graph::{
-    Attention, AttentionBias, Block, DecoderProgram, DenseFfn, FeedForward, Mixer, NormPlacement,
-    NormSpec, Role, Rope,
+    Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, ExpertTensors,
+    FeedForward, Mixer, MoeFfn, NormPlacement, NormSpec, Role, Rope, SharedExpert, ShortConv,
 };
 use std::sync::Arc;
 
@@ -152,9 +153,159 @@ fn global_inv_freq(cfg: &DecoderConfig, source: &dyn WeightSource) -> Result<(Ve
     Ok((freqs, 1.0))
 }
 
+/// Names of one layer's tensors: the first of a role's names the source
+/// has, and row views of fused tensors (registered as the layer is built).
+struct Names<'a> {
+    cfg: &'a DecoderConfig,
+    family: &'a Family,
+    source: &'a dyn WeightSource,
+    layer: usize,
+    views: &'a mut Vec<RowView>,
+}
+
+impl Names<'_> {
+    fn optional(&self, role: Role) -> Option<String> {
+        present_tensor(self.source, self.family, self.cfg.format, role, self.layer)
+    }
+
+    fn required(&self, role: Role) -> Result<String> {
+        self.optional(role).ok_or_else(|| {
+            Error::MissingTensor(tensor_name(self.family, self.cfg.format, role, self.layer))
+        })
+    }
+
+    fn required_if(&self, needed: bool, role: Role) -> Result<Option<String>> {
+        if needed {
+            self.required(role).map(Some)
+        } else {
+            Ok(self.optional(role))
+        }
+    }
+
+    /// `separate` roles, or views of consecutive row ranges of the `fused`
+    /// tensor (sizes `widths`) when the separate ones are absent.
+    fn split<const N: usize>(
+        &mut self,
+        separate: [Role; N],
+        fused: Role,
+        widths: [usize; N],
+        parts: [&str; N],
+    ) -> Result<[String; N]> {
+        let found = separate.map(|r| self.optional(r));
+        if found.iter().all(|n| n.is_some()) {
+            return Ok(found.map(|n| n.unwrap_or_default()));
+        }
+        let Some(of) = self.optional(fused) else {
+            // Name the first missing separate tensor.
+            let missing = separate[found.iter().position(|n| n.is_none()).unwrap_or(0)];
+            return Err(Error::MissingTensor(tensor_name(
+                self.family,
+                self.cfg.format,
+                missing,
+                self.layer,
+            )));
+        };
+        let mut row = 0;
+        let mut out: [String; N] = std::array::from_fn(|_| String::new());
+        for ((w, part), name) in widths.iter().zip(parts).zip(out.iter_mut()) {
+            *name = format!("{of}#{part}");
+            self.views.push(RowView {
+                name: name.clone(),
+                of: of.clone(),
+                rows: row..row + w,
+            });
+            row += w;
+        }
+        Ok(out)
+    }
+
+    /// Expert tensors of `role`: one per expert when the name template has
+    /// `{e}` (HF), else the stacked 3-D tensor (GGUF).
+    fn experts(&self, role: Role, n_expert: usize) -> Result<ExpertNames> {
+        let template = tensor_name(self.family, self.cfg.format, role, self.layer);
+        if !template.contains("{e}") {
+            return self.required(role).map(ExpertNames::Stacked);
+        }
+        (0..n_expert)
+            .map(|e| {
+                let n = template.replace("{e}", &e.to_string());
+                match self.source.tensor(&n) {
+                    Some(_) => Ok(n),
+                    None => Err(Error::MissingTensor(n)),
+                }
+            })
+            .collect::<Result<_>>()
+            .map(ExpertNames::PerExpert)
+    }
+}
+
+enum ExpertNames {
+    Stacked(String),
+    PerExpert(Vec<String>),
+}
+
+/// The mixture of experts of layer `names.layer`.
+fn moe_ffn(names: &Names<'_>, moe: &MoeConfig, activation: Activation) -> Result<MoeFfn> {
+    let ne = moe.n_expert;
+    let experts = match (
+        names.experts(Role::FfnGateExps, ne)?,
+        names.experts(Role::FfnUpExps, ne)?,
+        names.experts(Role::FfnDownExps, ne)?,
+    ) {
+        (ExpertNames::Stacked(gate), ExpertNames::Stacked(up), ExpertNames::Stacked(down)) => {
+            ExpertTensors::Stacked { gate, up, down }
+        }
+        (
+            ExpertNames::PerExpert(gate),
+            ExpertNames::PerExpert(up),
+            ExpertNames::PerExpert(down),
+        ) => ExpertTensors::PerExpert { gate, up, down },
+        _ => {
+            return Err(Error::Invalid(format!(
+                "layer {}: expert tensors mix stacked and per-expert naming",
+                names.layer
+            )))
+        }
+    };
+    let shared = match names.optional(Role::FfnGateShexp) {
+        None => None,
+        Some(gate) => {
+            // The width from the metadata, else from the tensor itself.
+            let n_ff = match moe.n_ff_shared {
+                Some(n) => n,
+                None => names
+                    .source
+                    .tensor(&gate)
+                    .and_then(|t| t.info.shape.get(1).copied())
+                    .unwrap_or(0) as usize,
+            };
+            Some(SharedExpert {
+                ffn: DenseFfn {
+                    n_ff,
+                    activation,
+                    gate,
+                    up: names.required(Role::FfnUpShexp)?,
+                    down: names.required(Role::FfnDownShexp)?,
+                },
+                gate_inp: names.optional(Role::FfnGateInpShexp),
+            })
+        }
+    };
+    Ok(MoeFfn {
+        n_expert: ne,
+        n_expert_used: moe.n_expert_used,
+        n_ff_expert: moe.n_ff_expert,
+        activation,
+        router: names.required(Role::FfnGateInp)?,
+        normalize_top_k: moe.normalize_top_k,
+        experts,
+        shared,
+    })
+}
+
 /// Builds the program for `cfg` over `source`: every layer a block of the
-/// variants the config implies, naming the family table's tensors, then
-/// validates shapes.
+/// variants the config implies, naming the family table's tensors (fused
+/// ones through row views), then validates shapes.
 pub(crate) fn build(
     cfg: &DecoderConfig,
     family: &Family,
@@ -166,6 +317,7 @@ pub(crate) fn build(
         .theta_local
         .map(|t| base_inv_freq(t, cfg.rope.n_rot));
     let mut layers = Vec::with_capacity(cfg.n_layer);
+    let mut views = Vec::new();
     for i in 0..cfg.n_layer {
         let sliding =
             cfg.sliding_layers.get(i).copied().unwrap_or(false) && cfg.sliding_window.is_some();
@@ -173,74 +325,110 @@ pub(crate) fn build(
             (Some(l), true) => (l.clone(), 1.0),
             _ => (global.clone(), global_attn_factor),
         };
-        let name = |role: Role| tensor_name(family, cfg.format, role, i);
-        let optional = |role: Role| Some(name(role)).filter(|n| source.tensor(n).is_some());
-        let required = |role: Role| -> Result<String> {
-            optional(role).ok_or_else(|| Error::MissingTensor(name(role)))
-        };
-        let required_if = |needed: bool, role: Role| -> Result<Option<String>> {
-            if needed {
-                required(role).map(Some)
-            } else {
-                Ok(optional(role))
-            }
+        let mut names = Names {
+            cfg,
+            family,
+            source: source.as_ref(),
+            layer: i,
+            views: &mut views,
         };
         let norms = if cfg.sandwich_norm {
             NormPlacement::Sandwich {
-                mixer: required(Role::AttnNorm)?,
-                post_mixer: required(Role::PostAttnNorm)?,
-                ffn: required(Role::FfnNorm)?,
-                post_ffn: required(Role::PostFfnNorm)?,
+                mixer: names.required(Role::AttnNorm)?,
+                post_mixer: names.required(Role::PostAttnNorm)?,
+                ffn: names.required(Role::FfnNorm)?,
+                post_ffn: names.required(Role::PostFfnNorm)?,
             }
         } else {
             NormPlacement::Pre {
-                mixer: required(Role::AttnNorm)?,
-                ffn: required(Role::FfnNorm)?,
+                mixer: names.required(Role::AttnNorm)?,
+                ffn: names.required(Role::FfnNorm)?,
             }
         };
-        let uses_rope = cfg.rope_layers.get(i).copied().unwrap_or(true);
-        let attention = Attention {
-            n_head: cfg.n_head,
-            n_head_kv: cfg.n_head_kv,
-            head_dim: cfg.head_dim,
-            scale: cfg.attn_scale,
-            softcap: cfg.attn_softcap,
-            window: if sliding { cfg.sliding_window } else { None },
-            rope: uses_rope.then_some(Rope {
-                pairing: cfg.rope.pairing,
-                n_rot: cfg.rope.n_rot,
-                inv_freq,
-                attn_factor,
+        let mixer = match (cfg.conv_layers.get(i), cfg.conv_kernel) {
+            (Some(true), Some(kernel)) => Mixer::ShortConv(ShortConv {
+                kernel,
+                in_proj: names.required(Role::ShortConvInProj)?,
+                conv: names.required(Role::ShortConvConv)?,
+                out_proj: names.required(Role::ShortConvOutProj)?,
             }),
-            kv_source: None,
-            wq: required(Role::AttnQ)?,
-            wk: required(Role::AttnK)?,
-            wv: required(Role::AttnV)?,
-            wo: required(Role::AttnOutput)?,
-            bias: AttentionBias {
-                q: required_if(cfg.qkv_bias, Role::AttnQBias)?,
-                k: required_if(cfg.qkv_bias, Role::AttnKBias)?,
-                v: required_if(cfg.qkv_bias, Role::AttnVBias)?,
-                o: optional(Role::AttnOutputBias),
-            },
-            q_norm: required_if(cfg.qk_norm, Role::AttnQNorm)?,
-            k_norm: required_if(cfg.qk_norm, Role::AttnKNorm)?,
+            _ => {
+                let n_head_kv = cfg
+                    .n_head_kv_layers
+                    .get(i)
+                    .copied()
+                    .unwrap_or(cfg.n_head_kv);
+                let (q, kv) = (cfg.n_head * cfg.head_dim, n_head_kv * cfg.head_dim);
+                let [wq, wk, wv] = names.split(
+                    [Role::AttnQ, Role::AttnK, Role::AttnV],
+                    Role::AttnQkv,
+                    [q, kv, kv],
+                    ["q", "k", "v"],
+                )?;
+                let uses_rope = cfg.rope_layers.get(i).copied().unwrap_or(true);
+                Mixer::Attention(Attention {
+                    n_head: cfg.n_head,
+                    n_head_kv,
+                    head_dim: cfg.head_dim,
+                    scale: cfg.attn_scale,
+                    softcap: cfg.attn_softcap,
+                    window: if sliding { cfg.sliding_window } else { None },
+                    rope: uses_rope.then_some(Rope {
+                        pairing: cfg.rope.pairing,
+                        n_rot: cfg.rope.n_rot,
+                        inv_freq,
+                        attn_factor,
+                    }),
+                    kv_source: None,
+                    wq,
+                    wk,
+                    wv,
+                    wo: names.required(Role::AttnOutput)?,
+                    bias: AttentionBias {
+                        q: names.required_if(cfg.qkv_bias, Role::AttnQBias)?,
+                        k: names.required_if(cfg.qkv_bias, Role::AttnKBias)?,
+                        v: names.required_if(cfg.qkv_bias, Role::AttnVBias)?,
+                        o: names.optional(Role::AttnOutputBias),
+                    },
+                    q_norm: names.required_if(cfg.qk_norm, Role::AttnQNorm)?,
+                    k_norm: names.required_if(cfg.qk_norm, Role::AttnKNorm)?,
+                })
+            }
         };
-        let ffn = DenseFfn {
-            n_ff: cfg.n_ff,
-            activation: cfg.activation,
-            gate: required(Role::FfnGate)?,
-            up: required(Role::FfnUp)?,
-            down: required(Role::FfnDown)?,
+        let ffn = match (&cfg.moe, cfg.moe_layers.get(i)) {
+            (Some(moe), Some(true)) => FeedForward::Moe(moe_ffn(&names, moe, cfg.activation)?),
+            _ => {
+                let [gate, up] = names.split(
+                    [Role::FfnGate, Role::FfnUp],
+                    Role::FfnGateUp,
+                    [cfg.n_ff, cfg.n_ff],
+                    ["gate", "up"],
+                )?;
+                FeedForward::Dense(DenseFfn {
+                    n_ff: cfg.n_ff,
+                    activation: cfg.activation,
+                    gate,
+                    up,
+                    down: names.required(Role::FfnDown)?,
+                })
+            }
         };
         layers.push(Block {
             norms,
-            mixer: Mixer::Attention(attention),
-            ffn: FeedForward::Dense(ffn),
+            mixer,
+            ffn,
             per_layer_input: None,
         });
     }
-    let name = |role| tensor_name(family, cfg.format, role, 0);
+    let weights: Arc<dyn WeightSource> = if views.is_empty() {
+        source
+    } else {
+        Arc::new(RowViews::new(source, views).map_err(Error::Invalid)?)
+    };
+    let global = |role| {
+        present_tensor(weights.as_ref(), family, cfg.format, role, 0)
+            .unwrap_or_else(|| tensor_name(family, cfg.format, role, 0))
+    };
     let program = DecoderProgram {
         family: cfg.family.to_string(),
         n_embd: cfg.n_embd,
@@ -252,15 +440,15 @@ pub(crate) fn build(
         },
         embd_scale: cfg.embd_scale,
         final_softcap: cfg.final_softcap,
-        token_embd: name(Role::TokenEmbd),
-        output_norm: name(Role::OutputNorm),
+        token_embd: global(Role::TokenEmbd),
+        output_norm: global(Role::OutputNorm),
         output: if cfg.tied_output {
             None
         } else {
-            Some(name(Role::Output))
+            Some(global(Role::Output))
         },
         layers,
-        weights: source,
+        weights,
     };
     program.validate()?;
     Ok(program)

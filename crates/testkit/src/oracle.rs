@@ -1,12 +1,12 @@
 //! An f64 textbook forward pass, written from the equations of
 //! `anedvd_graph`'s block types and sharing no code with any backend: the
 //! reference of the op-level conformance cases. F32 tensors only (the
-//! synthetic programs those cases build); attention mixers and dense FFNs
-//! only (the variants every backend runs today).
+//! synthetic programs those cases build); attention and short-convolution
+//! mixers, dense and mixture-of-experts FFNs.
 
 use anedvd_graph::{
-    Activation, Attention, Block, DecoderProgram, DenseFfn, FeedForward, Mixer, NormPlacement,
-    RopePairing,
+    Activation, Attention, Block, DecoderProgram, DenseFfn, ExpertTensors, FeedForward, Mixer,
+    MoeFfn, NormPlacement, RopePairing, ShortConv,
 };
 
 /// An F32 tensor as `[rows][cols]` (ggml `ne = [cols, rows]`), or a vector.
@@ -31,7 +31,28 @@ fn tensor(p: &DecoderProgram, name: &str) -> (Vec<f64>, usize) {
 
 /// `W x` for every row of `x` (`W` is `[out][in]`).
 fn linear(p: &DecoderProgram, name: &str, x: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    let (w, cols) = tensor(p, name);
+    linear_of(p, name, None, x)
+}
+
+/// [`linear`] by matrix `index` of a stacked 3-D tensor (`[n][out][in]`),
+/// or by the whole 2-D tensor.
+fn linear_of(
+    p: &DecoderProgram,
+    name: &str,
+    index: Option<usize>,
+    x: &[Vec<f64>],
+) -> Vec<Vec<f64>> {
+    let (all, cols) = tensor(p, name);
+    let w = match index {
+        None => &all[..],
+        Some(e) => {
+            let per = cols
+                * p.weights
+                    .tensor(name)
+                    .map_or(0, |t| t.info.shape[1] as usize);
+            &all[e * per..(e + 1) * per]
+        }
+    };
     x.iter()
         .map(|row| {
             assert_eq!(row.len(), cols, "oracle: {name} input width");
@@ -149,21 +170,112 @@ fn attention(p: &DecoderProgram, a: &Attention, h: &[Vec<f64>]) -> Vec<Vec<f64>>
 }
 
 fn dense(p: &DecoderProgram, f: &DenseFfn, h: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    let g = linear(p, &f.gate, h);
-    let u = linear(p, &f.up, h);
-    let act = |x: f64| match f.activation {
+    gated_ffn(p, f.activation, (&f.gate, &f.up, &f.down), None, h)
+}
+
+fn act(a: Activation, x: f64) -> f64 {
+    match a {
         Activation::Silu => x / (1.0 + (-x).exp()),
         Activation::GeluTanh => {
             0.5 * x
                 * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
         }
-    };
+    }
+}
+
+/// LFM2's block: `[B, C, X] = in_proj(h)`, `u = B·X`, `v[t] = Σ_k w[:, k] ·
+/// u[t - (K-1) + k]` (zeros before the start), `out_proj(C·v)`.
+fn short_conv(p: &DecoderProgram, c: &ShortConv, h: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let bcx = linear(p, &c.in_proj, h);
+    let d = p.n_embd;
+    let (w, kernel) = tensor(p, &c.conv);
+    assert_eq!(kernel, c.kernel, "oracle: conv taps");
+    let u: Vec<Vec<f64>> = bcx
+        .iter()
+        .map(|r| (0..d).map(|i| r[i] * r[2 * d + i]).collect())
+        .collect();
+    let y: Vec<Vec<f64>> = (0..h.len())
+        .map(|t| {
+            (0..d)
+                .map(|ch| {
+                    let v: f64 = (0..kernel)
+                        .filter_map(|k| {
+                            let src = (t + k).checked_sub(kernel - 1)?;
+                            Some(w[ch * kernel + k] * u[src][ch])
+                        })
+                        .sum();
+                    bcx[t][d + ch] * v
+                })
+                .collect()
+        })
+        .collect();
+    linear(p, &c.out_proj, &y)
+}
+
+/// `down(act(gate(x)) * up(x))` by the given (possibly stacked) tensors.
+fn gated_ffn(
+    p: &DecoderProgram,
+    a: Activation,
+    (gate, up, down): (&str, &str, &str),
+    index: Option<usize>,
+    h: &[Vec<f64>],
+) -> Vec<Vec<f64>> {
+    let g = linear_of(p, gate, index, h);
+    let u = linear_of(p, up, index, h);
     let gu: Vec<Vec<f64>> = g
         .iter()
         .zip(&u)
-        .map(|(g, u)| g.iter().zip(u).map(|(g, u)| act(*g) * u).collect())
+        .map(|(g, u)| g.iter().zip(u).map(|(g, u)| act(a, *g) * u).collect())
         .collect();
-    linear(p, &f.down, &gu)
+    linear_of(p, down, index, &gu)
+}
+
+/// Softmax router, top-k (ties: lower index), optionally renormalised;
+/// routed experts summed with their weights, plus the shared expert scaled
+/// by `sigmoid(gate_inp · h)`.
+fn moe(p: &DecoderProgram, m: &MoeFfn, h: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let logits = linear(p, &m.router, h);
+    let mut out = vec![vec![0.0; p.n_embd]; h.len()];
+    for (t, l) in logits.iter().enumerate() {
+        let mx = l.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = l.iter().map(|v| (v - mx).exp()).collect();
+        let z: f64 = e.iter().sum();
+        let mut order: Vec<usize> = (0..e.len()).collect();
+        order.sort_by(|a, b| e[*b].total_cmp(&e[*a]).then(a.cmp(b)));
+        let picked = &order[..m.n_expert_used];
+        let total: f64 = picked.iter().map(|i| e[*i] / z).sum();
+        for &x in picked {
+            let mut w = e[x] / z;
+            if m.normalize_top_k {
+                w /= total;
+            }
+            let y = match &m.experts {
+                ExpertTensors::Stacked { gate, up, down } => {
+                    gated_ffn(p, m.activation, (gate, up, down), Some(x), &h[t..t + 1])
+                }
+                ExpertTensors::PerExpert { gate, up, down } => gated_ffn(
+                    p,
+                    m.activation,
+                    (&gate[x], &up[x], &down[x]),
+                    None,
+                    &h[t..t + 1],
+                ),
+            };
+            out[t].iter_mut().zip(&y[0]).for_each(|(o, y)| *o += w * y);
+        }
+    }
+    if let Some(s) = &m.shared {
+        let y = dense(p, &s.ffn, h);
+        for ((o, y), x) in out.iter_mut().zip(&y).zip(h) {
+            let scale = s.gate_inp.as_ref().map_or(1.0, |g| {
+                let (w, _) = tensor(p, g);
+                let z: f64 = w.iter().zip(x).map(|(a, b)| a * b).sum();
+                1.0 / (1.0 + (-z).exp())
+            });
+            o.iter_mut().zip(y).for_each(|(o, y)| *o += scale * y);
+        }
+    }
+    out
 }
 
 fn add(x: &mut [Vec<f64>], y: &[Vec<f64>]) {
@@ -182,18 +294,20 @@ fn block(p: &DecoderProgram, b: &Block, x: &mut [Vec<f64>]) {
             post_ffn,
         } => (mixer, Some(post_mixer), ffn, Some(post_ffn)),
     };
-    let Mixer::Attention(a) = &b.mixer else {
-        panic!("oracle: only attention mixers")
+    let h = rms_norm(p, pre_m, x);
+    let mut o = match &b.mixer {
+        Mixer::Attention(a) => attention(p, a, &h),
+        Mixer::ShortConv(c) => short_conv(p, c, &h),
     };
-    let FeedForward::Dense(f) = &b.ffn else {
-        panic!("oracle: only dense FFNs")
-    };
-    let mut o = attention(p, a, &rms_norm(p, pre_m, x));
     if let Some(n) = post_m {
         o = rms_norm(p, n, &o);
     }
     add(x, &o);
-    let mut o = dense(p, f, &rms_norm(p, pre_f, x));
+    let h = rms_norm(p, pre_f, x);
+    let mut o = match &b.ffn {
+        FeedForward::Dense(f) => dense(p, f, &h),
+        FeedForward::Moe(m) => moe(p, m, &h),
+    };
     if let Some(n) = post_f {
         o = rms_norm(p, n, &o);
     }

@@ -148,7 +148,7 @@ impl Model {
             .map(|(b, l)| {
                 Ok(CpuLayer {
                     attn: l.attn.clone(),
-                    norms: LayerNorms::load(p, &b.norms, l.attn)?,
+                    norms: LayerNorms::load(p, &b.norms, Some(l.attn))?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

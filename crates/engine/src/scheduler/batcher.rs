@@ -10,8 +10,7 @@ use super::{
     Event, EventSink, Finish, Job, SchedulerCounters, SendError, Shared, Summary, TokenInfo,
 };
 use crate::{
-    check_request, common_prefix, BatchItem, Decoding, EngineBatch, FinishReason, Step, Timings,
-    TokenEvent,
+    check_request, BatchItem, Decoding, EngineBatch, FinishReason, Step, Timings, TokenEvent,
 };
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
@@ -168,9 +167,10 @@ fn wait_for_work(sh: &Shared) {
     }
 }
 
-/// Moves queued jobs into free slots, each to the free slot whose cached
-/// tokens share the longest prefix with its prompt (ties: the slot used
-/// longest ago, so other slots' caches survive for their own follow-ups).
+/// Moves queued jobs into free slots, each to the free slot that can reuse
+/// the longest prefix of its prompt (shared tokens the backend can return
+/// to: recurrent state only at its snapshots; ties: the slot used longest
+/// ago, so other slots' caches survive for their own follow-ups).
 fn admit<'e>(
     sh: &Shared,
     batch: &mut EngineBatch,
@@ -205,8 +205,8 @@ fn admit<'e>(
             .iter()
             .copied()
             .max_by_key(|&i| {
-                let shared = common_prefix(batch.cached_tokens(i), &prompt);
-                (shared, u64::MAX - last_used[i])
+                let reusable = batch.reusable_for(i, &prompt);
+                (reusable, u64::MAX - last_used[i])
             })
             .unwrap_or(free[0]);
         let reused = batch.reuse_prefix(slot, &prompt);

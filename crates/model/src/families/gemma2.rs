@@ -11,7 +11,7 @@ pub const FAMILY: Family = Family {
     gguf_archs: &["gemma2"],
     hf_model_types: &["gemma2"],
     extra_keys: &[],
-    tensors: GEMMA_TENSORS,
+    tensors: &[GEMMA_TENSORS],
     gguf_rope_freqs: None,
     quirks: Quirks {
         activation: Activation::GeluTanh,
@@ -28,5 +28,6 @@ pub const FAMILY: Family = Family {
         qk_norm: false,
         sandwich_norm: true,
         gguf_attn_scale_embd_per_head_layers: &[46],
+        default_expert_weights_norm: false,
     },
 };

@@ -11,7 +11,7 @@ pub const FAMILY: Family = Family {
     gguf_archs: &[],
     hf_model_types: &["mistral"],
     extra_keys: &[],
-    tensors: LLAMA_TENSORS,
+    tensors: &[LLAMA_TENSORS],
     gguf_rope_freqs: None,
     quirks: Quirks {
         activation: Activation::Silu,
@@ -28,5 +28,6 @@ pub const FAMILY: Family = Family {
         qk_norm: false,
         sandwich_norm: false,
         gguf_attn_scale_embd_per_head_layers: &[],
+        default_expert_weights_norm: false,
     },
 };

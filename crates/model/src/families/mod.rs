@@ -4,10 +4,14 @@ use crate::family::Family;
 
 mod gemma2;
 mod gemma3;
+mod lfm2;
 mod llama;
 mod mistral;
+mod phi3;
 mod qwen2;
+mod qwen2moe;
 mod qwen3;
+mod qwen3moe;
 mod smollm3;
 
 /// Every family, in lookup order.
@@ -19,4 +23,8 @@ pub const ALL: &[&Family] = &[
     &gemma2::FAMILY,
     &gemma3::FAMILY,
     &smollm3::FAMILY,
+    &qwen2moe::FAMILY,
+    &qwen3moe::FAMILY,
+    &lfm2::FAMILY,
+    &phi3::FAMILY,
 ];

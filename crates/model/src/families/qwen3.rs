@@ -10,7 +10,7 @@ pub const FAMILY: Family = Family {
     gguf_archs: &["qwen3"],
     hf_model_types: &["qwen3"],
     extra_keys: &[],
-    tensors: LLAMA_TENSORS,
+    tensors: &[LLAMA_TENSORS],
     gguf_rope_freqs: None,
     quirks: Quirks {
         activation: Activation::Silu,
@@ -27,5 +27,6 @@ pub const FAMILY: Family = Family {
         qk_norm: true,
         sandwich_norm: false,
         gguf_attn_scale_embd_per_head_layers: &[],
+        default_expert_weights_norm: false,
     },
 };

@@ -13,7 +13,7 @@ pub const FAMILY: Family = Family {
     gguf_archs: &["smollm3"],
     hf_model_types: &["smollm3"],
     extra_keys: &[],
-    tensors: LLAMA_TENSORS,
+    tensors: &[LLAMA_TENSORS],
     gguf_rope_freqs: None,
     quirks: Quirks {
         activation: Activation::Silu,
@@ -30,5 +30,6 @@ pub const FAMILY: Family = Family {
         qk_norm: false,
         sandwich_norm: false,
         gguf_attn_scale_embd_per_head_layers: &[],
+        default_expert_weights_norm: false,
     },
 };

@@ -1,0 +1,233 @@
+//! LFM2's gated short convolution (lfm2-spec.md §3): `[B, C, X] =
+//! in_proj(x)`, `u = B·X`, `v[t] = Σ_k w[k] · u[t - (K-1) + k]` (depthwise,
+//! causal), `y = out_proj(C·v)`.
+//!
+//! The state of a sequence is its recent `u` rows. Each layer keeps a short
+//! history of them ([`REWIND`] positions beyond the `K - 1` the next token
+//! needs), so going back a few positions — a chat turn whose re-rendered
+//! reply differs in its last tokens, or re-running a prompt's last token —
+//! needs no snapshot. [`SeqState`](crate::forward::SeqState) adds snapshots
+//! at the start of every multi-token forward call for longer jumps back.
+
+use crate::matmul::Matrix;
+
+/// Positions a layer can go back without a snapshot.
+pub const REWIND: usize = 16;
+
+/// One compiled short-convolution mixer.
+pub struct ConvLayer {
+    /// Taps `K`.
+    pub kernel: usize,
+    /// `[n_embd] -> [B; C; X]`.
+    pub in_proj: Matrix,
+    /// Tap-major weights: `taps[k * n_embd + c]`, tap `K - 1` on the
+    /// current position.
+    pub taps: Vec<f32>,
+    /// `[n_embd] -> [n_embd]`.
+    pub out_proj: Matrix,
+}
+
+/// Recent gated inputs `u` of one layer for one sequence, oldest first:
+/// rows for positions `end - n_rows .. end`; rows before position 0 are
+/// zeros (a fresh history holds `K - 1` of them).
+#[derive(Debug, Clone)]
+pub struct ConvHistory {
+    width: usize,
+    keep: usize,
+    rows: Vec<f32>,
+    end: usize,
+}
+
+impl ConvHistory {
+    /// An empty sequence's history for a `kernel`-tap convolution over
+    /// `width` channels.
+    pub fn new(kernel: usize, width: usize) -> Self {
+        let k1 = kernel.saturating_sub(1);
+        Self {
+            width,
+            keep: k1,
+            rows: vec![0.0; k1 * width],
+            end: 0,
+        }
+    }
+
+    fn k1(&self) -> usize {
+        self.keep
+    }
+
+    fn n_rows(&self) -> usize {
+        self.rows.len() / self.width.max(1)
+    }
+
+    /// Whether the state at position `n` is still held: the rows of
+    /// positions `n - (K-1) .. n` (0 is always reachable: a fresh state).
+    pub fn can_rewind_to(&self, n: usize) -> bool {
+        n == 0 || (n <= self.end && n + self.n_rows() >= self.end + self.k1())
+    }
+
+    /// Goes back to position `n` if [`Self::can_rewind_to`]; returns whether
+    /// it did.
+    pub fn rewind_to(&mut self, n: usize) -> bool {
+        if n == self.end {
+            return true;
+        }
+        if n == 0 {
+            *self = Self::new(self.k1() + 1, self.width);
+            return true;
+        }
+        if !self.can_rewind_to(n) {
+            return false;
+        }
+        let drop = self.end - n;
+        self.rows.truncate((self.n_rows() - drop) * self.width);
+        self.end = n;
+        true
+    }
+
+    /// The `K - 1` rows before `end` (the state a snapshot keeps).
+    pub fn state(&self) -> &[f32] {
+        &self.rows[self.rows.len() - self.k1() * self.width..]
+    }
+
+    /// Replaces the history by `state` (from [`Self::state`]) at `pos`.
+    pub fn restore(&mut self, pos: usize, state: &[f32]) {
+        self.rows.clear();
+        self.rows.extend_from_slice(state);
+        self.end = pos;
+    }
+
+    /// Drops rows older than the convolution and [`REWIND`] need
+    /// (amortised: only once twice that many have piled up).
+    fn trim(&mut self) {
+        let limit = (self.k1() + REWIND) * self.width;
+        if self.rows.len() > 2 * limit {
+            self.rows.drain(..self.rows.len() - limit);
+        }
+    }
+}
+
+impl ConvLayer {
+    /// [`mix`] with this layer's taps.
+    pub fn mix(&self, hist: &mut ConvHistory, bcx: &[f32], out: &mut [f32]) {
+        mix(&self.taps, self.kernel, hist, bcx, out);
+    }
+}
+
+/// The convolution of one segment: `bcx` holds its rows of `in_proj`
+/// output `[B; C; X]`; writes `C·v` into `out` (one `d`-row per input row)
+/// and appends the segment's `u = B·X` rows to `hist`.
+pub fn mix(taps: &[f32], kernel: usize, hist: &mut ConvHistory, bcx: &[f32], out: &mut [f32]) {
+    let d = hist.width;
+    let n = out.len() / d;
+    let first = hist.n_rows() + 1 - kernel;
+    for row in bcx.chunks_exact(3 * d).take(n) {
+        let (b, rest) = row.split_at(d);
+        let x = &rest[d..];
+        hist.rows.extend(b.iter().zip(x).map(|(b, x)| b * x));
+    }
+    let window = &hist.rows[first * d..];
+    for (t, (o, row)) in out
+        .chunks_exact_mut(d)
+        .zip(bcx.chunks_exact(3 * d))
+        .enumerate()
+    {
+        o.fill(0.0);
+        for (k, w) in taps.chunks_exact(d).enumerate() {
+            let u = &window[(t + k) * d..(t + k + 1) * d];
+            for ((o, w), u) in o.iter_mut().zip(w).zip(u) {
+                *o += w * u;
+            }
+        }
+        for (o, c) in o.iter_mut().zip(&row[d..2 * d]) {
+            *o *= c;
+        }
+    }
+    hist.end += n;
+    hist.trim();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The recurrence of HF's `slow_forward`, one token at a time from a
+    /// zero state, as a plain reference.
+    fn reference(taps: &[f32], k: usize, d: usize, bcx: &[f32]) -> Vec<f32> {
+        let n = bcx.len() / (3 * d);
+        let mut state = vec![0.0f32; k * d];
+        let mut out = Vec::new();
+        for t in 0..n {
+            let row = &bcx[t * 3 * d..(t + 1) * 3 * d];
+            state.copy_within(d.., 0);
+            for c in 0..d {
+                state[(k - 1) * d + c] = row[c] * row[2 * d + c];
+            }
+            for c in 0..d {
+                let v: f32 = (0..k).map(|j| state[j * d + c] * taps[j * d + c]).sum();
+                out.push(v * row[d + c]);
+            }
+        }
+        out
+    }
+
+    fn taps(k: usize, d: usize) -> Vec<f32> {
+        (0..k * d)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0)
+            .collect()
+    }
+
+    fn inputs(n: usize, d: usize) -> Vec<f32> {
+        (0..n * 3 * d)
+            .map(|i| ((i * 13 % 17) as f32 - 8.0) / 5.0)
+            .collect()
+    }
+
+    #[test]
+    fn chunked_and_stepwise_runs_match_the_recurrence() {
+        let (k, d, n) = (3, 4, 40);
+        let w = taps(k, d);
+        let bcx = inputs(n, d);
+        let want = reference(&w, k, d, &bcx);
+        for chunk in [1, 2, 5, 40] {
+            let mut h = ConvHistory::new(k, d);
+            let mut got = vec![0.0; n * d];
+            for (i, part) in bcx.chunks(chunk * 3 * d).enumerate() {
+                let rows = part.len() / (3 * d);
+                let o = &mut got[i * chunk * d..(i * chunk + rows) * d];
+                mix(&w, k, &mut h, part, o);
+            }
+            assert_eq!(got, want, "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn rewinding_within_the_history_replays_exactly() {
+        let (k, d, n) = (3, 4, 100);
+        let w = taps(k, d);
+        let bcx = inputs(n, d);
+        let want = reference(&w, k, d, &bcx);
+        let mut h = ConvHistory::new(k, d);
+        let mut out = vec![0.0; n * d];
+        mix(&w, k, &mut h, &bcx, &mut out);
+        assert_eq!(out, want);
+        // A long prefill trims its history to K - 1 + REWIND rows.
+        assert!(h.can_rewind_to(n - 1) && h.can_rewind_to(n - REWIND));
+        assert!(!h.can_rewind_to(n - REWIND - 1));
+        assert!(!h.rewind_to(n - REWIND - 1));
+        assert!(!h.can_rewind_to(n + 1));
+        assert!(h.rewind_to(n - 3));
+        let mut again = vec![0.0; 3 * d];
+        mix(&w, k, &mut h, &bcx[(n - 3) * 3 * d..], &mut again);
+        assert_eq!(again, want[(n - 3) * d..]);
+        // A snapshot of the state restores the same continuation.
+        assert!(h.rewind_to(n - 1));
+        let snap = h.state().to_vec();
+        let mut last = vec![0.0; d];
+        h.restore(n - 1, &snap);
+        mix(&w, k, &mut h, &bcx[(n - 1) * 3 * d..], &mut last);
+        assert_eq!(last, want[(n - 1) * d..]);
+        assert!(h.rewind_to(0));
+        mix(&w, k, &mut h, &bcx[..3 * d], &mut last);
+        assert_eq!(last, want[..d]);
+    }
+}

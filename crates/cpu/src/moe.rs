@@ -1,0 +1,310 @@
+//! A routed mixture of experts (Qwen2-MoE, Qwen3-MoE): a softmax router in
+//! f32 picks `k` experts per token; their gated FFN outputs are summed with
+//! the router's probabilities (renormalised over the `k` or not), plus an
+//! optional shared expert scaled by `sigmoid(gate_inp · x)`.
+//!
+//! Experts are read in place (GGUF's stacked `ffn_*_exps` through
+//! [`Matrix::expert`], HF's per-expert tensors as they are) by the same
+//! quantized kernels as dense layers. Tokens are grouped by expert, so one
+//! pass reads each chosen expert's rows once for all of its tokens; one
+//! token (decode) runs all of its experts' gate/up products in one parallel
+//! region and all down products in another.
+
+use crate::kernels::{gated, softmax};
+use crate::matmul::{matmul_group, matvec_each, Acts, Matrix, VecJob};
+use anedvd_base::WeightSource;
+use anedvd_graph::{Activation, Result};
+
+/// One expert's gated FFN.
+pub struct Expert {
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
+}
+
+/// The shared expert and its optional scalar gate.
+pub struct Shared {
+    pub ffn: Expert,
+    pub gate_inp: Option<Vec<f32>>,
+}
+
+/// One compiled mixture.
+pub struct MoeLayer {
+    pub n_used: usize,
+    pub normalize: bool,
+    pub activation: Activation,
+    /// Router `[n_embd] -> [n_expert]`.
+    pub router: Matrix,
+    pub experts: Vec<Expert>,
+    pub shared: Option<Shared>,
+}
+
+/// Scratch of the mixture, reused across layers and passes.
+#[derive(Default)]
+pub struct MoeBuffers {
+    logits: Vec<f32>,
+    /// Per token: `(expert, weight)` of its picks.
+    picks: Vec<(usize, f32)>,
+    /// Per expert: the token rows routed to it.
+    rows: Vec<Vec<(usize, f32)>>,
+    x: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    y: Vec<f32>,
+    tmp: Vec<f32>,
+    tmp2: Vec<f32>,
+    acts: Vec<Acts>,
+}
+
+/// Top-`k` of the softmax of `logits` as `(index, probability)`, highest
+/// first (ties: lower index first), renormalised to sum to one when
+/// `normalize`.
+pub fn route(logits: &mut [f32], k: usize, normalize: bool, out: &mut Vec<(usize, f32)>) {
+    softmax(logits);
+    let start = out.len();
+    for _ in 0..k {
+        let mut best: Option<(usize, f32)> = None;
+        for (e, &p) in logits.iter().enumerate() {
+            let taken = out[start..].iter().any(|(i, _)| *i == e);
+            if !taken && best.is_none_or(|(_, b)| p > b) {
+                best = Some((e, p));
+            }
+        }
+        if let Some(b) = best {
+            out.push(b);
+        }
+    }
+    if normalize {
+        let sum: f32 = out[start..].iter().map(|(_, p)| p).sum();
+        if sum > 0.0 {
+            out[start..].iter_mut().for_each(|(_, p)| *p /= sum);
+        }
+    }
+}
+
+impl MoeLayer {
+    /// `out = moe(h)` for `n` rows of `h` (`n × d`, already normed).
+    pub fn run(
+        &self,
+        src: &dyn WeightSource,
+        h: &[f32],
+        n: usize,
+        acts: &mut Acts,
+        bufs: &mut MoeBuffers,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let d = self.router.n_in;
+        let ne = self.experts.len();
+        let out = &mut out[..n * d];
+        bufs.logits.resize(n * ne, 0.0);
+        acts.prepare(h, n, &[&self.router])?;
+        let mut tmp = std::mem::take(&mut bufs.tmp);
+        self.router
+            .matmul(src, h, n, acts, &mut bufs.logits, &mut tmp)?;
+        bufs.tmp = tmp;
+        bufs.picks.clear();
+        for row in bufs.logits.chunks_exact_mut(ne) {
+            route(row, self.n_used, self.normalize, &mut bufs.picks);
+        }
+        out.fill(0.0);
+        if n == 1 {
+            self.one_token(src, h, acts, bufs, out)?;
+        } else {
+            self.grouped(src, h, n, bufs, out)?;
+        }
+        if let Some(s) = &self.shared {
+            self.shared_expert(src, s, h, n, acts, bufs, out)?;
+        }
+        Ok(())
+    }
+
+    /// Decode: gate/up of every picked expert in one region, their downs
+    /// in another.
+    fn one_token(
+        &self,
+        src: &dyn WeightSource,
+        h: &[f32],
+        acts: &mut Acts,
+        bufs: &mut MoeBuffers,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let k = bufs.picks.len();
+        let ff = self.experts[0].gate.n_out;
+        let d = out.len();
+        let picks: Vec<(usize, f32)> = bufs.picks.clone();
+        let mats: Vec<&Matrix> = picks
+            .iter()
+            .flat_map(|&(e, _)| [&self.experts[e].gate, &self.experts[e].up])
+            .collect();
+        acts.prepare(h, 1, &mats)?;
+        bufs.g.resize(k * ff, 0.0);
+        bufs.u.resize(k * ff, 0.0);
+        {
+            let acts: &Acts = acts;
+            let mut jobs: Vec<VecJob<'_>> = Vec::with_capacity(2 * k);
+            for ((&(e, _), g), u) in picks
+                .iter()
+                .zip(bufs.g.chunks_exact_mut(ff))
+                .zip(bufs.u.chunks_exact_mut(ff))
+            {
+                jobs.push((&self.experts[e].gate, h, acts, g));
+                jobs.push((&self.experts[e].up, h, acts, u));
+            }
+            matvec_each(src, &mut jobs)?;
+        }
+        gated(self.activation, &mut bufs.g, &bufs.u);
+        bufs.acts.resize_with(k, Acts::default);
+        for ((&(e, _), g), a) in picks
+            .iter()
+            .zip(bufs.g.chunks_exact(ff))
+            .zip(&mut bufs.acts)
+        {
+            a.prepare(g, 1, &[&self.experts[e].down])?;
+        }
+        bufs.y.resize(k * d, 0.0);
+        {
+            let mut jobs: Vec<VecJob<'_>> = picks
+                .iter()
+                .zip(bufs.g.chunks_exact(ff))
+                .zip(&bufs.acts)
+                .zip(bufs.y.chunks_exact_mut(d))
+                .map(|(((&(e, _), g), a), y)| (&self.experts[e].down, g, a, y))
+                .collect();
+            matvec_each(src, &mut jobs)?;
+        }
+        for (&(_, w), y) in picks.iter().zip(bufs.y.chunks_exact(d)) {
+            out.iter_mut().zip(y).for_each(|(o, y)| *o += w * y);
+        }
+        Ok(())
+    }
+
+    /// Prefill and batched decode: each expert's tokens gathered and run
+    /// together, so its rows are read once per pass.
+    fn grouped(
+        &self,
+        src: &dyn WeightSource,
+        h: &[f32],
+        n: usize,
+        bufs: &mut MoeBuffers,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let d = self.router.n_in;
+        let k = self.n_used;
+        bufs.rows.resize_with(self.experts.len(), Vec::new);
+        bufs.rows.iter_mut().for_each(|r| r.clear());
+        for (t, picks) in bufs.picks.chunks(k.max(1)).enumerate().take(n) {
+            for &(e, w) in picks {
+                bufs.rows[e].push((t, w));
+            }
+        }
+        bufs.acts.resize_with(1, Acts::default);
+        for (e, expert) in self.experts.iter().enumerate() {
+            let rows = &bufs.rows[e];
+            let m = rows.len();
+            if m == 0 {
+                continue;
+            }
+            let ff = expert.gate.n_out;
+            bufs.x.clear();
+            for &(t, _) in rows {
+                bufs.x.extend_from_slice(&h[t * d..(t + 1) * d]);
+            }
+            bufs.g.resize(m * ff, 0.0);
+            bufs.u.resize(m * ff, 0.0);
+            let a = &mut bufs.acts[0];
+            a.prepare(&bufs.x, m, &[&expert.gate, &expert.up])?;
+            matmul_group(
+                src,
+                &mut [
+                    (&expert.gate, &mut bufs.g, &mut bufs.tmp),
+                    (&expert.up, &mut bufs.u, &mut bufs.tmp2),
+                ],
+                &bufs.x,
+                m,
+                a,
+            )?;
+            gated(self.activation, &mut bufs.g, &bufs.u);
+            a.prepare(&bufs.g, m, &[&expert.down])?;
+            bufs.y.resize(m * d, 0.0);
+            expert
+                .down
+                .matmul(src, &bufs.g, m, a, &mut bufs.y, &mut bufs.tmp)?;
+            for (&(t, w), y) in rows.iter().zip(bufs.y.chunks_exact(d)) {
+                out[t * d..(t + 1) * d]
+                    .iter_mut()
+                    .zip(y)
+                    .for_each(|(o, y)| *o += w * y);
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn shared_expert(
+        &self,
+        src: &dyn WeightSource,
+        s: &Shared,
+        h: &[f32],
+        n: usize,
+        acts: &mut Acts,
+        bufs: &mut MoeBuffers,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let d = self.router.n_in;
+        let ff = s.ffn.gate.n_out;
+        bufs.g.resize(n * ff, 0.0);
+        bufs.u.resize(n * ff, 0.0);
+        acts.prepare(h, n, &[&s.ffn.gate, &s.ffn.up])?;
+        matmul_group(
+            src,
+            &mut [
+                (&s.ffn.gate, &mut bufs.g, &mut bufs.tmp),
+                (&s.ffn.up, &mut bufs.u, &mut bufs.tmp2),
+            ],
+            h,
+            n,
+            acts,
+        )?;
+        gated(self.activation, &mut bufs.g, &bufs.u);
+        acts.prepare(&bufs.g, n, &[&s.ffn.down])?;
+        bufs.y.resize(n * d, 0.0);
+        s.ffn
+            .down
+            .matmul(src, &bufs.g, n, acts, &mut bufs.y, &mut bufs.tmp)?;
+        for ((o, y), x) in out
+            .chunks_exact_mut(d)
+            .zip(bufs.y.chunks_exact(d))
+            .zip(h.chunks_exact(d))
+        {
+            let scale = s.gate_inp.as_ref().map_or(1.0, |w| {
+                let z: f32 = w.iter().zip(x).map(|(w, x)| w * x).sum();
+                1.0 / (1.0 + (-z).exp())
+            });
+            o.iter_mut().zip(y).for_each(|(o, y)| *o += scale * y);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route;
+
+    #[test]
+    fn route_picks_the_top_k_of_the_softmax() {
+        let mut picks = Vec::new();
+        let mut l = [1.0f32, 3.0, 2.0, 3.0];
+        route(&mut l, 2, false, &mut picks);
+        let e: Vec<usize> = picks.iter().map(|p| p.0).collect();
+        assert_eq!(e, [1, 3]);
+        // softmax of [1,3,2,3]: exp(3)/(e+2e^3+e^2)
+        let z = 1f32.exp() + 2.0 * 3f32.exp() + 2f32.exp();
+        assert!((picks[0].1 - 3f32.exp() / z).abs() < 1e-6);
+        let mut picks = Vec::new();
+        let mut l = [1.0f32, 3.0, 2.0, 3.0];
+        route(&mut l, 3, true, &mut picks);
+        let sum: f32 = picks.iter().map(|p| p.1).sum();
+        assert!((sum - 1.0).abs() < 1e-6);
+        assert_eq!(picks[2].0, 2);
+    }
+}
