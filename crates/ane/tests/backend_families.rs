@@ -130,7 +130,7 @@ fn dumps_name_every_layer_output() {
 
 #[test]
 fn layer0_kernels_match_f32_matmuls() {
-    for family in fixtures::families() {
+    for family in fixtures::ane_families() {
         let p = program(family, Format::GgufF32);
         let checks =
             anedvd_ane::backend::check::check_layer0(&p, &LowerOptions::default(), 0.01).unwrap();

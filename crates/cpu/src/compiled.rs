@@ -29,6 +29,9 @@ pub struct AttnLayer {
 }
 
 /// What mixes positions in one compiled layer.
+// One per layer, built once: unboxed variants keep the forward pass's
+// matches plain (as in `anedvd_graph::Mixer`).
+#[allow(clippy::large_enum_variant)]
 pub enum LayerMixer {
     Attention(AttnLayer),
     ShortConv(ConvLayer),
@@ -44,6 +47,7 @@ pub struct DenseLayer {
 }
 
 /// What transforms positions in one compiled layer.
+#[allow(clippy::large_enum_variant)] // as for LayerMixer
 pub enum LayerFfn {
     Dense(DenseLayer),
     Moe(MoeLayer),

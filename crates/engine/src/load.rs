@@ -208,7 +208,11 @@ impl Engine {
     }
 
     /// Renders `messages` with the chat template and tokenizes the result
-    /// (special tokens parsed; BOS added only if the template did not add it).
+    /// (special tokens parsed). The model's own template is tokenized as
+    /// rendered, as transformers' `apply_chat_template` does (Phi-3's
+    /// template has no BOS although its tokenizer adds one to plain text);
+    /// a built-in template gets the BOS the metadata asks for if it did not
+    /// write one.
     pub fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>> {
         let opts = RenderOptions {
             add_generation_prompt: true,
@@ -220,9 +224,12 @@ impl Engine {
     /// [`Engine::chat_prompt`] with explicit render options (template kwargs,
     /// tools, a fixed clock, ...).
     pub fn chat_prompt_with(&self, messages: &[Message], opts: &RenderOptions) -> Result<Vec<u32>> {
-        let (tmpl, _) = self.template.as_ref().ok_or(Error::NoTemplate)?;
+        let (tmpl, origin) = self.template.as_ref().ok_or(Error::NoTemplate)?;
         let text = tmpl.render(messages, opts)?;
-        self.encode_rendered(&text)
+        match origin {
+            TemplateOrigin::File => Ok(self.tokenizer.encode(&text, false, true)?),
+            TemplateOrigin::Builtin(_) => self.encode_rendered(&text),
+        }
     }
 
     /// Tokenizes raw text as a prompt: BOS per the model's metadata.

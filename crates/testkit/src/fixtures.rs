@@ -62,6 +62,18 @@ pub fn families() -> Vec<&'static str> {
     anedvd_model::family::all().iter().map(|f| f.name).collect()
 }
 
+/// The families whose F32 programs the ANE lowering accepts (the others
+/// are refused by name; the conformance suite checks those refusals).
+pub fn ane_families() -> Vec<&'static str> {
+    families()
+        .into_iter()
+        .filter(|f| {
+            let p = program(f, Format::GgufF32);
+            anedvd_ane::lower::layer_views(&p, "ane").is_ok()
+        })
+        .collect()
+}
+
 /// What transformers computed for a fixture (`reference.json`).
 #[derive(Debug, Clone)]
 pub struct Reference {

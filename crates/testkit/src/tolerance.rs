@@ -31,7 +31,24 @@ pub struct Tolerance {
 ///   cosine 0.9979 llama, 0.9984 gemma3, 0.9989 gemma2) with a little slack;
 ///   the llama.cpp comparison in the suite holds the tighter bound.
 /// - The ANE lowering: fp16 weights and activations (see ane-spec.md §3).
-pub fn against_transformers(backend: TestBackend, format: Format) -> Tolerance {
+/// - `routed` (mixtures of experts) on Q8_0: a router near-tie flips the
+///   chosen experts under Q8 activations, which moves that position's logits
+///   far (qwen3_moe: router gap 0.0069 at layer 0, position 0, where our
+///   cosine is 0.965 and llama.cpp's own Q8 run changes the argmax, 129 vs
+///   transformers' 377), so the worst-position bound is loosened; the last
+///   position and the llama.cpp comparison keep theirs.
+pub fn against_transformers(backend: TestBackend, format: Format, routed: bool) -> Tolerance {
+    let t = unrouted(backend, format);
+    if routed && format == Format::GgufQ8 {
+        return Tolerance {
+            min_cos_worst: 0.95,
+            ..t
+        };
+    }
+    t
+}
+
+fn unrouted(backend: TestBackend, format: Format) -> Tolerance {
     match (backend.is_ane(), format) {
         (false, Format::Hf | Format::GgufF32) => Tolerance {
             min_cos_last: 0.99999,

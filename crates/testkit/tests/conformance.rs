@@ -79,6 +79,22 @@ fn every_registered_family_has_a_fixture() {
     }
 }
 
+/// The block variant `backend` refuses in `program`, if any (today the ANE
+/// path lowers attention + dense FFN blocks only).
+fn refused_part(backend: TestBackend, program: &DecoderProgram) -> Option<String> {
+    if !backend.is_ane() {
+        return None;
+    }
+    program
+        .layers
+        .iter()
+        .find_map(|b| match (&b.mixer, &b.ffn) {
+            (Mixer::ShortConv(_), _) => Some(format!("mixer {}", b.mixer.kind())),
+            (_, FeedForward::Moe(_)) => Some(format!("feed-forward {}", b.ffn.kind())),
+            _ => None,
+        })
+}
+
 #[test]
 fn families_match_transformers_on_every_backend() {
     let mut failures = Vec::new();
@@ -87,9 +103,30 @@ fn families_match_transformers_on_every_backend() {
         for backend in TestBackend::ALL {
             for format in Format::ALL {
                 let tag = format!("{family}/{}/{}", format.name(), backend.name());
-                let t = tolerance::against_transformers(backend, format);
                 let p = fixtures::program(family, format);
-                let exe = match backend.build().compile(&p) {
+                let routed = p
+                    .layers
+                    .iter()
+                    .any(|b| matches!(b.ffn, FeedForward::Moe(_)));
+                let t = tolerance::against_transformers(backend, format, routed);
+                let compiled = backend.build().compile(&p);
+                if let Some(part) = refused_part(backend, &p) {
+                    // A refusal by name, never a silent run.
+                    match compiled {
+                        Err(Error::Unsupported { .. }) => {
+                            let e = compiled.err().map(|e| e.to_string()).unwrap_or_default();
+                            if !e.contains(&part) {
+                                failures.push(format!("{tag}: refused as `{e}`, not {part}"));
+                            }
+                        }
+                        Err(e) => failures.push(format!("{tag}: {e} (want a refusal of {part})")),
+                        Ok(_) => {
+                            failures.push(format!("{tag}: compiled, want a refusal of {part}"))
+                        }
+                    }
+                    continue;
+                }
+                let exe = match compiled {
                     Ok(e) => e,
                     Err(e) => {
                         failures.push(format!("{tag}: compile: {e}"));
@@ -478,7 +515,9 @@ fn every_op_case_changes_the_oracle() {
 /// (Where it runs, the oracle cases and the fixtures check its numbers.)
 #[test]
 fn unsupported_variants_are_refused_by_name() {
-    let edits: Vec<(&str, Edit, fn(TestBackend) -> bool)> = vec![
+    // (variant, edit, which backends refuse it)
+    type Refused = fn(TestBackend) -> bool;
+    let edits: Vec<(&str, Edit, Refused)> = vec![
         (
             "mixer short_conv",
             Box::new(|b, s, r| {
