@@ -27,8 +27,8 @@ pub struct ModelArgs {
     /// Override the RoPE element pairing (norm = adjacent pairs, neox = half split).
     #[arg(long, value_name = "norm|neox")]
     pub rope_pairing: Option<String>,
-    /// Treat the model as this family (llama, qwen2, qwen3, mistral, gemma2, gemma3,
-    /// smollm3).
+    /// Treat the model as this family (llama, mistral, qwen2, qwen3, gemma2, gemma3,
+    /// smollm3, qwen2_moe, qwen3_moe, lfm2, phi3).
     #[arg(long, value_name = "NAME")]
     pub family: Option<String>,
     /// Replace the sliding window (0 disables it). Mistral GGUFs lose the window
@@ -304,4 +304,30 @@ fn random_seed() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     t ^ (u64::from(std::process::id()) << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        model: ModelArgs,
+    }
+
+    #[test]
+    fn family_help_names_every_family() {
+        let cmd = Cli::command();
+        let help = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "family")
+            .and_then(|a| a.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        for name in anedvd_engine::family_names() {
+            assert!(help.contains(name), "--family help lacks {name}: {help}");
+        }
+    }
 }

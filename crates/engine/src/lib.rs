@@ -38,6 +38,11 @@ pub use anedvd_chat::{Content, ContentPart, Message, RenderOptions};
 pub use anedvd_cpu::{CpuOptions, IsaCap};
 pub use anedvd_graph::{BatchItem, LogitsMode, RopePairing};
 pub use anedvd_model::ConfigOverrides;
+
+/// Names of every model family this build reads (for `--family`).
+pub fn family_names() -> Vec<&'static str> {
+    anedvd_model::family::all().iter().map(|f| f.name).collect()
+}
 pub use anedvd_tokenizer::Tokenizer;
 pub use backends::{build_backend, BackendChoice, BackendOptions};
 pub use batch::{common_prefix, EngineBatch};

@@ -63,6 +63,12 @@ pub(super) fn unpack_q45_0<const FIVE: bool>(x0: &[u8], x1: &[u8]) -> __m512i {
     u
 }
 
+/// Bytes of a row stream prefetched ahead of the row being multiplied:
+/// without it one decode token's Q4_K/Q6_K rows stream slower than the
+/// hardware prefetcher fetches them (a 2.7B-parameter Q4_K_M model decoded
+/// at 6.2 tok/s on 2 threads, 9.3 with 1-2 KB ahead, 8.5 with 4-8 KB).
+const ROWS_PREFETCH_AHEAD: usize = 2048;
+
 /// A safe row loop around a `#[target_feature]` dot.
 macro_rules! rows512 {
     ($feat:literal; $($rows:ident, $inner:ident => $dot:ident : $a:ty;)*) => {$(
@@ -72,6 +78,14 @@ macro_rules! rows512 {
                 return;
             }
             for (o, row) in out.iter_mut().zip(w.chunks_exact(rb)) {
+                // The rows are one contiguous stream: its bytes
+                // ROWS_PREFETCH_AHEAD further on are fetched while this row
+                // is multiplied
+                // (prefetching never faults, so past the end is harmless).
+                let ahead = row.as_ptr().wrapping_add(ROWS_PREFETCH_AHEAD);
+                for l in (0..rb).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l).cast());
+                }
                 *o = $dot(row, a);
             }
         }
