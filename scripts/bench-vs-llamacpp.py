@@ -23,10 +23,13 @@ Usage:
   scripts/bench-vs-llamacpp.py --model M [--llama-bench PATH] [--anedvd PATH]
       [-p 128,512] [-n 128] [-d 0,1024] [-t 2] [-r 5] [--rounds 3] [--md OUT.md]
       [--llama-simple PATH] [--load-reps 5] [--load-prompt Hello] [--load-only]
+      [--llama-args "--poll 0 -fa 1"]
 Default llama-bench: $LLAMA_BENCH or ~/.cache/llamacpp-ref/bin/llama-bench, default
 llama-simple: $LLAMA_SIMPLE or ~/.cache/llamacpp-ref/bin/llama-simple (built by
 ../shared/scripts/build-llamacpp.sh). --load-reps 0 skips the load table;
---load-only skips the throughput table.
+--load-only skips the throughput table. --llama-args are extra llama-bench options
+(default `--poll 0`: its default busy-wait polling slows it down on 2 shared vCPUs;
+add `-fa 1` where flash attention is faster, e.g. the MoE file).
 """
 import argparse, json, os, re, statistics, subprocess, sys, tempfile, time
 
@@ -108,6 +111,7 @@ def main():
     ap.add_argument("--load-reps", type=int, default=5, help="runs of each side for the load table (0 = skip it)")
     ap.add_argument("--load-prompt", default="Hello")
     ap.add_argument("--load-only", action="store_true", help="skip the throughput table")
+    ap.add_argument("--llama-args", default="--poll 0", help="extra llama-bench options")
     a = ap.parse_args()
     texts = []
     if not a.load_only:
@@ -124,7 +128,7 @@ def throughput_table(a):
     llama = {}; ours = {}; rss = {"llama.cpp": [], "anedvd": []}
     for rnd in range(a.rounds):
         print(f"round {rnd + 1}/{a.rounds}: llama-bench ...", file=sys.stderr)
-        rows, kib = run_json([a.llama_bench, "-o", "json"] + common)
+        rows, kib = run_json([a.llama_bench, "-o", "json"] + a.llama_args.split() + common)
         rss["llama.cpp"].append(kib)
         for r in rows: llama.setdefault(key(r), []).extend(r["samples_ts"])
         print(f"round {rnd + 1}/{a.rounds}: anedvd bench ...", file=sys.stderr)
@@ -132,7 +136,7 @@ def throughput_table(a):
                               "-d", a.d, "-t", a.t, "-r", a.r])
         rss["anedvd"].append(kib)
         for r in rows: ours.setdefault(key(r), []).extend(r["samples_ts"])
-    lines = [f"model `{os.path.basename(a.model)}`, threads {a.t}, {a.rounds} rounds x {a.r} repetitions (tok/s, min / median / max)", "",
+    lines = [f"model `{os.path.basename(a.model)}`, threads {a.t}, {a.rounds} rounds x {a.r} repetitions (tok/s, min / median / max), llama-bench `{a.llama_args}`", "",
              "| test | llama.cpp | anedvd | ratio of medians | ratio min / max |", "|---|---|---|---|---|"]
     for k in sorted(llama, key=lambda k: (k[2], k[1] > 0, k[0], k[1])):
         if k not in ours: continue

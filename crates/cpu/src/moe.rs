@@ -108,18 +108,17 @@ impl MoeLayer {
         }
         out.fill(0.0);
         if n == 1 {
-            self.one_token(src, h, acts, bufs, out)?;
-        } else {
-            self.grouped(src, h, n, bufs, out)?;
+            return self.one_token(src, h, acts, bufs, out);
         }
+        self.grouped(src, h, n, bufs, out)?;
         if let Some(s) = &self.shared {
             self.shared_expert(src, s, h, n, acts, bufs, out)?;
         }
         Ok(())
     }
 
-    /// Decode: gate/up of every picked expert in one region, their downs
-    /// in another.
+    /// Decode: gate/up of every picked expert and the shared one in one
+    /// parallel region, their downs in another.
     fn one_token(
         &self,
         src: &dyn WeightSource,
@@ -128,51 +127,68 @@ impl MoeLayer {
         bufs: &mut MoeBuffers,
         out: &mut [f32],
     ) -> Result<()> {
-        let k = bufs.picks.len();
-        let ff = self.experts[0].gate.n_out;
         let d = out.len();
-        let picks: Vec<(usize, f32)> = bufs.picks.clone();
-        let mats: Vec<&Matrix> = picks
+        // The shared expert runs as one more pick, its weight the gate's.
+        let mut picks: Vec<(&Expert, f32)> = bufs
+            .picks
             .iter()
-            .flat_map(|&(e, _)| [&self.experts[e].gate, &self.experts[e].up])
+            .map(|&(e, w)| (&self.experts[e], w))
             .collect();
+        if let Some(s) = &self.shared {
+            let scale = s.gate_inp.as_ref().map_or(1.0, |w| {
+                let z: f32 = w.iter().zip(h).map(|(w, x)| w * x).sum();
+                1.0 / (1.0 + (-z).exp())
+            });
+            picks.push((&s.ffn, scale));
+        }
+        let k = picks.len();
+        // Hidden states side by side, each expert at its own offset (the
+        // shared expert is wider).
+        let offsets: Vec<usize> = picks
+            .iter()
+            .scan(0, |o, (e, _)| {
+                let start = *o;
+                *o += e.gate.n_out;
+                Some(start)
+            })
+            .collect();
+        let total = offsets.last().map_or(0, |o| o + picks[k - 1].0.gate.n_out);
+        let mats: Vec<&Matrix> = picks.iter().flat_map(|(e, _)| [&e.gate, &e.up]).collect();
         acts.prepare(h, 1, &mats)?;
-        bufs.g.resize(k * ff, 0.0);
-        bufs.u.resize(k * ff, 0.0);
+        bufs.g.resize(total, 0.0);
+        bufs.u.resize(total, 0.0);
         {
             let acts: &Acts = acts;
             let mut jobs: Vec<VecJob<'_>> = Vec::with_capacity(2 * k);
-            for ((&(e, _), g), u) in picks
-                .iter()
-                .zip(bufs.g.chunks_exact_mut(ff))
-                .zip(bufs.u.chunks_exact_mut(ff))
-            {
-                jobs.push((&self.experts[e].gate, h, acts, g));
-                jobs.push((&self.experts[e].up, h, acts, u));
+            let (mut g_rest, mut u_rest) = (&mut bufs.g[..], &mut bufs.u[..]);
+            for (e, _) in &picks {
+                let ff = e.gate.n_out;
+                let (g, gr) = std::mem::take(&mut g_rest).split_at_mut(ff);
+                let (u, ur) = std::mem::take(&mut u_rest).split_at_mut(ff);
+                (g_rest, u_rest) = (gr, ur);
+                jobs.push((&e.gate, h, acts, g));
+                jobs.push((&e.up, h, acts, u));
             }
             matvec_each(src, &mut jobs)?;
         }
         gated(self.activation, &mut bufs.g, &bufs.u);
         bufs.acts.resize_with(k, Acts::default);
-        for ((&(e, _), g), a) in picks
-            .iter()
-            .zip(bufs.g.chunks_exact(ff))
-            .zip(&mut bufs.acts)
-        {
-            a.prepare(g, 1, &[&self.experts[e].down])?;
+        for (((e, _), &o), a) in picks.iter().zip(&offsets).zip(&mut bufs.acts) {
+            a.prepare(&bufs.g[o..o + e.gate.n_out], 1, &[&e.down])?;
         }
         bufs.y.resize(k * d, 0.0);
         {
+            let g: &[f32] = &bufs.g;
             let mut jobs: Vec<VecJob<'_>> = picks
                 .iter()
-                .zip(bufs.g.chunks_exact(ff))
+                .zip(&offsets)
                 .zip(&bufs.acts)
                 .zip(bufs.y.chunks_exact_mut(d))
-                .map(|(((&(e, _), g), a), y)| (&self.experts[e].down, g, a, y))
+                .map(|((((e, _), &o), a), y)| (&e.down, &g[o..o + e.gate.n_out], a, y))
                 .collect();
             matvec_each(src, &mut jobs)?;
         }
-        for (&(_, w), y) in picks.iter().zip(bufs.y.chunks_exact(d)) {
+        for ((_, w), y) in picks.iter().zip(bufs.y.chunks_exact(d)) {
             out.iter_mut().zip(y).for_each(|(o, y)| *o += w * y);
         }
         Ok(())
