@@ -84,12 +84,18 @@ impl ConvHistory {
         true
     }
 
-    /// The `K - 1` rows before `end` (the state a snapshot keeps).
-    pub fn state(&self) -> &[f32] {
-        &self.rows[self.rows.len() - self.k1() * self.width..]
+    /// The `K - 1` rows before position `n` (the state a snapshot keeps),
+    /// if still held; `None` for 0 (a fresh state needs no snapshot).
+    pub fn state_at(&self, n: usize) -> Option<&[f32]> {
+        if n == 0 || !self.can_rewind_to(n) {
+            return None;
+        }
+        // Row index of position p: p + n_rows - end.
+        let first = n + self.n_rows() - self.end - self.k1();
+        Some(&self.rows[first * self.width..(first + self.k1()) * self.width])
     }
 
-    /// Replaces the history by `state` (from [`Self::state`]) at `pos`.
+    /// Replaces the history by `state` (from [`Self::state_at`]) at `pos`.
     pub fn restore(&mut self, pos: usize, state: &[f32]) {
         self.rows.clear();
         self.rows.extend_from_slice(state);
@@ -220,8 +226,9 @@ mod tests {
         mix(&w, k, &mut h, &bcx[(n - 3) * 3 * d..], &mut again);
         assert_eq!(again, want[(n - 3) * d..]);
         // A snapshot of the state restores the same continuation.
+        let snap = h.state_at(n - 1).unwrap().to_vec();
         assert!(h.rewind_to(n - 1));
-        let snap = h.state().to_vec();
+        assert_eq!(h.state_at(n - 1).unwrap(), snap);
         let mut last = vec![0.0; d];
         h.restore(n - 1, &snap);
         mix(&w, k, &mut h, &bcx[(n - 1) * 3 * d..], &mut last);

@@ -27,10 +27,10 @@ struct Snapshot {
     states: Vec<Vec<f32>>,
 }
 
-/// Snapshots kept per sequence (at the start of its latest multi-token
-/// forward calls: prompt boundaries, where chat turns and repeated prompts
-/// come back to).
-const SNAPSHOTS: usize = 8;
+/// Snapshots kept per sequence (around its latest multi-token forward
+/// calls: prompt boundaries, where chat turns and repeated prompts come
+/// back to; three per call).
+const SNAPSHOTS: usize = 12;
 
 /// The caches and position of one sequence.
 pub struct SeqState {
@@ -74,20 +74,27 @@ impl SeqState {
         self.convs().next().is_some()
     }
 
-    /// Remembers the convolution states at the current position (before a
-    /// multi-token forward call), so the sequence can come back here.
-    pub fn snapshot(&mut self) {
-        if !self.recurrent() || self.snapshots.iter().any(|s| s.pos == self.pos) {
+    /// Remembers the convolution states at position `p` if every conv
+    /// layer still holds them (no-op without recurrent state, for 0, or for
+    /// a position already kept): the sessions call it at the start of
+    /// every multi-token forward call and at its last two positions, so a
+    /// later prompt can come back to a turn boundary or re-run a prompt's
+    /// last token.
+    pub fn snapshot_at(&mut self, p: usize) {
+        if !self.recurrent() || p == 0 || self.snapshots.iter().any(|s| s.pos == p) {
             return;
         }
+        let Some(states) = self
+            .convs()
+            .map(|h| h.state_at(p).map(<[f32]>::to_vec))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
         if self.snapshots.len() == SNAPSHOTS {
             self.snapshots.remove(0);
         }
-        let states = self.convs().map(|h| h.state().to_vec()).collect();
-        self.snapshots.push(Snapshot {
-            pos: self.pos,
-            states,
-        });
+        self.snapshots.push(Snapshot { pos: p, states });
     }
 
     /// The most positions [`Self::truncate`]`(n)` keeps: `min(n, pos)`

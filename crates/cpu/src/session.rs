@@ -49,7 +49,7 @@ impl Session for CpuSession {
             return Ok(&[]);
         }
         if tokens.len() > 1 {
-            self.seq[0].snapshot();
+            self.seq[0].snapshot_at(pos);
         }
         let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
         // A dump names whole-input intermediates, so it runs in one pass.
@@ -104,7 +104,12 @@ impl Session for CpuSession {
         if let Some(d) = dump {
             d.finish()?;
         }
-        self.seq[0].pos = pos + tokens.len();
+        let end = pos + tokens.len();
+        self.seq[0].pos = end;
+        if tokens.len() > 1 {
+            self.seq[0].snapshot_at(end - 1);
+            self.seq[0].snapshot_at(end);
+        }
         Ok(&self.logits)
     }
 
@@ -228,7 +233,8 @@ impl BatchSession for CpuBatch {
         })?;
         let starts: Vec<usize> = items.iter().map(|i| self.seqs[i.seq].pos).collect();
         for item in items.iter().filter(|i| i.tokens.len() > 1) {
-            self.seqs[item.seq].snapshot();
+            let s = &mut self.seqs[item.seq];
+            s.snapshot_at(s.pos);
         }
         let passes = plan(items, &starts, MAX_CHUNK);
         let n_rows = items.iter().filter(|i| i.logits).count();
@@ -265,7 +271,13 @@ impl BatchSession for CpuBatch {
             return Err(e);
         }
         for item in items {
-            self.seqs[item.seq].pos += item.tokens.len();
+            let s = &mut self.seqs[item.seq];
+            s.pos += item.tokens.len();
+            if item.tokens.len() > 1 {
+                let end = s.pos;
+                s.snapshot_at(end - 1);
+                s.snapshot_at(end);
+            }
         }
         Ok(&mut self.logits)
     }

@@ -108,6 +108,29 @@ fn gemma3() {
     walk("gemma3");
 }
 
+/// Short-conv state per sequence beside the KV caches.
+#[test]
+fn lfm2() {
+    walk("lfm2");
+}
+
+/// Tokens of several sequences grouped by expert, with a shared expert.
+#[test]
+fn qwen2_moe() {
+    walk("qwen2_moe");
+}
+
+#[test]
+fn qwen3_moe() {
+    walk("qwen3_moe");
+}
+
+/// Fused q/k/v and gate/up through row views.
+#[test]
+fn phi3() {
+    walk("phi3");
+}
+
 #[test]
 fn bad_batches_are_refused_and_append_nothing() {
     let Some(exe) = compile("qwen2") else { return };
