@@ -4,7 +4,7 @@
 //! history still holds, at snapshots, and (falling back) from position 0.
 #![allow(clippy::unwrap_used)]
 
-use anedvd_graph::{Backend, Executable, LogitsMode};
+use anedvd_graph::{Executable, LogitsMode};
 use anedvd_testkit::backends::TestBackend;
 use anedvd_testkit::fixtures::{self, Format};
 use anedvd_testkit::{argmax, cosine};
