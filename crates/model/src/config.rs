@@ -53,10 +53,28 @@ pub enum RopeScaling {
         truncate: bool,
     },
     /// Per-pair divisors stored in a tensor (llama.cpp's `rope_freqs.weight`,
-    /// how GGUF files carry llama3 scaling).
+    /// how GGUF files carry llama3 scaling, and `rope_factors_short.weight`
+    /// for LongRoPE), with the cos/sin multiplier of
+    /// `{arch}.rope.scaling.attn_factor` when set.
     FreqFactors {
         /// The tensor name.
         tensor: String,
+        /// cos/sin multiplier (1 unless the file sets one).
+        attention_factor: f64,
+    },
+    /// LongRoPE (HF `rope_type = "longrope"`, Phi-3): frequencies divided by
+    /// per-pair factors and cos/sin scaled by `sqrt(1 + ln(s) / ln(orig))`
+    /// with `s = max_position_embeddings / orig`. transformers uses the
+    /// short factors while a sequence fits the original context and the long
+    /// ones past it; a program has one set of frequencies, so we keep the
+    /// short ones (exact up to the original context; `model::notes` says so).
+    LongRope {
+        /// The short factors, one per rotated pair.
+        factors: Vec<f64>,
+        /// The cos/sin multiplier.
+        attention_factor: f64,
+        /// The original (pretraining) context.
+        original_context: f64,
     },
 }
 
@@ -622,7 +640,14 @@ fn rope_scaling(r: &Reader<'_>, source: &dyn WeightSource) -> Result<RopeScaling
     if r.format == SourceFormat::Gguf {
         if let Some(t) = r.family.gguf_rope_freqs {
             if source.tensor(t).is_some() {
-                return Ok(RopeScaling::FreqFactors { tensor: t.into() });
+                let attention_factor = r
+                    .f64(Param::RopeAttnFactor)?
+                    .filter(|a| *a > 0.0)
+                    .unwrap_or(1.0);
+                return Ok(RopeScaling::FreqFactors {
+                    tensor: t.into(),
+                    attention_factor,
+                });
             }
         }
     }
@@ -658,6 +683,35 @@ fn rope_scaling(r: &Reader<'_>, source: &dyn WeightSource) -> Result<RopeScaling
                     .unwrap_or(1.0),
                 attention_factor: r.f64(Param::RopeAttnFactor)?.filter(|a| *a > 0.0),
                 truncate: r.bool(Param::RopeTruncate)?.unwrap_or(true),
+            })
+        }
+        Some("longrope") => {
+            let (key, items) =
+                r.array(Param::RopeShortFactor)
+                    .ok_or_else(|| Error::MissingParam {
+                        param: "RopeShortFactor".into(),
+                        keys: r.all_keys(Param::RopeShortFactor),
+                    })?;
+            let factors = (0..items.len())
+                .map(|i| items.f64_at(i).filter(|f| *f > 0.0))
+                .collect::<Option<Vec<f64>>>()
+                .ok_or_else(|| Error::BadValue {
+                    key: key.clone(),
+                    reason: "expected positive numbers".into(),
+                })?;
+            let max_pos = r.f64(Param::NCtxTrain)?.unwrap_or(4096.0);
+            // Phi-3: the ratio of the two contexts, not `factor`.
+            let (context, original_context) = match r.f64(Param::RopeOrigCtx)? {
+                Some(o) if o > 0.0 => (max_pos, o),
+                _ => (factor.unwrap_or(1.0) * max_pos, max_pos),
+            };
+            let given = r.f64(Param::RopeAttnFactor)?.filter(|a| *a > 0.0);
+            let (_, attention_factor) =
+                crate::longrope_inv_freq(1.0, 0, &[], (context, original_context), given);
+            Ok(RopeScaling::LongRope {
+                factors,
+                attention_factor,
+                original_context,
             })
         }
         Some(other) => Err(Error::Unsupported(format!("rope scaling type `{other}`"))),

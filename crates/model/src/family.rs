@@ -39,6 +39,10 @@ pub enum Param {
     FinalSoftcap,
     QueryPreAttnScalar,
     AttnScale,
+    /// LongRoPE (Phi-3): per-pair divisors for contexts within the original.
+    RopeShortFactor,
+    /// LongRoPE: per-pair divisors past the original context.
+    RopeLongFactor,
     /// LFM2: taps of the short convolution (`L_cache`).
     ConvKernel,
     /// LFM2 (HF): indices of the attention layers in older configs.
@@ -172,6 +176,7 @@ pub const COMMON_KEYS: &[KeySpec] = &[
         &[
             "rope_parameters.original_max_position_embeddings",
             "rope_scaling.original_max_position_embeddings",
+            "original_max_position_embeddings",
         ],
     ),
     key(
@@ -237,6 +242,16 @@ pub const COMMON_KEYS: &[KeySpec] = &[
     ),
     key(Param::QueryPreAttnScalar, &[], &["query_pre_attn_scalar"]),
     key(Param::AttnScale, &["{arch}.attention.scale"], &[]),
+    key(
+        Param::RopeShortFactor,
+        &[],
+        &["rope_parameters.short_factor", "rope_scaling.short_factor"],
+    ),
+    key(
+        Param::RopeLongFactor,
+        &[],
+        &["rope_parameters.long_factor", "rope_scaling.long_factor"],
+    ),
     key(
         Param::ConvKernel,
         &["{arch}.shortconv.l_cache"],

@@ -25,7 +25,7 @@ pub mod views;
 pub use config::{
     DecoderConfig, MoeConfig, RopeConfig, RopeScaling, SourceFormat, MAX_CONV_KERNEL,
 };
-pub use program::{base_inv_freq, llama3_inv_freq, yarn_inv_freq};
+pub use program::{base_inv_freq, llama3_inv_freq, longrope_inv_freq, yarn_inv_freq};
 
 use anedvd_base::WeightSource;
 use anedvd_graph::{DecoderProgram, RopePairing};
@@ -153,7 +153,8 @@ pub fn load(
 /// them to stderr as `note: ...`):
 /// today, a Mistral model converted to GGUF architecture `llama` without
 /// `llama.attention.sliding_window` (llama.cpp's converter drops it) runs
-/// with full attention on every layer.
+/// with full attention on every layer, and LongRoPE models (Phi-3-128k,
+/// Phi-3.5, Phi-4-mini) keep their short factors past the original context.
 pub fn notes(source: &dyn WeightSource, overrides: &ConfigOverrides) -> Vec<String> {
     let md = source.metadata();
     let text = |k: &str| md.opt_str(k).ok().flatten().unwrap_or("");
@@ -175,6 +176,22 @@ pub fn notes(source: &dyn WeightSource, overrides: &ConfigOverrides) -> Vec<Stri
              attention is used on every layer (as llama.cpp does); if the original \
              config.json sets `sliding_window`, pass --family mistral --sliding-window N"
         ));
+    }
+    let longrope = [
+        "rope_parameters.rope_type",
+        "rope_scaling.rope_type",
+        "rope_scaling.type",
+    ]
+    .iter()
+    .any(|k| text(k) == "longrope")
+        || source.tensor("rope_factors_long.weight").is_some();
+    if longrope {
+        notes.push(
+            "LongRoPE: the short factors are used at every position (exact while a \
+             sequence fits the model's original context); transformers switches to the \
+             long factors past it, so longer sequences differ from it there"
+                .to_string(),
+        );
     }
     notes
 }

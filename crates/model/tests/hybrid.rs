@@ -276,8 +276,9 @@ fn moe_bad_expert_counts_are_refused_by_key() {
     );
 }
 
-#[test]
-fn phi3_fused_tensors_become_row_views() {
+/// A phi3 GGUF with one layer: fused q/k/v rows 1/2/3, fused gate/up rows
+/// 1/2, 8 rotated dims.
+fn gguf_phi3() -> MemorySource {
     let mut s = MemorySource::new("gguf");
     let m = s.metadata_mut();
     m.insert("general.architecture", V::String("phi3".into()));
@@ -306,6 +307,12 @@ fn phi3_fused_tensors_become_row_views() {
     let gate_up = rows(&[(FF, 1.0), (FF, 2.0)]);
     s.insert_f32("blk.0.ffn_up.weight", &[D, 2 * FF], &gate_up);
     put(&mut s, "blk.0.ffn_down.weight", &[FF, D]);
+    s
+}
+
+#[test]
+fn phi3_fused_tensors_become_row_views() {
+    let s = gguf_phi3();
     let (cfg, p) = load(Arc::new(s), &ConfigOverrides::default()).unwrap();
     assert_eq!(cfg.rope.n_rot, 8);
     let a = p.layers[0].attention().unwrap();
@@ -322,4 +329,103 @@ fn phi3_fused_tensors_become_row_views() {
     };
     assert_eq!(first(&f.gate, FF), 1.0);
     assert_eq!(first(&f.up, FF), 2.0);
+}
+
+/// Phi-3 LongRoPE from an HF config resolves to transformers' short-factor
+/// frequencies and attention factor (tests/data/rope_goldens.json,
+/// `longrope_phi3`), and a GGUF's `rope_factors_short.weight` with its
+/// `attn_factor` key to the same.
+#[test]
+fn phi3_longrope_follows_transformers() {
+    let golden: serde_json::Value =
+        serde_json::from_str(include_str!("data/rope_goldens.json")).unwrap();
+    let case = golden["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "longrope_phi3")
+        .unwrap();
+    let want: Vec<f64> = case["inv_freq"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let want_attn = case["attention_factor"].as_f64().unwrap();
+    let short: Vec<f64> = case["rope"]["short_factor"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+
+    let mut s = MemorySource::new("safetensors");
+    let m = s.metadata_mut();
+    m.insert("model_type", V::String("phi3".into()));
+    m.insert("hidden_size", V::U32(D as u32));
+    m.insert("num_hidden_layers", V::U32(1));
+    m.insert("num_attention_heads", V::U32(NH as u32));
+    m.insert("num_key_value_heads", V::U32(NH as u32));
+    m.insert("intermediate_size", V::U32(FF as u32));
+    m.insert("rms_norm_eps", V::F32(1e-5));
+    m.insert("max_position_embeddings", V::U32(131072));
+    m.insert("original_max_position_embeddings", V::U32(4096));
+    m.insert("partial_rotary_factor", V::F32(0.5));
+    m.insert("rope_parameters.rope_type", V::String("longrope".into()));
+    m.insert("rope_parameters.rope_theta", V::F32(10000.0));
+    m.insert(
+        "rope_parameters.short_factor",
+        V::Array(short.clone().into()),
+    );
+    m.insert(
+        "rope_parameters.long_factor",
+        V::Array(vec![1.5f64, 3.0, 6.0, 12.0].into()),
+    );
+    put(&mut s, "model.embed_tokens.weight", &[D, VOCAB]);
+    put(&mut s, "model.norm.weight", &[D]);
+    put(&mut s, "lm_head.weight", &[D, VOCAB]);
+    let l = "model.layers.0";
+    put(&mut s, &format!("{l}.input_layernorm.weight"), &[D]);
+    put(
+        &mut s,
+        &format!("{l}.post_attention_layernorm.weight"),
+        &[D],
+    );
+    put(
+        &mut s,
+        &format!("{l}.self_attn.qkv_proj.weight"),
+        &[D, 3 * NH * HD],
+    );
+    put(
+        &mut s,
+        &format!("{l}.self_attn.o_proj.weight"),
+        &[NH * HD, D],
+    );
+    put(
+        &mut s,
+        &format!("{l}.mlp.gate_up_proj.weight"),
+        &[D, 2 * FF],
+    );
+    put(&mut s, &format!("{l}.mlp.down_proj.weight"), &[FF, D]);
+    let notes = anedvd_model::notes(&s, &ConfigOverrides::default());
+    assert!(notes.iter().any(|n| n.starts_with("LongRoPE")), "{notes:?}");
+    let (_, p) = load(Arc::new(s), &ConfigOverrides::default()).unwrap();
+    let rope = p.layers[0].attention().unwrap().rope.clone().unwrap();
+    assert_eq!(rope.n_rot, 8);
+    for (g, w) in rope.inv_freq.iter().zip(&want) {
+        assert!((g - w).abs() <= 2e-6 * w.abs(), "{g} vs {w}");
+    }
+    assert!((f64::from(rope.attn_factor) - want_attn).abs() < 1e-6);
+
+    let mut s = gguf_phi3();
+    let f32s: Vec<f32> = short.iter().map(|&f| f as f32).collect();
+    s.insert_f32("rope_factors_short.weight", &[4], &f32s);
+    s.metadata_mut()
+        .insert("phi3.rope.scaling.attn_factor", V::F32(want_attn as f32));
+    let (_, p) = load(Arc::new(s), &ConfigOverrides::default()).unwrap();
+    let rope = p.layers[0].attention().unwrap().rope.clone().unwrap();
+    for (g, w) in rope.inv_freq.iter().zip(&want) {
+        assert!((g - w).abs() <= 2e-6 * w.abs(), "gguf: {g} vs {w}");
+    }
+    assert!((f64::from(rope.attn_factor) - want_attn).abs() < 1e-6);
 }

@@ -2,7 +2,7 @@
 //! (tests/data/rope_goldens.json, written by tests/data/gen_rope_goldens.py).
 #![allow(clippy::unwrap_used)]
 
-use anedvd_model::{base_inv_freq, llama3_inv_freq, yarn_inv_freq};
+use anedvd_model::{base_inv_freq, llama3_inv_freq, longrope_inv_freq, yarn_inv_freq};
 use serde_json::Value;
 
 #[test]
@@ -12,7 +12,8 @@ fn frequencies_match_transformers() {
     for case in v["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
         let p = &case["rope"];
-        let n_rot = case["head_dim"].as_u64().unwrap() as usize;
+        let partial = case["partial_rotary_factor"].as_f64().unwrap_or(1.0);
+        let n_rot = (case["head_dim"].as_f64().unwrap() * partial) as usize;
         let theta = p["rope_theta"].as_f64().unwrap();
         let f = |k: &str| p[k].as_f64();
         let (got, attn) = match p["rope_type"].as_str().unwrap() {
@@ -45,6 +46,22 @@ fn frequencies_match_transformers() {
                     .collect(),
                 1.0,
             ),
+            "longrope" => {
+                let factors: Vec<f64> = p["short_factor"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect();
+                let ctx = |k: &str| case[k].as_f64().unwrap();
+                longrope_inv_freq(
+                    theta,
+                    n_rot,
+                    &factors,
+                    (ctx("max_pos"), ctx("original_max_pos")),
+                    None,
+                )
+            }
             other => panic!("unknown case {other}"),
         };
         let want: Vec<f64> = case["inv_freq"]

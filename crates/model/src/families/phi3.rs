@@ -1,7 +1,7 @@
 //! Phi-3 / Phi-4-mini: the llama layout with q/k/v fused into one matrix
 //! and gate/up into another (split into views by the loader), half-split
-//! RoPE (no q/k permutation in GGUF), optional partial rotary, untied
-//! output.
+//! RoPE (no q/k permutation in GGUF), optional partial rotary, LongRoPE
+//! (short factors), untied output.
 
 use crate::family::{Family, Quirks, SlidingDefault, LLAMA_TENSORS, PHI3_FUSED_TENSORS};
 use anedvd_graph::{Activation, RopePairing};
@@ -13,7 +13,10 @@ pub const FAMILY: Family = Family {
     hf_model_types: &["phi3"],
     extra_keys: &[],
     tensors: &[PHI3_FUSED_TENSORS, LLAMA_TENSORS],
-    gguf_rope_freqs: None,
+    // LongRoPE files (Phi-3-mini-128k, Phi-3.5, Phi-4-mini) carry the
+    // per-pair divisors as tensors; the short ones serve the contexts the
+    // model was pretrained on (see `RopeScaling::LongRope`).
+    gguf_rope_freqs: Some("rope_factors_short.weight"),
     quirks: Quirks {
         activation: Activation::Silu,
         gguf_rope_pairing: RopePairing::Neox,

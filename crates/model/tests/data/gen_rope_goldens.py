@@ -23,6 +23,15 @@ CASES = [
      "rope": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}},
 ]
 
+# LongRoPE (Phi-3): factors per rotated pair, attention factor from the ratio
+# of max_position_embeddings to original_max_position_embeddings; transformers
+# uses the short factors up to the original context (seq_len None here).
+LONGROPE = {"name": "longrope_phi3", "head_dim": 16, "partial_rotary_factor": 0.5,
+            "max_pos": 131072, "original_max_pos": 4096,
+            "rope": {"rope_type": "longrope", "rope_theta": 10000.0,
+                     "short_factor": [1.0, 1.25, 2.5, 4.0],
+                     "long_factor": [1.5, 3.0, 6.0, 12.0]}}
+
 out = {"transformers": transformers.__version__, "cases": []}
 for c in CASES:
     cfg = LlamaConfig(hidden_size=c["head_dim"] * 4, num_attention_heads=4,
@@ -31,5 +40,15 @@ for c in CASES:
     inv_freq, attn = ROPE_INIT_FUNCTIONS[c["rope"]["rope_type"]](cfg, "cpu")
     out["cases"].append({**c, "inv_freq": [float(x) for x in inv_freq.tolist()],
                          "attention_factor": float(attn)})
+from transformers import Phi3Config
+c = LONGROPE
+cfg = Phi3Config(hidden_size=c["head_dim"] * 4, num_attention_heads=4, num_key_value_heads=4,
+                 max_position_embeddings=c["max_pos"],
+                 original_max_position_embeddings=c["original_max_pos"],
+                 partial_rotary_factor=c["partial_rotary_factor"],
+                 rope_parameters=dict(c["rope"]))
+inv_freq, attn = ROPE_INIT_FUNCTIONS["longrope"](cfg, "cpu")
+out["cases"].append({**c, "inv_freq": [float(x) for x in inv_freq.tolist()],
+                     "attention_factor": float(attn)})
 with open("rope_goldens.json", "w") as f:
     json.dump(out, f, indent=1)
