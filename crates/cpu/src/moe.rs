@@ -28,6 +28,16 @@ pub struct Shared {
     pub gate_inp: Option<Vec<f32>>,
 }
 
+impl Shared {
+    /// `sigmoid(gate_inp · x)`, or 1 without a gate.
+    fn scale(&self, x: &[f32]) -> f32 {
+        self.gate_inp.as_ref().map_or(1.0, |w| {
+            let z: f32 = w.iter().zip(x).map(|(w, x)| w * x).sum();
+            1.0 / (1.0 + (-z).exp())
+        })
+    }
+}
+
 /// One compiled mixture.
 pub struct MoeLayer {
     pub n_used: usize,
@@ -135,11 +145,7 @@ impl MoeLayer {
             .map(|&(e, w)| (&self.experts[e], w))
             .collect();
         if let Some(s) = &self.shared {
-            let scale = s.gate_inp.as_ref().map_or(1.0, |w| {
-                let z: f32 = w.iter().zip(h).map(|(w, x)| w * x).sum();
-                1.0 / (1.0 + (-z).exp())
-            });
-            picks.push((&s.ffn, scale));
+            picks.push((&s.ffn, s.scale(h)));
         }
         let k = picks.len();
         // Hidden states side by side, each expert at its own offset (the
@@ -292,10 +298,7 @@ impl MoeLayer {
             .zip(bufs.y.chunks_exact(d))
             .zip(h.chunks_exact(d))
         {
-            let scale = s.gate_inp.as_ref().map_or(1.0, |w| {
-                let z: f32 = w.iter().zip(x).map(|(w, x)| w * x).sum();
-                1.0 / (1.0 + (-z).exp())
-            });
+            let scale = s.scale(x);
             o.iter_mut().zip(y).for_each(|(o, y)| *o += scale * y);
         }
         Ok(())

@@ -515,22 +515,17 @@ pub const QWEN_MOE_TENSORS: &[TensorName] = &[
     ),
 ];
 
-/// Tensor names of LFM2 checkpoints (lfm2-spec.md §7). The final norm is
-/// `token_embd_norm` in llama.cpp's naming, `output_norm` in older ollama
-/// conversions; HF calls it `embedding_norm` although it follows the layers.
+/// Tensor names of LFM2 checkpoints where they differ from llama's
+/// (lfm2-spec.md §7; the family searches this table, then
+/// [`LLAMA_TENSORS`]). The final norm is `token_embd_norm` in llama.cpp's
+/// naming, `output_norm` in older ollama conversions; HF calls it
+/// `embedding_norm` although it follows the layers.
 pub const LFM2_TENSORS: &[TensorName] = &[
-    t(
-        Role::TokenEmbd,
-        "token_embd.weight",
-        "model.embed_tokens.weight",
-    ),
     t(
         Role::OutputNorm,
         "token_embd_norm.weight",
         "model.embedding_norm.weight",
     ),
-    t(Role::OutputNorm, "output_norm.weight", "model.norm.weight"),
-    t(Role::Output, "output.weight", "lm_head.weight"),
     t(
         Role::AttnNorm,
         "blk.{i}.attn_norm.weight",
@@ -540,21 +535,6 @@ pub const LFM2_TENSORS: &[TensorName] = &[
         Role::FfnNorm,
         "blk.{i}.ffn_norm.weight",
         "model.layers.{i}.ffn_norm.weight",
-    ),
-    t(
-        Role::AttnQ,
-        "blk.{i}.attn_q.weight",
-        "model.layers.{i}.self_attn.q_proj.weight",
-    ),
-    t(
-        Role::AttnK,
-        "blk.{i}.attn_k.weight",
-        "model.layers.{i}.self_attn.k_proj.weight",
-    ),
-    t(
-        Role::AttnV,
-        "blk.{i}.attn_v.weight",
-        "model.layers.{i}.self_attn.v_proj.weight",
     ),
     t(
         Role::AttnOutput,

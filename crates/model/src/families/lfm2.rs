@@ -6,7 +6,7 @@
 //! HF configs give the FFN width before LFM2's 2/3 adjustment. See
 //! ../shared/docs/lfm2-spec.md.
 
-use crate::family::{key, Family, Param, Quirks, SlidingDefault, LFM2_TENSORS};
+use crate::family::{key, Family, Param, Quirks, SlidingDefault, LFM2_TENSORS, LLAMA_TENSORS};
 use anedvd_graph::{Activation, RopePairing};
 
 /// The lfm2 table.
@@ -26,7 +26,7 @@ pub const FAMILY: Family = Family {
             &["intermediate_size", "block_ff_dim"],
         ),
     ],
-    tensors: &[LFM2_TENSORS],
+    tensors: &[LFM2_TENSORS, LLAMA_TENSORS],
     gguf_rope_freqs: None,
     quirks: Quirks {
         activation: Activation::Silu,
