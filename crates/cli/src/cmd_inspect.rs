@@ -184,6 +184,13 @@ fn print_text(args: &InspectArgs, r: &Report, out: &mut dyn Write) -> Result<()>
             writeln!(out, "  {k:<20} {}", text_value(v))?;
         }
     }
+    writeln!(out, "* Layers:")?;
+    for run in &r.layers {
+        writeln!(out, "  {run}")?;
+    }
+    if let Some(e) = &r.layers_error {
+        writeln!(out, "  (not resolved: {e})")?;
+    }
     for note in &r.notes {
         writeln!(out, "* Note: {note}")?;
     }

@@ -28,7 +28,13 @@ pub fn report(path: &Path, options: &InspectOptions) -> Result<Report> {
         ModelFormat::Gguf => Some(gguf_header(path)?),
         _ => None,
     };
-    Ok(build_report(options, &model, header))
+    let mut report = build_report(options, &model, header);
+    let source: std::sync::Arc<dyn anedvd_base::WeightSource> = std::sync::Arc::from(model.source);
+    match anedvd_model::load(source, &Default::default()) {
+        Ok((_, p)) => report.layers = layer_runs(&p),
+        Err(e) => report.layers_error = Some(e.to_string()),
+    }
+    Ok(report)
 }
 
 /// One tensor: its table entry and, when its type can be dequantized, its
@@ -224,6 +230,69 @@ pub struct Report {
     /// (`anedvd_model::notes`), e.g. a Mistral GGUF without its window.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// How the decoder resolves, layer by layer (runs of equal blocks, e.g.
+    /// `0-1: short_conv (3 taps) + dense (8192)`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
+    /// Why the decoder did not resolve (unknown family, bad metadata).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layers_error: Option<String>,
+}
+
+/// Runs of consecutive equal block kinds of `p`, e.g. `2: attention (8 KV
+/// heads) + moe (60 experts, top 4, shared)`.
+fn layer_runs(p: &anedvd_graph::DecoderProgram) -> Vec<String> {
+    use anedvd_graph::{FeedForward, Mixer};
+    let kind = |b: &anedvd_graph::Block| {
+        let mixer = match &b.mixer {
+            Mixer::Attention(a) => format!(
+                "attention ({} heads, {} KV, head dim {}{}{})",
+                a.n_head,
+                a.n_head_kv,
+                a.head_dim,
+                a.window.map_or(String::new(), |w| format!(", window {w}")),
+                if a.rope.is_none() { ", no RoPE" } else { "" }
+            ),
+            Mixer::ShortConv(c) => format!("short_conv ({} taps)", c.kernel),
+        };
+        let ffn = match &b.ffn {
+            FeedForward::Dense(f) => format!("dense ({})", f.n_ff),
+            FeedForward::Moe(m) => format!(
+                "moe ({} experts of {}, top {}{}{})",
+                m.n_expert,
+                m.n_ff_expert,
+                m.n_expert_used,
+                if m.normalize_top_k {
+                    " renormalised"
+                } else {
+                    ""
+                },
+                if m.shared.is_some() {
+                    ", shared expert"
+                } else {
+                    ""
+                }
+            ),
+        };
+        format!("{mixer} + {ffn}")
+    };
+    let mut runs: Vec<(usize, usize, String)> = Vec::new();
+    for (i, b) in p.layers.iter().enumerate() {
+        let k = kind(b);
+        match runs.last_mut() {
+            Some((_, end, last)) if *last == k => *end = i,
+            _ => runs.push((i, i, k)),
+        }
+    }
+    runs.into_iter()
+        .map(|(a, b, k)| {
+            if a == b {
+                format!("{a}: {k}")
+            } else {
+                format!("{a}-{b}: {k}")
+            }
+        })
+        .collect()
 }
 
 fn build_report(
@@ -270,6 +339,8 @@ fn build_report(
         architecture: architecture(source.metadata(), model.kind),
         tokenizer: tokenizer(source.metadata(), model.dir.as_deref()),
         notes: anedvd_model::notes(source, &Default::default()),
+        layers: Vec::new(),
+        layers_error: None,
     }
 }
 
