@@ -102,6 +102,36 @@ impl ConvHistory {
         self.end = pos;
     }
 
+    /// The share of the rows before `end` in the first `K - 1` outputs of a
+    /// segment starting at `end` (zero beyond): `out[t] = Σ_{k: t+k < K-1}
+    /// w[k] · state[t + k]`, `out` holding one `width` row per segment
+    /// row. A backend that convolves only the segment (with zero left
+    /// padding, as the ANE lowering does) adds this to get the causal
+    /// convolution over the whole sequence.
+    pub fn carry(&self, taps: &[f32], out: &mut [f32]) {
+        let (d, k1) = (self.width, self.k1());
+        out.fill(0.0);
+        let state = &self.rows[self.rows.len() - k1 * d..];
+        for (t, o) in out.chunks_exact_mut(d).take(k1).enumerate() {
+            for k in 0..k1 - t {
+                let (w, s) = (
+                    &taps[k * d..(k + 1) * d],
+                    &state[(t + k) * d..(t + k + 1) * d],
+                );
+                for ((o, w), s) in o.iter_mut().zip(w).zip(s) {
+                    *o += w * s;
+                }
+            }
+        }
+    }
+
+    /// Appends a segment's gated inputs `u` (one `width` row per position).
+    pub fn push(&mut self, u: &[f32]) {
+        self.rows.extend_from_slice(u);
+        self.end += u.len() / self.width.max(1);
+        self.trim();
+    }
+
     /// Drops rows older than the convolution and [`REWIND`] need
     /// (amortised: only once twice that many have piled up).
     fn trim(&mut self) {
@@ -203,6 +233,40 @@ mod tests {
                 mix(&w, k, &mut h, part, o);
             }
             assert_eq!(got, want, "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn carry_plus_a_zero_padded_segment_conv_is_the_causal_conv() {
+        let (k, d, n) = (3, 4, 12);
+        let w = taps(k, d);
+        let bcx = inputs(n, d);
+        let want = reference(&w, k, d, &bcx);
+        let u: Vec<f32> = bcx
+            .chunks_exact(3 * d)
+            .flat_map(|r| (0..d).map(move |c| r[c] * r[2 * d + c]))
+            .collect();
+        let mut h = ConvHistory::new(k, d);
+        for seg in [(0, 5), (5, 6), (6, 12)] {
+            let m = seg.1 - seg.0;
+            let mut carry = vec![0.0; m * d];
+            h.carry(&w, &mut carry);
+            h.push(&u[seg.0 * d..seg.1 * d]);
+            for t in 0..m {
+                for c in 0..d {
+                    // zero-padded conv over the segment alone
+                    let inside: f32 = (0..k)
+                        .filter_map(|j| {
+                            let src = (t + j).checked_sub(k - 1)?;
+                            Some(w[j * d + c] * u[(seg.0 + src) * d + c])
+                        })
+                        .sum();
+                    let v = inside + carry[t * d + c];
+                    let got = v * bcx[(seg.0 + t) * 3 * d + d + c];
+                    let e = want[(seg.0 + t) * d + c];
+                    assert!((got - e).abs() <= 1e-5 * e.abs().max(1.0), "{seg:?} t {t}");
+                }
+            }
         }
     }
 

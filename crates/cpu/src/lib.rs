@@ -23,7 +23,7 @@
 
 pub mod attention;
 mod compiled;
-mod conv;
+pub mod conv;
 mod forward;
 pub mod kernels;
 mod matmul;
@@ -32,6 +32,7 @@ pub mod norms;
 #[path = "kernels/qkernels.rs"]
 pub mod qkernels;
 mod session;
+pub mod state;
 
 use anedvd_graph::{Backend, BatchSession, DecoderProgram, Error, Executable, Result, Session};
 use std::sync::Arc;

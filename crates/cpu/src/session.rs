@@ -4,7 +4,7 @@
 //! [`forward::run`].
 
 use crate::compiled::Model;
-use crate::forward::{self, Buffers, Segment, SeqState};
+use crate::forward::{self, new_state, Buffers, Segment, SeqState};
 use anedvd_graph::dump::Dump;
 use anedvd_graph::{
     validate_batch, validate_forward, BatchItem, BatchSession, LogitsMode, Result, Session,
@@ -28,7 +28,7 @@ pub struct CpuSession {
 
 impl CpuSession {
     pub fn new(model: Arc<Model>, pool: Arc<rayon::ThreadPool>, max_seq: usize) -> Self {
-        let seq = [SeqState::new(&model)];
+        let seq = [new_state(&model)];
         Self {
             model,
             pool,
@@ -153,7 +153,7 @@ impl CpuBatch {
         n_seqs: usize,
         max_seq: usize,
     ) -> Self {
-        let seqs = (0..n_seqs).map(|_| SeqState::new(&model)).collect();
+        let seqs = (0..n_seqs).map(|_| new_state(&model)).collect();
         Self {
             model,
             pool,

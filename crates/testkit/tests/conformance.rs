@@ -80,19 +80,15 @@ fn every_registered_family_has_a_fixture() {
 }
 
 /// The block variant `backend` refuses in `program`, if any (today the ANE
-/// path lowers attention + dense FFN blocks only).
+/// path lowers attention and short-conv mixers with dense FFNs only).
 fn refused_part(backend: TestBackend, program: &DecoderProgram) -> Option<String> {
     if !backend.is_ane() {
         return None;
     }
-    program
-        .layers
-        .iter()
-        .find_map(|b| match (&b.mixer, &b.ffn) {
-            (Mixer::ShortConv(_), _) => Some(format!("mixer {}", b.mixer.kind())),
-            (_, FeedForward::Moe(_)) => Some(format!("feed-forward {}", b.ffn.kind())),
-            _ => None,
-        })
+    program.layers.iter().find_map(|b| match &b.ffn {
+        FeedForward::Moe(_) => Some(format!("feed-forward {}", b.ffn.kind())),
+        FeedForward::Dense(_) => None,
+    })
 }
 
 #[test]
@@ -375,6 +371,17 @@ fn ane_cases() -> Vec<(&'static str, Edit)> {
                 r.inv_freq = (0..4).map(|i| 100f64.powf(-(2 * i) as f64 / 8.0)).collect();
             }),
         ),
+        (
+            "short conv, 3 taps",
+            Box::new(|b, s, r| {
+                b.mixer = Mixer::ShortConv(ShortConv {
+                    kernel: 3,
+                    in_proj: insert(s, r, "in", &[64, 192], 0.4, 0.0),
+                    conv: insert(s, r, "cv", &[3, 64], 0.8, 0.0),
+                    out_proj: insert(s, r, "out", &[64, 64], 0.4, 0.0),
+                })
+            }),
+        ),
     ]
 }
 
@@ -403,17 +410,6 @@ fn experts(s: &mut MemorySource, r: &mut Lcg, stacked: bool) -> ExpertTensors {
 /// them: see the refusal test).
 fn cpu_only_cases() -> Vec<(&'static str, Edit)> {
     vec![
-        (
-            "short conv, 3 taps",
-            Box::new(|b, s, r| {
-                b.mixer = Mixer::ShortConv(ShortConv {
-                    kernel: 3,
-                    in_proj: insert(s, r, "in", &[64, 192], 0.4, 0.0),
-                    conv: insert(s, r, "cv", &[3, 64], 0.8, 0.0),
-                    out_proj: insert(s, r, "out", &[64, 64], 0.4, 0.0),
-                })
-            }),
-        ),
         (
             "moe top-2 of 4, stacked, shared expert with gate",
             Box::new(|b, s, r| {
@@ -519,12 +515,13 @@ fn unsupported_variants_are_refused_by_name() {
     type Refused = fn(TestBackend) -> bool;
     let edits: Vec<(&str, Edit, Refused)> = vec![
         (
-            "mixer short_conv",
+            // the ANE lowering's depthwise conv is at most 13 wide
+            "mixer short_conv of 14 taps (at most 13)",
             Box::new(|b, s, r| {
                 b.mixer = Mixer::ShortConv(ShortConv {
-                    kernel: 3,
+                    kernel: 14,
                     in_proj: insert(s, r, "in", &[64, 192], 0.1, 0.0),
-                    conv: insert(s, r, "cv", &[3, 64], 0.1, 0.0),
+                    conv: insert(s, r, "cv", &[14, 64], 0.1, 0.0),
                     out_proj: insert(s, r, "out", &[64, 64], 0.1, 0.0),
                 })
             }),

@@ -7,7 +7,9 @@
 //! all W columns.
 
 use super::Error;
-use crate::lower::{self, tensors, Kernel, KernelKind, LayerView, LowerOptions, Variant};
+use crate::lower::{
+    self, tensors, Kernel, KernelKind, LayerView, LowerOptions, MixerView, Variant,
+};
 use anedvd_cpu::kernels::{gated, rms_norm};
 use anedvd_graph::{DecoderProgram, Result};
 use anedvd_mil::rules::RuleConfig;
@@ -105,7 +107,13 @@ impl Ref<'_> {
     }
 
     fn qkv(&self, i: usize, x: &[f32]) -> Result<Vec<f32>> {
-        let a = self.layers[i].attn;
+        let a = match self.layers[i].mixer {
+            MixerView::Attention(a) => a,
+            MixerView::ShortConv(c) => {
+                let d = self.p.n_embd;
+                return Ok(matmul(&self.m(&c.in_proj)?, None, x, d, 3 * d));
+            }
+        };
         let (qd, kvd) = (a.q_dim(), a.kv_dim());
         let d = self.p.n_embd;
         let b = &a.bias;
@@ -141,10 +149,34 @@ impl Ref<'_> {
     }
 
     fn attn_out(&self, i: usize, att: &[f32]) -> Result<Vec<f32>> {
-        let a = self.layers[i].attn;
         let d = self.p.n_embd;
-        let b = self.v(a.bias.o.as_deref(), d, 0.0)?;
-        Ok(matmul(&self.m(&a.wo)?, b.as_deref(), att, a.q_dim(), d))
+        match self.layers[i].mixer {
+            MixerView::Attention(a) => {
+                let b = self.v(a.bias.o.as_deref(), d, 0.0)?;
+                Ok(matmul(&self.m(&a.wo)?, b.as_deref(), att, a.q_dim(), d))
+            }
+            MixerView::ShortConv(c) => {
+                // rows [u; C; carry]: the causal conv of u over the rows
+                // (zeros before the first) plus carry, times C
+                let k = c.kernel;
+                let taps = tensors::elements(self.p.weights.as_ref(), &c.conv, k * d)
+                    .map_err(Error::from)?;
+                let rows: Vec<&[f32]> = att.chunks_exact(3 * d).collect();
+                let mut y = Vec::with_capacity(rows.len() * d);
+                for (t, row) in rows.iter().enumerate() {
+                    for ch in 0..d {
+                        let conv: f32 = (0..k)
+                            .filter_map(|j| {
+                                let src = (t + j).checked_sub(k - 1)?;
+                                Some(taps[ch * k + j] * rows[src][ch])
+                            })
+                            .sum();
+                        y.push(row[d + ch] * (conv + row[2 * d + ch]));
+                    }
+                }
+                Ok(matmul(&self.m(&c.out_proj)?, None, &y, d, d))
+            }
+        }
     }
 
     fn ffn(&self, i: usize, x: &[f32]) -> Result<Vec<f32>> {
@@ -168,7 +200,7 @@ impl Ref<'_> {
             KernelKind::Entry => self.qkv(0, &self.norm(self.layers[0].attn_norm, &up(x))?),
             KernelKind::Layer { layer: i, next_qkv } => {
                 let l = self.layers[i];
-                let qd = l.attn.q_dim();
+                let qd = l.mixer.ctx_width(d);
                 let cin = qd + d;
                 let (mut att, mut res) = (Vec::new(), Vec::new());
                 for row in x.chunks_exact(cin) {

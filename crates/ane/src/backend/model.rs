@@ -3,7 +3,7 @@
 use super::session::AneSession;
 use super::worker::{CompileReport, DriverKind, Opened, Worker};
 use super::Error;
-use crate::lower::{self, tensors, KernelKind, LowerOptions, Lowered, Variant};
+use crate::lower::{self, tensors, KernelKind, LowerOptions, Lowered, MixerView, Variant};
 use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
 use anedvd_cpu::norms::{norm_weights, LayerNorms};
@@ -54,9 +54,24 @@ impl Exec {
     }
 }
 
+/// What the host runs between a layer's input projection and its output
+/// side.
+#[allow(clippy::large_enum_variant)] // one per layer, built once
+pub(crate) enum HostMixer {
+    /// q/k norm, RoPE, KV cache, attention.
+    Attention(Attention),
+    /// `u = B·X` into the history and the carry of the previous rows.
+    ShortConv {
+        /// Taps `K`.
+        kernel: usize,
+        /// Tap-major weights `taps[k * n_embd + c]`.
+        taps: Vec<f32>,
+    },
+}
+
 /// Host-side per-layer data.
 pub(crate) struct CpuLayer {
-    pub attn: Attention,
+    pub mixer: HostMixer,
     pub norms: LayerNorms,
 }
 
@@ -146,9 +161,25 @@ impl Model {
             .iter()
             .zip(&views)
             .map(|(b, l)| {
+                let (mixer, attn) = match l.mixer {
+                    MixerView::Attention(a) => (HostMixer::Attention(a.clone()), Some(a)),
+                    MixerView::ShortConv(c) => {
+                        let d = p.n_embd;
+                        let w = tensors::elements(p.weights.as_ref(), &c.conv, c.kernel * d)
+                            .map_err(Error::from)?;
+                        let mut taps = vec![0.0; c.kernel * d];
+                        for ch in 0..d {
+                            for t in 0..c.kernel {
+                                taps[t * d + ch] = w[ch * c.kernel + t];
+                            }
+                        }
+                        let kernel = c.kernel;
+                        (HostMixer::ShortConv { kernel, taps }, None)
+                    }
+                };
                 Ok(CpuLayer {
-                    attn: l.attn.clone(),
-                    norms: LayerNorms::load(p, &b.norms, Some(l.attn))?,
+                    mixer,
+                    norms: LayerNorms::load(p, &b.norms, attn)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -1,9 +1,11 @@
 //! A session: chunks tokens by W, runs the CPU half and dispatches the kernels.
 
-use super::model::Model;
+use super::model::{HostMixer, Model};
 use crate::lower::{KernelKind, Variant};
 use anedvd_cpu::attention::{attend, encode_positions, KvCache, RopeTables};
+use anedvd_cpu::conv::ConvHistory;
 use anedvd_cpu::kernels::{add, rms_norm, softcap};
+use anedvd_cpu::state::{LayerCache, SeqState};
 use anedvd_graph::dump::Dump;
 use anedvd_graph::intermediate as names;
 use anedvd_graph::{validate_forward, LogitsMode, Result, Session};
@@ -14,8 +16,9 @@ use std::sync::Arc;
 pub(crate) struct AneSession {
     model: Arc<Model>,
     max_seq: usize,
-    pos: usize,
-    kv: Vec<KvCache>,
+    /// Position and per-layer caches (KV, or convolution history), with
+    /// the CPU backend's truncation and snapshot rules.
+    seq: SeqState,
     rope_tables: RopeTables,
     /// Positions of the chunk being run (its RoPE tables' rows).
     positions: Vec<usize>,
@@ -31,16 +34,20 @@ fn norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
 
 impl AneSession {
     pub fn new(model: Arc<Model>, max_seq: usize) -> Self {
-        let kv = model
+        let caches = model
             .layers
             .iter()
-            .map(|l| KvCache::new(l.attn.n_head_kv, l.attn.head_dim))
+            .map(|l| match &l.mixer {
+                HostMixer::Attention(a) => LayerCache::Kv(KvCache::new(a.n_head_kv, a.head_dim)),
+                HostMixer::ShortConv { kernel, .. } => {
+                    LayerCache::Conv(ConvHistory::new(*kernel, model.n_embd))
+                }
+            })
             .collect();
         AneSession {
             model,
             max_seq,
-            pos: 0,
-            kv,
+            seq: SeqState::from_layers(caches),
             rope_tables: RopeTables::default(),
             positions: Vec::new(),
             dump_dir: None,
@@ -154,8 +161,10 @@ impl AneSession {
         Ok(logits)
     }
 
-    /// The host half of layer `i` (q/k norm, RoPE, KV cache, attention,
-    /// with the CPU backend's ops); returns the attention context.
+    /// The host half of layer `i`, from its input projection's rows to
+    /// what its output side takes: for attention q/k norm, RoPE, KV cache
+    /// and attention (the context); for a short convolution `u = B·X` into
+    /// the layer's history and `[u; C; carry]` (the CPU backend's ops).
     fn attend(
         &mut self,
         i: usize,
@@ -166,7 +175,32 @@ impl AneSession {
     ) -> Vec<f32> {
         let m = &self.model;
         let l = &m.layers[i];
-        let (qd, kvd) = (l.attn.q_dim(), l.attn.kv_dim());
+        let li = Some(i);
+        let attn = match (&l.mixer, &mut self.seq.layers[i]) {
+            (HostMixer::Attention(a), LayerCache::Kv(kv)) => (a, kv),
+            (HostMixer::ShortConv { taps, .. }, LayerCache::Conv(hist)) => {
+                let d = m.n_embd;
+                Dump::put_opt(dump, li, names::CONV_IN, qkv, n);
+                let mut u = Vec::with_capacity(n * d);
+                for row in qkv.chunks_exact(3 * d).take(n) {
+                    u.extend(row[..d].iter().zip(&row[2 * d..]).map(|(b, x)| b * x));
+                }
+                let mut carry = vec![0f32; n * d];
+                hist.carry(taps, &mut carry);
+                hist.push(&u);
+                let mut packed = Vec::with_capacity(n * 3 * d);
+                for t in 0..n {
+                    packed.extend_from_slice(&u[t * d..(t + 1) * d]);
+                    packed.extend_from_slice(&qkv[t * 3 * d + d..t * 3 * d + 2 * d]);
+                    packed.extend_from_slice(&carry[t * d..(t + 1) * d]);
+                }
+                return packed;
+            }
+            // The caches were made from the same layers.
+            _ => return Vec::new(),
+        };
+        let (a, kv) = attn;
+        let (qd, kvd) = (a.q_dim(), a.kv_dim());
         let mut q = Vec::with_capacity(n * qd);
         let mut k = Vec::with_capacity(n * kvd);
         let mut v = Vec::with_capacity(n * kvd);
@@ -175,12 +209,11 @@ impl AneSession {
             k.extend_from_slice(&row[qd..qd + kvd]);
             v.extend_from_slice(&row[qd + kvd..]);
         }
-        let li = Some(i);
         Dump::put_opt(dump, li, names::Q, &q, n);
         Dump::put_opt(dump, li, names::K, &k, n);
         Dump::put_opt(dump, li, names::V, &v, n);
         encode_positions(
-            &l.attn,
+            a,
             l.norms.qk(),
             m.eps,
             &mut q,
@@ -190,18 +223,9 @@ impl AneSession {
         );
         Dump::put_opt(dump, li, names::Q_ROPE, &q, n);
         Dump::put_opt(dump, li, names::K_ROPE, &k, n);
-        self.kv[i].store(pos0, &k, &v, n);
+        kv.store(pos0, &k, &v, n);
         let mut ctx = vec![0f32; n * qd];
-        attend(
-            &m.host,
-            &l.attn,
-            &self.kv[i],
-            &q,
-            pos0,
-            n,
-            &mut ctx,
-            &mut Vec::new(),
-        );
+        attend(&m.host, a, kv, &q, pos0, n, &mut ctx, &mut Vec::new());
         Dump::put_opt(dump, li, names::KQV_OUT, &ctx, n);
         ctx
     }
@@ -210,15 +234,18 @@ impl AneSession {
 impl Session for AneSession {
     fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
         let n_vocab = self.model.n_vocab;
-        if !validate_forward(tokens, mode, self.pos, self.max_seq, n_vocab)? {
+        if !validate_forward(tokens, mode, self.seq.pos, self.max_seq, n_vocab)? {
             return Ok(&[]);
         }
-        let needed = self.pos + tokens.len();
+        let needed = self.seq.pos + tokens.len();
+        if tokens.len() > 1 {
+            self.seq.snapshot_at(self.seq.pos);
+        }
         let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
         let w = self.model.options.width;
         let n_chunks = tokens.len().div_ceil(w);
         let mut logits = Vec::new();
-        let start = self.pos;
+        let start = self.seq.pos;
         for (ci, part) in tokens.chunks(w).enumerate() {
             let want = match mode {
                 LogitsMode::None => None,
@@ -238,22 +265,25 @@ impl Session for AneSession {
         if let Some(d) = dump {
             d.finish()?;
         }
-        self.pos = needed;
+        self.seq.pos = needed;
+        if tokens.len() > 1 {
+            self.seq.snapshot_at(needed - 1);
+            self.seq.snapshot_at(needed);
+        }
         self.logits = logits;
         Ok(&self.logits)
     }
 
     fn position(&self) -> usize {
-        self.pos
+        self.seq.pos
     }
 
     fn truncate(&mut self, n: usize) {
-        if n <= self.pos {
-            self.pos = self.pos.min(n);
-            for c in &mut self.kv {
-                c.truncate(n);
-            }
-        }
+        self.seq.truncate(n);
+    }
+
+    fn reusable(&self, n: usize) -> usize {
+        self.seq.reusable(n)
     }
 
     fn max_seq(&self) -> usize {

@@ -2,10 +2,10 @@
 
 use super::emit::Emitter;
 use super::tensors::{rows, vector, WEIGHT_PATH};
-use super::LayerView;
 use super::{Error, Kernel, KernelKind, LowerOptions, Result};
-use anedvd_graph::{Attention, DecoderProgram};
-use anedvd_mil::builder::{program as mil_program, Var};
+use super::{LayerView, MixerView};
+use anedvd_graph::{Attention, DecoderProgram, ShortConv};
+use anedvd_mil::builder::{program as mil_program, ConvOpts, Var};
 use anedvd_mil::sim::Weights;
 
 /// Whole matrix `name` of `out` rows, row-major `[out, in]`.
@@ -72,7 +72,8 @@ fn finish(name: String, kind: KernelKind, e: Emitter, out: &Var, cin: usize) -> 
     }
 }
 
-/// Emits layer `i`'s attention norm (if `with_norm`) and q/k/v projection.
+/// Emits layer `i`'s mixer norm (if `with_norm`) and input projection
+/// (`[q; k; v]`, or a short conv's `[B; C; X]`).
 fn emit_qkv(
     e: &mut Emitter,
     p: &DecoderProgram,
@@ -81,7 +82,6 @@ fn emit_qkv(
     x: &Var,
     with_norm: bool,
 ) -> Result<Var> {
-    let (qd, kvd) = (l.attn.q_dim(), l.attn.kv_dim());
     let h = if with_norm {
         let g = norm(p, l.attn_norm)?;
         e.rms_norm(
@@ -94,8 +94,17 @@ fn emit_qkv(
     } else {
         x.clone()
     };
-    let (w, b) = qkv_weights(p, l.attn)?;
-    e.projection(&format!("l{i}_qkv"), &h, &w, qd + 2 * kvd, b.as_deref())
+    match l.mixer {
+        MixerView::Attention(a) => {
+            let (qd, kvd) = (a.q_dim(), a.kv_dim());
+            let (w, b) = qkv_weights(p, a)?;
+            e.projection(&format!("l{i}_qkv"), &h, &w, qd + 2 * kvd, b.as_deref())
+        }
+        MixerView::ShortConv(c) => {
+            let w = matrix(p, &c.in_proj, 3 * p.n_embd)?;
+            e.projection(&format!("l{i}_conv_in"), &h, &w, 3 * p.n_embd, None)
+        }
+    }
 }
 
 /// `blk.i.qkv` (split) or `entry` (fused, `with_norm`).
@@ -116,24 +125,77 @@ pub fn qkv(
     Ok(finish(name, kind, e, &y, p.n_embd))
 }
 
+/// The output side of layer `i`'s mixer from what the host handed over
+/// (`ctx`: the attention context, or a short conv's `[u; C; carry]`).
 fn emit_attn_out(
     e: &mut Emitter,
     p: &DecoderProgram,
     (i, l): (usize, &LayerView<'_>),
-    att: &Var,
+    ctx: &Var,
 ) -> Result<Var> {
-    let w = matrix(p, &l.attn.wo, p.n_embd)?;
-    let b = optional_vec(p, &l.attn.bias.o, p.n_embd)?;
-    e.projection(&format!("l{i}_attn_out"), att, &w, p.n_embd, b.as_deref())
+    match l.mixer {
+        MixerView::Attention(a) => {
+            let w = matrix(p, &a.wo, p.n_embd)?;
+            let b = optional_vec(p, &a.bias.o, p.n_embd)?;
+            e.projection(&format!("l{i}_attn_out"), ctx, &w, p.n_embd, b.as_deref())
+        }
+        MixerView::ShortConv(c) => emit_conv_out(e, p, i, c, ctx),
+    }
 }
 
-/// `blk.i.attn_out`.
+/// `out_proj(C · (conv(u) + carry))` with `conv` the depthwise causal
+/// convolution of the chunk's columns (zero left padding of `K - 1`; the
+/// host's `carry` adds the previous rows' share), from `[u; C; carry]`.
+fn emit_conv_out(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    i: usize,
+    c: &ShortConv,
+    ctx: &Var,
+) -> Result<Var> {
+    let (d, w) = (p.n_embd, e.width);
+    let part = |e: &mut Emitter, name: &str, k: usize| -> Result<Var> {
+        Ok(e.b.slice_by_size(
+            &format!("l{i}_{name}"),
+            ctx,
+            &[0, k * d, 0, 0],
+            &[1, d, 1, w],
+        )?)
+    };
+    let u = part(e, "conv_u", 0)?;
+    let gate_c = part(e, "conv_c", 1)?;
+    let carry = part(e, "conv_carry", 2)?;
+    // Stored `[hidden][K]` (HF `[hidden, 1, K]`): the `[D, 1, 1, K]`
+    // depthwise weight as it is.
+    let taps = super::tensors::elements(p.weights.as_ref(), &c.conv, c.kernel * d)?;
+    let off = e.pack.matrix(&taps);
+    let wv = e.b.const_blob(
+        &format!("l{i}_conv_w"),
+        anedvd_mil::ir::DType::Fp16,
+        &[d, 1, 1, c.kernel],
+        WEIGHT_PATH,
+        off,
+    )?;
+    let opts = ConvOpts {
+        pad: [0, 0, c.kernel - 1, 0],
+        pad_type: "custom",
+        groups: d,
+        ..ConvOpts::default()
+    };
+    let v0 = e.b.conv_with(&format!("l{i}_conv"), &u, &wv, &opts)?;
+    let v = e.b.add(&format!("l{i}_conv_v"), &v0, &carry)?;
+    let y = e.b.mul(&format!("l{i}_conv_y"), &gate_c, &v)?;
+    let wo = matrix(p, &c.out_proj, d)?;
+    e.projection(&format!("l{i}_conv_out"), &y, &wo, d, None)
+}
+
+/// `blk.i.attn_out`: the output side of layer `i`'s mixer.
 pub fn attn_out(
     p: &DecoderProgram,
     o: &LowerOptions,
     (i, l): (usize, &LayerView<'_>),
 ) -> Result<Kernel> {
-    let qd = l.attn.q_dim();
+    let qd = l.mixer.ctx_width(p.n_embd);
     let mut e = Emitter::new(o.width);
     let x = e.input(qd)?;
     let y = emit_attn_out(&mut e, p, (i, l), &x)?;
@@ -204,7 +266,7 @@ pub fn fused_layer(
     (i, l): (usize, &LayerView<'_>),
     next: Option<&LayerView<'_>>,
 ) -> Result<Kernel> {
-    let qd = l.attn.q_dim();
+    let qd = l.mixer.ctx_width(p.n_embd);
     let d = p.n_embd;
     let w = o.width;
     let mut e = Emitter::new(w);

@@ -42,6 +42,7 @@ pub use cost::{CostModel, KernelCost};
 
 use anedvd_graph::{
     Attention, AttentionBias, Block, DecoderProgram, DenseFfn, FeedForward, Mixer, NormPlacement,
+    ShortConv,
 };
 use anedvd_mil::ir::Program;
 use anedvd_mil::sim::Weights;
@@ -221,13 +222,51 @@ impl Lowered {
     }
 }
 
-/// The parts of one layer the lowering handles: an attention mixer (its
-/// q/k norm, RoPE and cache run on the host) and a dense gated FFN, with
-/// pre or sandwich norms.
+/// The mixer of a lowered layer. Either way the ANE runs its input
+/// projection (`blk.i.qkv` / inside the previous fused program) and its
+/// output side (`blk.i.attn_out` / the fused layer); the host runs what lies
+/// between, with the CPU backend's ops.
+#[derive(Debug, Clone, Copy)]
+pub enum MixerView<'a> {
+    /// In: `[q; k; v]`; host: q/k norm, RoPE, KV cache, attention; out:
+    /// context `[q_dim]` → output projection.
+    Attention(&'a Attention),
+    /// In: `in_proj` → `[B; C; X]`; host: `u = B·X` into the layer's
+    /// history and the carry of the previous `K-1` rows (see
+    /// `anedvd_cpu::conv::ConvHistory::carry`); out: `[u; C; carry]` →
+    /// depthwise causal conv over the chunk (zero left padding) + carry,
+    /// `· C`, `out_proj`.
+    ShortConv(&'a ShortConv),
+}
+
+impl MixerView<'_> {
+    /// Channels of the input projection's output.
+    pub fn in_width(&self, n_embd: usize) -> usize {
+        match self {
+            MixerView::Attention(a) => a.q_dim() + 2 * a.kv_dim(),
+            MixerView::ShortConv(_) => 3 * n_embd,
+        }
+    }
+
+    /// Channels the host hands to the output side.
+    pub fn ctx_width(&self, n_embd: usize) -> usize {
+        match self {
+            MixerView::Attention(a) => a.q_dim(),
+            MixerView::ShortConv(_) => 3 * n_embd,
+        }
+    }
+}
+
+/// Most taps of a short convolution the lowering emits (a depthwise conv's
+/// kernel width: ≤ 15 on the ANE, ≤ 13 on M1; ane-spec.md, conv row).
+pub const MAX_CONV_TAPS: usize = 13;
+
+/// The parts of one layer the lowering handles: an attention or
+/// short-convolution mixer and a dense gated FFN, with pre or sandwich norms.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerView<'a> {
-    /// The attention block.
-    pub attn: &'a Attention,
+    /// The mixer.
+    pub mixer: MixerView<'a>,
     /// The feed-forward block.
     pub ffn: &'a DenseFfn,
     /// Norm before attention.
@@ -262,7 +301,29 @@ pub fn layer_views<'a>(
         }
         let attn = match mixer {
             Mixer::Attention(a) => a,
-            Mixer::ShortConv(_) => return Err(E::unsupported(backend, "mixer", mixer.kind(), i)),
+            Mixer::ShortConv(c) => {
+                let ShortConv {
+                    kernel,
+                    in_proj: _,
+                    conv: _,
+                    out_proj: _,
+                } = c;
+                if *kernel > MAX_CONV_TAPS {
+                    let what = format!("short_conv of {kernel} taps (at most {MAX_CONV_TAPS})");
+                    return Err(E::unsupported(backend, "mixer", &what, i));
+                }
+                let ffn = dense_of(ffn, backend, i)?;
+                let (attn_norm, post_attn_norm, ffn_norm, post_ffn_norm) = split_norms(norms);
+                views.push(LayerView {
+                    mixer: MixerView::ShortConv(c),
+                    ffn,
+                    attn_norm,
+                    post_attn_norm,
+                    ffn_norm,
+                    post_ffn_norm,
+                });
+                continue;
+            }
         };
         let Attention {
             n_head: _,
@@ -290,28 +351,10 @@ pub fn layer_views<'a>(
         if kv_source.is_some() {
             return Err(E::unsupported(backend, "attention", "shared K/V", i));
         }
-        let ffn = match ffn {
-            FeedForward::Dense(f) => f,
-            FeedForward::Moe(_) => {
-                return Err(E::unsupported(backend, "feed-forward", ffn.kind(), i))
-            }
-        };
-        let (attn_norm, post_attn_norm, ffn_norm, post_ffn_norm) = match norms {
-            NormPlacement::Pre { mixer, ffn } => (mixer, None, ffn, None),
-            NormPlacement::Sandwich {
-                mixer,
-                post_mixer,
-                ffn,
-                post_ffn,
-            } => (
-                mixer,
-                Some(post_mixer.as_str()),
-                ffn,
-                Some(post_ffn.as_str()),
-            ),
-        };
+        let ffn = dense_of(ffn, backend, i)?;
+        let (attn_norm, post_attn_norm, ffn_norm, post_ffn_norm) = split_norms(norms);
         views.push(LayerView {
-            attn,
+            mixer: MixerView::Attention(attn),
             ffn,
             attn_norm,
             post_attn_norm,
@@ -320,6 +363,37 @@ pub fn layer_views<'a>(
         });
     }
     Ok(views)
+}
+
+/// The dense FFN of layer `i`, or the refusal of a mixture of experts.
+fn dense_of<'a>(
+    ffn: &'a FeedForward,
+    backend: &str,
+    i: usize,
+) -> std::result::Result<&'a DenseFfn, anedvd_graph::Error> {
+    match ffn {
+        FeedForward::Dense(f) => Ok(f),
+        FeedForward::Moe(_) => Err(anedvd_graph::Error::unsupported(
+            backend,
+            "feed-forward",
+            ffn.kind(),
+            i,
+        )),
+    }
+}
+
+/// `(pre-mixer, post-mixer, pre-ffn, post-ffn)` norm names.
+fn split_norms(norms: &NormPlacement) -> (&str, Option<&str>, &str, Option<&str>) {
+    // no catch-all: a new placement is a compile error here
+    match norms {
+        NormPlacement::Pre { mixer, ffn } => (mixer, None, ffn, None),
+        NormPlacement::Sandwich {
+            mixer,
+            post_mixer,
+            ffn,
+            post_ffn,
+        } => (mixer, Some(post_mixer), ffn, Some(post_ffn)),
+    }
 }
 
 /// Dispatches per decode token for `variant`, without building anything:

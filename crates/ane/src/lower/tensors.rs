@@ -39,6 +39,27 @@ pub fn rows(src: &dyn WeightSource, name: &str, r0: usize, r1: usize) -> Result<
     Ok((out, cols))
 }
 
+/// Every element of tensor `name` (any shape, e.g. a short conv's `[K, D]`
+/// or HF's `[K, 1, D]`) as f32 in storage order, checked to be `len`.
+pub fn elements(src: &dyn WeightSource, name: &str, len: usize) -> Result<Vec<f32>> {
+    let t = src
+        .tensor(name)
+        .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+    let bad = |msg: String| Error::Tensor {
+        tensor: name.to_string(),
+        msg,
+    };
+    if t.info.elements() != len as u64 {
+        return Err(bad(format!(
+            "expected {len} elements, found {}",
+            t.info.elements()
+        )));
+    }
+    let mut out = vec![0f32; len];
+    anedvd_quant::dequantize(t.info.dtype, t.data, &mut out).map_err(|e| bad(e.to_string()))?;
+    Ok(out)
+}
+
 /// The whole 1-D tensor `name` as f32, checked to have `len` elements.
 pub fn vector(src: &dyn WeightSource, name: &str, len: usize) -> Result<Vec<f32>> {
     let (v, cols) = rows(src, name, 0, 1)?;

@@ -1,0 +1,126 @@
+//! What a sequence keeps between forward calls: per layer a KV cache or a
+//! short-convolution history, its position, and snapshots of the
+//! convolution states (recurrent state cannot be cut back like a KV
+//! cache). Shared by this crate's decoder and the ANE backend's host side.
+
+use crate::attention::KvCache;
+use crate::conv::ConvHistory;
+
+/// What one layer keeps per sequence.
+pub enum LayerCache {
+    /// Keys and values of an attention layer.
+    Kv(KvCache),
+    /// Recent gated inputs of a short-convolution layer.
+    Conv(ConvHistory),
+}
+
+/// The convolution states of every conv layer at one position.
+struct Snapshot {
+    pos: usize,
+    states: Vec<Vec<f32>>,
+}
+
+/// Snapshots kept per sequence (around its latest multi-token forward
+/// calls: prompt boundaries, where chat turns and repeated prompts come
+/// back to; three per call).
+const SNAPSHOTS: usize = 12;
+
+/// The caches and position of one sequence.
+pub struct SeqState {
+    /// Positions held.
+    pub pos: usize,
+    /// One cache per layer.
+    pub layers: Vec<LayerCache>,
+    snapshots: Vec<Snapshot>,
+}
+
+impl SeqState {
+    /// An empty sequence with these per-layer caches (all empty).
+    pub fn from_layers(layers: Vec<LayerCache>) -> Self {
+        Self {
+            pos: 0,
+            layers,
+            snapshots: Vec::new(),
+        }
+    }
+
+    fn convs(&self) -> impl Iterator<Item = &ConvHistory> {
+        self.layers.iter().filter_map(|c| match c {
+            LayerCache::Conv(h) => Some(h),
+            LayerCache::Kv(_) => None,
+        })
+    }
+
+    /// Whether some layer carries recurrent state.
+    fn recurrent(&self) -> bool {
+        self.convs().next().is_some()
+    }
+
+    /// Remembers the convolution states at position `p` if every conv
+    /// layer still holds them (no-op without recurrent state, for 0, or for
+    /// a position already kept): the sessions call it at the start of
+    /// every multi-token forward call and at its last two positions, so a
+    /// later prompt can come back to a turn boundary or re-run a prompt's
+    /// last token.
+    pub fn snapshot_at(&mut self, p: usize) {
+        if !self.recurrent() || p == 0 || self.snapshots.iter().any(|s| s.pos == p) {
+            return;
+        }
+        let Some(states) = self
+            .convs()
+            .map(|h| h.state_at(p).map(<[f32]>::to_vec))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
+        if self.snapshots.len() == SNAPSHOTS {
+            self.snapshots.remove(0);
+        }
+        self.snapshots.push(Snapshot { pos: p, states });
+    }
+
+    /// The most positions [`Self::truncate`]`(n)` keeps: `min(n, pos)`
+    /// without recurrent state; with it, the latest position at or before
+    /// `n` whose state every conv layer still holds or a snapshot has (0
+    /// at worst).
+    pub fn reusable(&self, n: usize) -> usize {
+        let n = n.min(self.pos);
+        if !self.recurrent() || self.convs().all(|h| h.can_rewind_to(n)) {
+            return n;
+        }
+        self.snapshots
+            .iter()
+            .map(|s| s.pos)
+            .filter(|p| *p <= n)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Forgets positions at and beyond [`Self::reusable`]`(n)`.
+    pub fn truncate(&mut self, n: usize) {
+        let keep = self.reusable(n);
+        let rewound = self.layers.iter_mut().all(|c| match c {
+            LayerCache::Conv(h) => h.rewind_to(keep),
+            LayerCache::Kv(_) => true,
+        });
+        if !rewound {
+            if let Some(s) = self.snapshots.iter().find(|s| s.pos == keep) {
+                let mut states = s.states.iter();
+                for c in &mut self.layers {
+                    if let LayerCache::Conv(h) = c {
+                        if let Some(st) = states.next() {
+                            h.restore(keep, st);
+                        }
+                    }
+                }
+            }
+        }
+        self.snapshots.retain(|s| s.pos <= keep);
+        for c in &mut self.layers {
+            if let LayerCache::Kv(kv) = c {
+                kv.truncate(keep);
+            }
+        }
+        self.pos = keep;
+    }
+}
