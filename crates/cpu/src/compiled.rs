@@ -1,7 +1,7 @@
 //! The compiled model: matrix handles into the source, and the small vectors
 //! (norm weights with their offset folded in, biases, conv taps) decoded once.
 
-use crate::conv::ConvLayer;
+use crate::conv::{tap_major, ConvLayer};
 use crate::matmul::{vector, Matrix};
 use crate::moe::{Expert, MoeLayer, Shared};
 use crate::norms::{norm_weights, LayerNorms};
@@ -149,15 +149,8 @@ impl Model {
                     conv,
                     out_proj,
                 }) => {
-                    // Stored `[hidden][kernel]` (ggml `[kernel, hidden]`):
-                    // transposed to tap-major once.
-                    let w = vector(src, conv, kernel * d)?;
-                    let mut taps = vec![0.0; kernel * d];
-                    for c in 0..d {
-                        for t in 0..*kernel {
-                            taps[t * d + c] = w[c * kernel + t];
-                        }
-                    }
+                    // transposed to tap-major once
+                    let taps = tap_major(&vector(src, conv, kernel * d)?, *kernel, d);
                     let layer = ConvLayer {
                         kernel: *kernel,
                         in_proj: matrix(in_proj)?,

@@ -27,6 +27,19 @@ pub struct ConvLayer {
     pub out_proj: Matrix,
 }
 
+/// The taps of a stored depthwise weight (`[width][kernel]` row-major:
+/// GGUF's `[kernel, width]`, HF's `[kernel, 1, width]`) in the tap-major
+/// order [`mix`] and [`ConvHistory::carry`] read (`taps[k * width + c]`).
+pub fn tap_major(stored: &[f32], kernel: usize, width: usize) -> Vec<f32> {
+    let mut taps = vec![0.0; kernel * width];
+    for (c, row) in stored.chunks_exact(kernel).take(width).enumerate() {
+        for (k, w) in row.iter().enumerate() {
+            taps[k * width + c] = *w;
+        }
+    }
+    taps
+}
+
 /// Recent gated inputs `u` of one layer for one sequence, oldest first:
 /// rows for positions `end - n_rows .. end`; rows before position 0 are
 /// zeros (a fresh history holds `K - 1` of them).

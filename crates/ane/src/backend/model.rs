@@ -167,12 +167,7 @@ impl Model {
                         let d = p.n_embd;
                         let w = tensors::elements(p.weights.as_ref(), &c.conv, c.kernel * d)
                             .map_err(Error::from)?;
-                        let mut taps = vec![0.0; c.kernel * d];
-                        for ch in 0..d {
-                            for t in 0..c.kernel {
-                                taps[t * d + ch] = w[ch * c.kernel + t];
-                            }
-                        }
+                        let taps = anedvd_cpu::conv::tap_major(&w, c.kernel, d);
                         let kernel = c.kernel;
                         (HostMixer::ShortConv { kernel, taps }, None)
                     }
