@@ -2,8 +2,9 @@
 //! (norm weights with their offset folded in, biases, conv taps) decoded once.
 
 use crate::conv::{tap_major, ConvLayer};
-use crate::matmul::{vector, Matrix};
-use crate::moe::{Expert, MoeLayer, Shared};
+use crate::kernels::gated;
+use crate::matmul::{matmul_group, vector, Acts, Matrix};
+use crate::moe::{MoeLayer, Shared};
 use crate::norms::{norm_weights, LayerNorms};
 use crate::qkernels::Kernels;
 use crate::NAME;
@@ -37,13 +38,55 @@ pub enum LayerMixer {
     ShortConv(ConvLayer),
 }
 
-/// One compiled dense gated FFN.
+/// One compiled dense gated FFN (a layer's, or one expert's).
 pub struct DenseLayer {
     pub n_ff: usize,
     pub activation: Activation,
     pub gate: Matrix,
     pub up: Matrix,
     pub down: Matrix,
+}
+
+/// Scratch of [`DenseLayer::run`], reused across layers and passes.
+#[derive(Default)]
+pub struct FfnScratch {
+    /// `act(gate(x)) · up(x)` after a run.
+    pub g: Vec<f32>,
+    pub u: Vec<f32>,
+    pub tmp: Vec<f32>,
+    pub tmp2: Vec<f32>,
+}
+
+impl DenseLayer {
+    /// `out = down(act(gate(x)) · up(x))` for `n` rows of `x` (`acts` is
+    /// prepared here; `s.g` keeps the down projection's input).
+    pub fn run(
+        &self,
+        src: &dyn WeightSource,
+        x: &[f32],
+        n: usize,
+        acts: &mut Acts,
+        s: &mut FfnScratch,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let ff = self.n_ff;
+        s.g.resize(n * ff, 0.0);
+        s.u.resize(n * ff, 0.0);
+        acts.prepare(x, n, &[&self.gate, &self.up])?;
+        matmul_group(
+            src,
+            &mut [
+                (&self.gate, &mut s.g, &mut s.tmp),
+                (&self.up, &mut s.u, &mut s.tmp2),
+            ],
+            x,
+            n,
+            acts,
+        )?;
+        gated(self.activation, &mut s.g, &s.u);
+        acts.prepare(&s.g, n, &[&self.down])?;
+        self.down.matmul(src, &s.g, n, acts, out, &mut s.tmp)
+    }
 }
 
 /// What transforms positions in one compiled layer.
@@ -181,7 +224,7 @@ impl Model {
                 FeedForward::Moe(MoeFfn {
                     n_expert,
                     n_expert_used,
-                    n_ff_expert: _,
+                    n_ff_expert,
                     activation,
                     router,
                     normalize_top_k,
@@ -192,7 +235,9 @@ impl Model {
                         ExpertTensors::Stacked { gate, up, down } => (0..*n_expert)
                             .map(|e| {
                                 let m = |name: &str| packed(Matrix::expert(src, name, e, k)?);
-                                Ok(Expert {
+                                Ok(DenseLayer {
+                                    n_ff: *n_ff_expert,
+                                    activation: *activation,
                                     gate: m(gate)?,
                                     up: m(up)?,
                                     down: m(down)?,
@@ -204,7 +249,9 @@ impl Model {
                             .zip(up)
                             .zip(down)
                             .map(|((g, u), dn)| {
-                                Ok(Expert {
+                                Ok(DenseLayer {
+                                    n_ff: *n_ff_expert,
+                                    activation: *activation,
                                     gate: matrix(g)?,
                                     up: matrix(u)?,
                                     down: matrix(dn)?,
@@ -214,22 +261,14 @@ impl Model {
                     };
                     let shared = match shared {
                         None => None,
-                        Some(SharedExpert { ffn, gate_inp }) => {
-                            let f = dense(ffn)?;
-                            Some(Shared {
-                                ffn: Expert {
-                                    gate: f.gate,
-                                    up: f.up,
-                                    down: f.down,
-                                },
-                                gate_inp: opt_vec(gate_inp, d)?,
-                            })
-                        }
+                        Some(SharedExpert { ffn, gate_inp }) => Some(Shared {
+                            ffn: dense(ffn)?,
+                            gate_inp: opt_vec(gate_inp, d)?,
+                        }),
                     };
                     LayerFfn::Moe(MoeLayer {
                         n_used: *n_expert_used,
                         normalize: *normalize_top_k,
-                        activation: *activation,
                         // The router runs in f32 whatever the file stores.
                         router: Matrix::new(src, router, k)?,
                         experts,

@@ -6,8 +6,8 @@
 //! history of them ([`REWIND`] positions beyond the `K - 1` the next token
 //! needs), so going back a few positions — a chat turn whose re-rendered
 //! reply differs in its last tokens, or re-running a prompt's last token —
-//! needs no snapshot. [`SeqState`](crate::forward::SeqState) adds snapshots
-//! at the start of every multi-token forward call for longer jumps back.
+//! needs no snapshot. [`SeqState`](crate::state::SeqState) adds snapshots
+//! around every multi-token forward call for longer jumps back.
 
 use crate::matmul::Matrix;
 
@@ -46,7 +46,8 @@ pub fn tap_major(stored: &[f32], kernel: usize, width: usize) -> Vec<f32> {
 #[derive(Debug, Clone)]
 pub struct ConvHistory {
     width: usize,
-    keep: usize,
+    /// `K - 1`: the rows the next position reads.
+    k1: usize,
     rows: Vec<f32>,
     end: usize,
 }
@@ -58,14 +59,10 @@ impl ConvHistory {
         let k1 = kernel.saturating_sub(1);
         Self {
             width,
-            keep: k1,
+            k1,
             rows: vec![0.0; k1 * width],
             end: 0,
         }
-    }
-
-    fn k1(&self) -> usize {
-        self.keep
     }
 
     fn n_rows(&self) -> usize {
@@ -75,7 +72,7 @@ impl ConvHistory {
     /// Whether the state at position `n` is still held: the rows of
     /// positions `n - (K-1) .. n` (0 is always reachable: a fresh state).
     pub fn can_rewind_to(&self, n: usize) -> bool {
-        n == 0 || (n <= self.end && n + self.n_rows() >= self.end + self.k1())
+        n == 0 || (n <= self.end && n + self.n_rows() >= self.end + self.k1)
     }
 
     /// Goes back to position `n` if [`Self::can_rewind_to`]; returns whether
@@ -85,7 +82,7 @@ impl ConvHistory {
             return true;
         }
         if n == 0 {
-            *self = Self::new(self.k1() + 1, self.width);
+            *self = Self::new(self.k1 + 1, self.width);
             return true;
         }
         if !self.can_rewind_to(n) {
@@ -104,8 +101,8 @@ impl ConvHistory {
             return None;
         }
         // Row index of position p: p + n_rows - end.
-        let first = n + self.n_rows() - self.end - self.k1();
-        Some(&self.rows[first * self.width..(first + self.k1()) * self.width])
+        let first = n + self.n_rows() - self.end - self.k1;
+        Some(&self.rows[first * self.width..(first + self.k1) * self.width])
     }
 
     /// Replaces the history by `state` (from [`Self::state_at`]) at `pos`.
@@ -122,7 +119,7 @@ impl ConvHistory {
     /// padding, as the ANE lowering does) adds this to get the causal
     /// convolution over the whole sequence.
     pub fn carry(&self, taps: &[f32], out: &mut [f32]) {
-        let (d, k1) = (self.width, self.k1());
+        let (d, k1) = (self.width, self.k1);
         out.fill(0.0);
         let state = &self.rows[self.rows.len() - k1 * d..];
         for (t, o) in out.chunks_exact_mut(d).take(k1).enumerate() {
@@ -141,14 +138,15 @@ impl ConvHistory {
     /// Appends a segment's gated inputs `u` (one `width` row per position).
     pub fn push(&mut self, u: &[f32]) {
         self.rows.extend_from_slice(u);
-        self.end += u.len() / self.width.max(1);
-        self.trim();
+        self.advance(u.len() / self.width.max(1));
     }
 
-    /// Drops rows older than the convolution and [`REWIND`] need
-    /// (amortised: only once twice that many have piled up).
-    fn trim(&mut self) {
-        let limit = (self.k1() + REWIND) * self.width;
+    /// Accounts for `n` rows just appended, then drops rows older than the
+    /// convolution and [`REWIND`] need (amortised: only once twice that
+    /// many have piled up).
+    fn advance(&mut self, n: usize) {
+        self.end += n;
+        let limit = (self.k1 + REWIND) * self.width;
         if self.rows.len() > 2 * limit {
             self.rows.drain(..self.rows.len() - limit);
         }
@@ -191,8 +189,7 @@ pub fn mix(taps: &[f32], kernel: usize, hist: &mut ConvHistory, bcx: &[f32], out
             *o *= c;
         }
     }
-    hist.end += n;
-    hist.trim();
+    hist.advance(n);
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 //! KV store and attention run per sequence segment against its own cache.
 
 use crate::attention::{attend, encode_positions, KvCache, RopeTables};
-use crate::compiled::{AttnLayer, LayerFfn, LayerMixer, Model};
+use crate::compiled::{AttnLayer, FfnScratch, LayerFfn, LayerMixer, Model};
 use crate::conv::ConvHistory;
-use crate::kernels::{add, gated, rms_norm, softcap};
+use crate::kernels::{add, rms_norm, softcap};
 use crate::matmul::{matmul_group, Acts};
 use crate::moe::MoeBuffers;
 pub use crate::state::{LayerCache, SeqState};
@@ -55,8 +55,7 @@ pub struct Buffers {
     att: Vec<f32>,
     parts: Vec<Vec<f32>>,
     o: Vec<f32>,
-    g: Vec<f32>,
-    u: Vec<f32>,
+    ffn: FfnScratch,
     tmp: Vec<f32>,
     tmp2: Vec<f32>,
     tmp3: Vec<f32>,
@@ -101,8 +100,7 @@ pub fn run(
         att,
         parts,
         o,
-        g,
-        u,
+        ffn,
         tmp,
         tmp2,
         tmp3,
@@ -217,15 +215,8 @@ pub fn run(
         Dump::put_opt(dump, li, names::FFN_NORM, h, n);
         match &l.ffn {
             LayerFfn::Dense(f) => {
-                let ff = f.n_ff;
-                g.resize(n * ff, 0.0);
-                u.resize(n * ff, 0.0);
-                acts.prepare(h, n, &[&f.gate, &f.up])?;
-                matmul_group(src, &mut [(&f.gate, g, tmp), (&f.up, u, tmp2)], h, n, acts)?;
-                gated(f.activation, g, u);
-                Dump::put_opt(dump, li, names::FFN_ACT, g, n);
-                acts.prepare(g, n, &[&f.down])?;
-                f.down.matmul(src, g, n, acts, o, tmp)?;
+                f.run(src, h, n, acts, ffn, o)?;
+                Dump::put_opt(dump, li, names::FFN_ACT, &ffn.g, n);
             }
             LayerFfn::Moe(e) => e.run(src, h, n, acts, moe, o)?,
         }

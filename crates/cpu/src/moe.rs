@@ -10,21 +10,15 @@
 //! token (decode) runs all of its experts' gate/up products in one parallel
 //! region and all down products in another.
 
+use crate::compiled::{DenseLayer, FfnScratch};
 use crate::kernels::{gated, softmax};
-use crate::matmul::{matmul_group, matvec_each, Acts, Matrix, VecJob};
+use crate::matmul::{matvec_each, Acts, Matrix, VecJob};
 use anedvd_base::WeightSource;
-use anedvd_graph::{Activation, Result};
-
-/// One expert's gated FFN.
-pub struct Expert {
-    pub gate: Matrix,
-    pub up: Matrix,
-    pub down: Matrix,
-}
+use anedvd_graph::Result;
 
 /// The shared expert and its optional scalar gate.
 pub struct Shared {
-    pub ffn: Expert,
+    pub ffn: DenseLayer,
     pub gate_inp: Option<Vec<f32>>,
 }
 
@@ -42,10 +36,10 @@ impl Shared {
 pub struct MoeLayer {
     pub n_used: usize,
     pub normalize: bool,
-    pub activation: Activation,
     /// Router `[n_embd] -> [n_expert]`.
     pub router: Matrix,
-    pub experts: Vec<Expert>,
+    /// The experts (their activation is the mixture's).
+    pub experts: Vec<DenseLayer>,
     pub shared: Option<Shared>,
 }
 
@@ -58,11 +52,8 @@ pub struct MoeBuffers {
     /// Per expert: the token rows routed to it.
     rows: Vec<Vec<(usize, f32)>>,
     x: Vec<f32>,
-    g: Vec<f32>,
-    u: Vec<f32>,
     y: Vec<f32>,
-    tmp: Vec<f32>,
-    tmp2: Vec<f32>,
+    ffn: FfnScratch,
     acts: Vec<Acts>,
 }
 
@@ -108,10 +99,8 @@ impl MoeLayer {
         let out = &mut out[..n * d];
         bufs.logits.resize(n * ne, 0.0);
         acts.prepare(h, n, &[&self.router])?;
-        let mut tmp = std::mem::take(&mut bufs.tmp);
         self.router
-            .matmul(src, h, n, acts, &mut bufs.logits, &mut tmp)?;
-        bufs.tmp = tmp;
+            .matmul(src, h, n, acts, &mut bufs.logits, &mut bufs.ffn.tmp)?;
         bufs.picks.clear();
         for row in bufs.logits.chunks_exact_mut(ne) {
             route(row, self.n_used, self.normalize, &mut bufs.picks);
@@ -139,7 +128,7 @@ impl MoeLayer {
     ) -> Result<()> {
         let d = out.len();
         // The shared expert runs as one more pick, its weight the gate's.
-        let mut picks: Vec<(&Expert, f32)> = bufs
+        let mut picks: Vec<(&DenseLayer, f32)> = bufs
             .picks
             .iter()
             .map(|&(e, w)| (&self.experts[e], w))
@@ -161,12 +150,12 @@ impl MoeLayer {
         let total = offsets.last().map_or(0, |o| o + picks[k - 1].0.gate.n_out);
         let mats: Vec<&Matrix> = picks.iter().flat_map(|(e, _)| [&e.gate, &e.up]).collect();
         acts.prepare(h, 1, &mats)?;
-        bufs.g.resize(total, 0.0);
-        bufs.u.resize(total, 0.0);
+        bufs.ffn.g.resize(total, 0.0);
+        bufs.ffn.u.resize(total, 0.0);
         {
             let acts: &Acts = acts;
             let mut jobs: Vec<VecJob<'_>> = Vec::with_capacity(2 * k);
-            let (mut g_rest, mut u_rest) = (&mut bufs.g[..], &mut bufs.u[..]);
+            let (mut g_rest, mut u_rest) = (&mut bufs.ffn.g[..], &mut bufs.ffn.u[..]);
             for (e, _) in &picks {
                 let ff = e.gate.n_out;
                 let (g, gr) = std::mem::take(&mut g_rest).split_at_mut(ff);
@@ -177,14 +166,14 @@ impl MoeLayer {
             }
             matvec_each(src, &mut jobs)?;
         }
-        gated(self.activation, &mut bufs.g, &bufs.u);
+        gated(picks[0].0.activation, &mut bufs.ffn.g, &bufs.ffn.u);
         bufs.acts.resize_with(k, Acts::default);
         for (((e, _), &o), a) in picks.iter().zip(&offsets).zip(&mut bufs.acts) {
-            a.prepare(&bufs.g[o..o + e.gate.n_out], 1, &[&e.down])?;
+            a.prepare(&bufs.ffn.g[o..o + e.gate.n_out], 1, &[&e.down])?;
         }
         bufs.y.resize(k * d, 0.0);
         {
-            let g: &[f32] = &bufs.g;
+            let g: &[f32] = &bufs.ffn.g;
             let mut jobs: Vec<VecJob<'_>> = picks
                 .iter()
                 .zip(&offsets)
@@ -226,31 +215,19 @@ impl MoeLayer {
             if m == 0 {
                 continue;
             }
-            let ff = expert.gate.n_out;
             bufs.x.clear();
             for &(t, _) in rows {
                 bufs.x.extend_from_slice(&h[t * d..(t + 1) * d]);
             }
-            bufs.g.resize(m * ff, 0.0);
-            bufs.u.resize(m * ff, 0.0);
-            let a = &mut bufs.acts[0];
-            a.prepare(&bufs.x, m, &[&expert.gate, &expert.up])?;
-            matmul_group(
+            bufs.y.resize(m * d, 0.0);
+            expert.run(
                 src,
-                &mut [
-                    (&expert.gate, &mut bufs.g, &mut bufs.tmp),
-                    (&expert.up, &mut bufs.u, &mut bufs.tmp2),
-                ],
                 &bufs.x,
                 m,
-                a,
+                &mut bufs.acts[0],
+                &mut bufs.ffn,
+                &mut bufs.y,
             )?;
-            gated(self.activation, &mut bufs.g, &bufs.u);
-            a.prepare(&bufs.g, m, &[&expert.down])?;
-            bufs.y.resize(m * d, 0.0);
-            expert
-                .down
-                .matmul(src, &bufs.g, m, a, &mut bufs.y, &mut bufs.tmp)?;
             for (&(t, w), y) in rows.iter().zip(bufs.y.chunks_exact(d)) {
                 out[t * d..(t + 1) * d]
                     .iter_mut()
@@ -273,26 +250,8 @@ impl MoeLayer {
         out: &mut [f32],
     ) -> Result<()> {
         let d = self.router.n_in;
-        let ff = s.ffn.gate.n_out;
-        bufs.g.resize(n * ff, 0.0);
-        bufs.u.resize(n * ff, 0.0);
-        acts.prepare(h, n, &[&s.ffn.gate, &s.ffn.up])?;
-        matmul_group(
-            src,
-            &mut [
-                (&s.ffn.gate, &mut bufs.g, &mut bufs.tmp),
-                (&s.ffn.up, &mut bufs.u, &mut bufs.tmp2),
-            ],
-            h,
-            n,
-            acts,
-        )?;
-        gated(self.activation, &mut bufs.g, &bufs.u);
-        acts.prepare(&bufs.g, n, &[&s.ffn.down])?;
         bufs.y.resize(n * d, 0.0);
-        s.ffn
-            .down
-            .matmul(src, &bufs.g, n, acts, &mut bufs.y, &mut bufs.tmp)?;
+        s.ffn.run(src, h, n, acts, &mut bufs.ffn, &mut bufs.y)?;
         for ((o, y), x) in out
             .chunks_exact_mut(d)
             .zip(bufs.y.chunks_exact(d))

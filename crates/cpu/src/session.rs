@@ -48,9 +48,7 @@ impl Session for CpuSession {
         if !validate_forward(tokens, mode, pos, self.max_seq, n_vocab)? {
             return Ok(&[]);
         }
-        if tokens.len() > 1 {
-            self.seq[0].snapshot_at(pos);
-        }
+        self.seq[0].begin_forward(tokens.len());
         let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
         // A dump names whole-input intermediates, so it runs in one pass.
         let chunk = if dump.is_some() {
@@ -104,12 +102,7 @@ impl Session for CpuSession {
         if let Some(d) = dump {
             d.finish()?;
         }
-        let end = pos + tokens.len();
-        self.seq[0].pos = end;
-        if tokens.len() > 1 {
-            self.seq[0].snapshot_at(end - 1);
-            self.seq[0].snapshot_at(end);
-        }
+        self.seq[0].end_forward(tokens.len());
         Ok(&self.logits)
     }
 
@@ -232,9 +225,8 @@ impl BatchSession for CpuBatch {
             self.position(s)
         })?;
         let starts: Vec<usize> = items.iter().map(|i| self.seqs[i.seq].pos).collect();
-        for item in items.iter().filter(|i| i.tokens.len() > 1) {
-            let s = &mut self.seqs[item.seq];
-            s.snapshot_at(s.pos);
+        for item in items {
+            self.seqs[item.seq].begin_forward(item.tokens.len());
         }
         let passes = plan(items, &starts, MAX_CHUNK);
         let n_rows = items.iter().filter(|i| i.logits).count();
@@ -271,13 +263,7 @@ impl BatchSession for CpuBatch {
             return Err(e);
         }
         for item in items {
-            let s = &mut self.seqs[item.seq];
-            s.pos += item.tokens.len();
-            if item.tokens.len() > 1 {
-                let end = s.pos;
-                s.snapshot_at(end - 1);
-                s.snapshot_at(end);
-            }
+            self.seqs[item.seq].end_forward(item.tokens.len());
         }
         Ok(&mut self.logits)
     }

@@ -56,13 +56,30 @@ impl SeqState {
         self.convs().next().is_some()
     }
 
+    /// Before a forward call of `n` tokens: a multi-token call (a prompt)
+    /// snapshots its start, where a later chat turn comes back to (and
+    /// where a failed call rolls back to).
+    pub fn begin_forward(&mut self, n: usize) {
+        if n > 1 {
+            self.snapshot_at(self.pos);
+        }
+    }
+
+    /// After a forward call of `n` tokens succeeded: advances the position;
+    /// a multi-token call snapshots its last two positions (a repeated
+    /// prompt re-runs its last token from there).
+    pub fn end_forward(&mut self, n: usize) {
+        self.pos += n;
+        if n > 1 {
+            self.snapshot_at(self.pos - 1);
+            self.snapshot_at(self.pos);
+        }
+    }
+
     /// Remembers the convolution states at position `p` if every conv
     /// layer still holds them (no-op without recurrent state, for 0, or for
-    /// a position already kept): the sessions call it at the start of
-    /// every multi-token forward call and at its last two positions, so a
-    /// later prompt can come back to a turn boundary or re-run a prompt's
-    /// last token.
-    pub fn snapshot_at(&mut self, p: usize) {
+    /// a position already kept).
+    fn snapshot_at(&mut self, p: usize) {
         if !self.recurrent() || p == 0 || self.snapshots.iter().any(|s| s.pos == p) {
             return;
         }

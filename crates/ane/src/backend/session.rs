@@ -237,10 +237,7 @@ impl Session for AneSession {
         if !validate_forward(tokens, mode, self.seq.pos, self.max_seq, n_vocab)? {
             return Ok(&[]);
         }
-        let needed = self.seq.pos + tokens.len();
-        if tokens.len() > 1 {
-            self.seq.snapshot_at(self.seq.pos);
-        }
+        self.seq.begin_forward(tokens.len());
         let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
         let w = self.model.options.width;
         let n_chunks = tokens.len().div_ceil(w);
@@ -265,11 +262,7 @@ impl Session for AneSession {
         if let Some(d) = dump {
             d.finish()?;
         }
-        self.seq.pos = needed;
-        if tokens.len() > 1 {
-            self.seq.snapshot_at(needed - 1);
-            self.seq.snapshot_at(needed);
-        }
+        self.seq.end_forward(tokens.len());
         self.logits = logits;
         Ok(&self.logits)
     }
