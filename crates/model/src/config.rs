@@ -73,8 +73,6 @@ pub enum RopeScaling {
         factors: Vec<f64>,
         /// The cos/sin multiplier.
         attention_factor: f64,
-        /// The original (pretraining) context.
-        original_context: f64,
     },
 }
 
@@ -293,22 +291,25 @@ impl Reader<'_> {
                 reason: format!("{} entries for {n_layer} layers", items.len()),
             });
         }
-        (0..items.len())
-            .map(|i| items.i64_at(i).and_then(|x| usize::try_from(x).ok()))
-            .collect::<Option<Vec<_>>>()
-            .map(Some)
-            .ok_or_else(|| Error::BadValue {
-                key,
-                reason: format!(
-                    "expected non-negative integers, found array[{}]",
-                    items.elem_type().name()
-                ),
-            })
+        usizes(items).map(Some).ok_or_else(|| Error::BadValue {
+            key,
+            reason: format!(
+                "expected non-negative integers, found array[{}]",
+                items.elem_type().name()
+            ),
+        })
     }
 
     pub fn array(&self, p: Param) -> Option<(String, &MetadataArray)> {
         self.find(p).and_then(|(k, v)| v.as_array().map(|a| (k, a)))
     }
+}
+
+/// The items of an integer array as non-negative integers, if they all are.
+fn usizes(items: &MetadataArray) -> Option<Vec<usize>> {
+    (0..items.len())
+        .map(|i| items.i64_at(i).and_then(|x| usize::try_from(x).ok()))
+        .collect()
 }
 
 /// Positive value or `None` (0 and negatives disable soft-caps).
@@ -396,7 +397,6 @@ pub(crate) fn resolve(
         ("head_dim", head_dim, MAX_DIM),
         ("n_head", n_head, MAX_DIM),
         ("n_head_kv", n_head_kv, MAX_DIM),
-        ("n_layer", n_layer, MAX_LAYERS),
         (
             "n_ff_expert",
             moe.as_ref().map_or(0, |m| m.n_ff_expert),
@@ -564,10 +564,8 @@ fn conv_layers(r: &Reader<'_>, n_layer: usize, heads_kv: &[usize]) -> Result<Vec
         }
     }
     if let Some((key, items)) = r.array(Param::FullAttnIdxs) {
-        let idx: Vec<usize> = (0..items.len())
-            .map(|i| items.i64_at(i).and_then(|x| usize::try_from(x).ok()))
-            .collect::<Option<_>>()
-            .filter(|v: &Vec<usize>| v.iter().all(|i| *i < n_layer))
+        let idx = usizes(items)
+            .filter(|v| v.iter().all(|i| *i < n_layer))
             .ok_or_else(|| Error::BadValue {
                 key,
                 reason: format!("expected layer indices below {n_layer}"),
@@ -623,13 +621,10 @@ fn moe_layers(r: &Reader<'_>, n_layer: usize, moe: bool) -> Result<Vec<bool>> {
     let step = r.usize(Param::DecoderSparseStep)?.unwrap_or(1);
     let dense: Vec<usize> = match r.array(Param::MlpOnlyLayers) {
         None => Vec::new(),
-        Some((key, items)) => (0..items.len())
-            .map(|i| items.i64_at(i).and_then(|x| usize::try_from(x).ok()))
-            .collect::<Option<_>>()
-            .ok_or_else(|| Error::BadValue {
-                key,
-                reason: "expected layer indices".into(),
-            })?,
+        Some((key, items)) => usizes(items).ok_or_else(|| Error::BadValue {
+            key,
+            reason: "expected layer indices".into(),
+        })?,
     };
     Ok((0..n_layer)
         .map(|i| !dense.contains(&i) && step > 0 && (i + 1) % step == 0)
@@ -706,12 +701,11 @@ fn rope_scaling(r: &Reader<'_>, source: &dyn WeightSource) -> Result<RopeScaling
                 _ => (factor.unwrap_or(1.0) * max_pos, max_pos),
             };
             let given = r.f64(Param::RopeAttnFactor)?.filter(|a| *a > 0.0);
-            let (_, attention_factor) =
-                crate::longrope_inv_freq(1.0, 0, &[], (context, original_context), given);
+            let attention_factor =
+                crate::longrope_attention_factor(context, original_context, given);
             Ok(RopeScaling::LongRope {
                 factors,
                 attention_factor,
-                original_context,
             })
         }
         Some(other) => Err(Error::Unsupported(format!("rope scaling type `{other}`"))),

@@ -25,7 +25,9 @@ pub mod views;
 pub use config::{
     DecoderConfig, MoeConfig, RopeConfig, RopeScaling, SourceFormat, MAX_CONV_KERNEL,
 };
-pub use program::{base_inv_freq, llama3_inv_freq, longrope_inv_freq, yarn_inv_freq};
+pub use program::{
+    base_inv_freq, llama3_inv_freq, longrope_attention_factor, longrope_inv_freq, yarn_inv_freq,
+};
 
 use anedvd_base::WeightSource;
 use anedvd_graph::{DecoderProgram, RopePairing};

@@ -89,29 +89,26 @@ pub fn yarn_inv_freq(
     (freqs, attn)
 }
 
-/// HF's LongRoPE rule (`_compute_longrope_parameters`): base frequencies
-/// divided by one factor per rotated pair, and the cos/sin multiplier
-/// `sqrt(1 + ln(s) / ln(original))` for the context ratio `s` (1 when
-/// `s <= 1`), unless the config sets one.
-pub fn longrope_inv_freq(
-    theta: f64,
-    n_rot: usize,
-    factors: &[f64],
-    (context, original_context): (f64, f64),
-    attention_factor: Option<f64>,
-) -> (Vec<f64>, f64) {
-    let freqs = base_inv_freq(theta, n_rot)
+/// HF's LongRoPE frequencies (`_compute_longrope_parameters`): the base
+/// frequencies divided by one factor per rotated pair.
+pub fn longrope_inv_freq(theta: f64, n_rot: usize, factors: &[f64]) -> Vec<f64> {
+    base_inv_freq(theta, n_rot)
         .iter()
         .zip(factors)
         .map(|(f, d)| f / d)
-        .collect();
+        .collect()
+}
+
+/// HF's LongRoPE cos/sin multiplier: `given`, else `sqrt(1 + ln(s) /
+/// ln(original))` for the context ratio `s = context / original` (1 when
+/// `s <= 1`).
+pub fn longrope_attention_factor(context: f64, original_context: f64, given: Option<f64>) -> f64 {
     let s = context / original_context;
-    let attn = attention_factor.unwrap_or(if s <= 1.0 {
+    given.unwrap_or(if s <= 1.0 {
         1.0
     } else {
         (1.0 + s.ln() / original_context.ln()).sqrt()
-    });
-    (freqs, attn)
+    })
 }
 
 fn read_f32_vector(source: &dyn WeightSource, name: &str, len: usize) -> Result<Vec<f64>> {
@@ -180,7 +177,6 @@ fn global_inv_freq(cfg: &DecoderConfig, source: &dyn WeightSource) -> Result<(Ve
         RopeScaling::LongRope {
             factors,
             attention_factor,
-            original_context: _,
         } => {
             if factors.len() != base.len() {
                 return Err(Error::Invalid(format!(
@@ -189,9 +185,7 @@ fn global_inv_freq(cfg: &DecoderConfig, source: &dyn WeightSource) -> Result<(Ve
                     base.len()
                 )));
             }
-            // The multiplier was resolved with the config (`attention_factor`).
-            let (freqs, _) =
-                longrope_inv_freq(cfg.rope.theta, cfg.rope.n_rot, factors, (1.0, 1.0), None);
+            let freqs = longrope_inv_freq(cfg.rope.theta, cfg.rope.n_rot, factors);
             return Ok((freqs, *attention_factor as f32));
         }
         RopeScaling::Yarn { .. } => base,

@@ -409,6 +409,21 @@ fn phi3_longrope_follows_transformers() {
     put(&mut s, &format!("{l}.mlp.down_proj.weight"), &[FF, D]);
     let notes = anedvd_model::notes(&s, &ConfigOverrides::default());
     assert!(notes.iter().any(|n| n.starts_with("LongRoPE")), "{notes:?}");
+    // Bad factor lists: a count that does not match the rotated pairs, a
+    // non-positive factor.
+    for (bad, text) in [
+        (
+            vec![1.0f64, 2.0, 3.0],
+            "3 LongRoPE factors for 4 rotated pairs",
+        ),
+        (vec![1.0f64, 0.0, 3.0, 4.0], "expected positive numbers"),
+    ] {
+        let mut b = s.clone();
+        b.metadata_mut()
+            .insert("rope_parameters.short_factor", V::Array(bad.into()));
+        let err = load(Arc::new(b), &ConfigOverrides::default()).unwrap_err();
+        assert!(err.to_string().contains(text), "{err}");
+    }
     let (_, p) = load(Arc::new(s), &ConfigOverrides::default()).unwrap();
     let rope = p.layers[0].attention().unwrap().rope.clone().unwrap();
     assert_eq!(rope.n_rot, 8);

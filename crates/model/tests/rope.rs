@@ -2,7 +2,9 @@
 //! (tests/data/rope_goldens.json, written by tests/data/gen_rope_goldens.py).
 #![allow(clippy::unwrap_used)]
 
-use anedvd_model::{base_inv_freq, llama3_inv_freq, longrope_inv_freq, yarn_inv_freq};
+use anedvd_model::{
+    base_inv_freq, llama3_inv_freq, longrope_attention_factor, longrope_inv_freq, yarn_inv_freq,
+};
 use serde_json::Value;
 
 #[test]
@@ -54,12 +56,9 @@ fn frequencies_match_transformers() {
                     .map(|x| x.as_f64().unwrap())
                     .collect();
                 let ctx = |k: &str| case[k].as_f64().unwrap();
-                longrope_inv_freq(
-                    theta,
-                    n_rot,
-                    &factors,
-                    (ctx("max_pos"), ctx("original_max_pos")),
-                    None,
+                (
+                    longrope_inv_freq(theta, n_rot, &factors),
+                    longrope_attention_factor(ctx("max_pos"), ctx("original_max_pos"), None),
                 )
             }
             other => panic!("unknown case {other}"),
