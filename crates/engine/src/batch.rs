@@ -82,6 +82,6 @@ pub(crate) fn reusable_prefix(cached: &[u32], prompt: &[u32]) -> usize {
 }
 
 /// Length of the common prefix of `a` and `b`.
-pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

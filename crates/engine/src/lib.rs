@@ -45,7 +45,7 @@ pub fn family_names() -> Vec<&'static str> {
 }
 pub use anedvd_tokenizer::Tokenizer;
 pub use backends::{build_backend, BackendChoice, BackendOptions};
-pub use batch::{common_prefix, EngineBatch};
+pub use batch::EngineBatch;
 pub use error::{Error, Result};
 pub use generate::{
     check_request, generate, Decoding, FinishReason, GenerateParams, Generation, Step, Timings,

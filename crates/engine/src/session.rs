@@ -58,12 +58,6 @@ impl EngineSession {
         self.truncate(0);
     }
 
-    /// The longest prefix of `prompt` this session would reuse (for
-    /// choosing among sessions without touching them).
-    pub fn reusable_for(&self, prompt: &[u32]) -> usize {
-        self.inner.reusable(reusable_prefix(&self.cached, prompt))
-    }
-
     /// Appends `tokens` and returns logits per `mode`.
     pub fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
         let out = self.inner.forward(tokens, mode)?;

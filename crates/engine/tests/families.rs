@@ -135,6 +135,39 @@ fn prefix_reuse_prefills_only_the_new_suffix() {
     assert_eq!(second.tokens, fresh.tokens);
 }
 
+/// LFM2's convolution state under the engine's prefix reuse: a longer
+/// prompt reuses the shared prefix (the history reaches back to it), and
+/// the same prompt again after a long reply reuses all but its last token
+/// (from the prompt-end snapshot); both continue like a fresh session.
+#[test]
+fn recurrent_state_prefix_reuse() {
+    let r = reference("lfm2");
+    let prompt = ids(&r["prompt_ids"]);
+    let engine = load(&fixtures::dir("lfm2"), ConfigOverrides::default());
+    let mut session = engine.new_session(128).unwrap();
+    let params = |max_tokens| GenerateParams {
+        max_tokens,
+        sampling: SamplingParams::greedy(),
+        ignore_eos: true,
+        top_logprobs: 0,
+    };
+    let run = |s: &mut anedvd_engine::EngineSession, p: &[u32], n: usize| {
+        generate(s, &engine.tokenizer, p, &params(n), |_| {
+            ControlFlow::Continue(())
+        })
+        .unwrap()
+    };
+    run(&mut session, &prompt[..16], 4);
+    let longer = run(&mut session, &prompt, 40);
+    assert_eq!(longer.timings.reused_tokens, 16);
+    // 40 decode steps later, far past what the history keeps.
+    let again = run(&mut session, &prompt, 8);
+    assert_eq!(again.timings.reused_tokens, prompt.len() - 1);
+    let fresh = run(&mut engine.new_session(128).unwrap(), &prompt, 8);
+    assert_eq!(again.tokens, fresh.tokens);
+    assert_eq!(longer.tokens[..8], fresh.tokens[..]);
+}
+
 #[test]
 fn bad_requests_are_typed_errors() {
     let engine = load(&fixtures::dir("qwen2"), ConfigOverrides::default());

@@ -245,6 +245,19 @@ impl Names<'_> {
                 self.layer,
             )));
         };
+        // The fused rows must be exactly the parts (a wider or narrower
+        // tensor means the config and the file disagree).
+        let total: usize = widths.iter().sum();
+        if let Some(t) = self.source.tensor(&of) {
+            let cols = t.info.shape.first().copied().unwrap_or(0);
+            if t.info.shape != [cols, total as u64] {
+                return Err(Error::Program(anedvd_graph::Error::Shape {
+                    tensor: of,
+                    expected: vec![cols, total as u64],
+                    found: t.info.shape.clone(),
+                }));
+            }
+        }
         let mut row = 0;
         let mut out: [String; N] = std::array::from_fn(|_| String::new());
         for ((w, part), name) in widths.iter().zip(parts).zip(out.iter_mut()) {

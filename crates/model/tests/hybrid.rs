@@ -311,6 +311,22 @@ fn gguf_phi3() -> MemorySource {
 }
 
 #[test]
+fn phi3_fused_tensors_of_the_wrong_height_are_refused() {
+    for rows in [NH * HD + 4 * HD - 32, NH * HD + 4 * HD + 32] {
+        let mut s = gguf_phi3();
+        put(&mut s, "blk.0.attn_qkv.weight", &[D, rows]);
+        let err = load(Arc::new(s), &ConfigOverrides::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "tensor blk.0.attn_qkv.weight: expected [{D}, {}], found [{D}, {rows}]",
+                NH * HD + 4 * HD
+            )
+        );
+    }
+}
+
+#[test]
 fn phi3_fused_tensors_become_row_views() {
     let s = gguf_phi3();
     let (cfg, p) = load(Arc::new(s), &ConfigOverrides::default()).unwrap();
