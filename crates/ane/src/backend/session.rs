@@ -82,7 +82,7 @@ impl AneSession {
                     let h = norm(&x, &l.norms.attn, m.eps);
                     Dump::put_opt(dump, li, names::ATTN_NORM, &h, n);
                     let qkv = m.dispatch(m.find(|k| *k == KernelKind::Qkv { layer: i })?, &h, n)?;
-                    let att = self.attend(i, &qkv, pos0, n, dump);
+                    let att = self.host_mix(i, &qkv, pos0, n, dump);
                     let mut o =
                         m.dispatch(m.find(|k| *k == KernelKind::AttnOut { layer: i })?, &att, n)?;
                     if let Some(w) = &l.norms.post_attn {
@@ -109,7 +109,7 @@ impl AneSession {
                 x.iter_mut().for_each(|v| *v /= s);
                 let mut qkv = m.dispatch(m.find(|k| *k == KernelKind::Entry)?, &x, n)?;
                 for i in 0..m.layers.len() {
-                    let att = self.attend(i, &qkv, pos0, n, dump);
+                    let att = self.host_mix(i, &qkv, pos0, n, dump);
                     let k =
                         m.find(|k| matches!(k, KernelKind::Layer { layer, .. } if *layer == i))?;
                     let mut packed = Vec::with_capacity(k.in_channels * n);
@@ -165,7 +165,7 @@ impl AneSession {
     /// what its output side takes: for attention q/k norm, RoPE, KV cache
     /// and attention (the context); for a short convolution `u = B·X` into
     /// the layer's history and `[u; C; carry]` (the CPU backend's ops).
-    fn attend(
+    fn host_mix(
         &mut self,
         i: usize,
         qkv: &[f32],

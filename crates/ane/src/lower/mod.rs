@@ -240,14 +240,6 @@ pub enum MixerView<'a> {
 }
 
 impl MixerView<'_> {
-    /// Channels of the input projection's output.
-    pub fn in_width(&self, n_embd: usize) -> usize {
-        match self {
-            MixerView::Attention(a) => a.q_dim() + 2 * a.kv_dim(),
-            MixerView::ShortConv(_) => 3 * n_embd,
-        }
-    }
-
     /// Channels the host hands to the output side.
     pub fn ctx_width(&self, n_embd: usize) -> usize {
         match self {
@@ -299,62 +291,54 @@ pub fn layer_views<'a>(
         if per_layer_input.is_some() {
             return Err(E::unsupported(backend, "per-layer", "input embeddings", i));
         }
-        let attn = match mixer {
-            Mixer::Attention(a) => a,
-            Mixer::ShortConv(c) => {
+        let mixer = match mixer {
+            Mixer::Attention(attn) => {
+                let Attention {
+                    n_head: _,
+                    n_head_kv: _,
+                    head_dim: _,
+                    scale: _,
+                    softcap: _,
+                    window: _,
+                    rope: _,
+                    kv_source,
+                    wq: _,
+                    wk: _,
+                    wv: _,
+                    wo: _,
+                    bias:
+                        AttentionBias {
+                            q: _,
+                            k: _,
+                            v: _,
+                            o: _,
+                        },
+                    q_norm: _,
+                    k_norm: _,
+                } = attn;
+                if kv_source.is_some() {
+                    return Err(E::unsupported(backend, "attention", "shared K/V", i));
+                }
+                MixerView::Attention(attn)
+            }
+            Mixer::ShortConv(conv) => {
                 let ShortConv {
                     kernel,
                     in_proj: _,
                     conv: _,
                     out_proj: _,
-                } = c;
+                } = conv;
                 if *kernel > MAX_CONV_TAPS {
                     let what = format!("short_conv of {kernel} taps (at most {MAX_CONV_TAPS})");
                     return Err(E::unsupported(backend, "mixer", &what, i));
                 }
-                let ffn = dense_of(ffn, backend, i)?;
-                let (attn_norm, post_attn_norm, ffn_norm, post_ffn_norm) = split_norms(norms);
-                views.push(LayerView {
-                    mixer: MixerView::ShortConv(c),
-                    ffn,
-                    attn_norm,
-                    post_attn_norm,
-                    ffn_norm,
-                    post_ffn_norm,
-                });
-                continue;
+                MixerView::ShortConv(conv)
             }
         };
-        let Attention {
-            n_head: _,
-            n_head_kv: _,
-            head_dim: _,
-            scale: _,
-            softcap: _,
-            window: _,
-            rope: _,
-            kv_source,
-            wq: _,
-            wk: _,
-            wv: _,
-            wo: _,
-            bias:
-                AttentionBias {
-                    q: _,
-                    k: _,
-                    v: _,
-                    o: _,
-                },
-            q_norm: _,
-            k_norm: _,
-        } = attn;
-        if kv_source.is_some() {
-            return Err(E::unsupported(backend, "attention", "shared K/V", i));
-        }
         let ffn = dense_of(ffn, backend, i)?;
         let (attn_norm, post_attn_norm, ffn_norm, post_ffn_norm) = split_norms(norms);
         views.push(LayerView {
-            mixer: MixerView::Attention(attn),
+            mixer,
             ffn,
             attn_norm,
             post_attn_norm,
