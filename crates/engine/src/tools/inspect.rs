@@ -553,3 +553,55 @@ fn hf_tokenizer(dir: &Path, out: &mut BTreeMap<&'static str, Value>) {
         || dir.join("chat_template.json").is_file();
     out.insert("has_chat_template", json!(has_template));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_are_reported_as_runs_or_why_not() {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/models");
+        let options = InspectOptions {
+            max_array: 4,
+            tensor_table: false,
+        };
+        let r = report(&dir.join("lfm2/model-f32.gguf"), &options).unwrap();
+        assert_eq!(
+            r.layers,
+            [
+                "0-1: short_conv (3 taps) + dense (64)",
+                "2: attention (4 heads, 2 KV, head dim 16) + dense (64)",
+                "3-4: short_conv (3 taps) + dense (64)",
+                "5: attention (4 heads, 2 KV, head dim 16) + dense (64)",
+            ]
+        );
+        assert!(r.layers_error.is_none());
+        let r = report(&dir.join("qwen2_moe/model-f32.gguf"), &options).unwrap();
+        assert_eq!(
+            r.layers,
+            ["0-1: attention (4 heads, 2 KV, head dim 16) + moe (4 experts of 32, top 2, shared expert)"]
+        );
+        // A family this build does not know: no layers, the reason instead.
+        let mut w = anedvd_gguf::GgufWriter::new();
+        w.add_kv(
+            "general.architecture",
+            MetadataValue::String("no-such-arch".into()),
+        )
+        .unwrap();
+        w.add_tensor(
+            "token_embd.weight",
+            anedvd_base::GgmlType::F32,
+            &[4, 2],
+            vec![0u8; 32],
+        )
+        .unwrap();
+        let path = std::env::temp_dir().join(format!("anedvd-inspect-{}.gguf", std::process::id()));
+        std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+        let r = report(&path, &options).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(r.layers.is_empty());
+        let e = r.layers_error.unwrap_or_default();
+        assert!(e.contains("unknown model family"), "{e}");
+    }
+}
