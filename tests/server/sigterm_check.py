@@ -63,10 +63,15 @@ def main():
             os.kill(args.pid, 0)
         except ProcessLookupError:
             break
-        # A zombie (exited, not yet reaped by run.sh) also counts as gone.
-        with open(f"/proc/{args.pid}/stat") as f:
-            if f.read().split(")")[-1].split()[0] == "Z":
-                break
+        # A zombie (exited, not yet reaped by run.sh) also counts as gone, and
+        # so does a process reaped between the kill above and this read (the
+        # read then fails with ESRCH or ENOENT).
+        try:
+            with open(f"/proc/{args.pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    break
+        except (ProcessLookupError, FileNotFoundError):
+            break
         time.sleep(0.1)
     else:
         sys.exit("server still running 10 s after SIGTERM")
