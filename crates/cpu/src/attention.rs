@@ -111,7 +111,8 @@ impl RopeTables {
 
 /// Per-head q/k RMS norms (`(q_norm, k_norm)` weights, if any) and RoPE
 /// (none for a NoPE layer), in place, on rows of queries `q` (`q_dim`
-/// wide) and keys `k` (`kv_dim` wide) at positions `row_pos`.
+/// wide) and keys `k` (`kv_dim` wide) at positions `row_pos`. `k` is empty
+/// for a layer that reads another layer's (already encoded) keys.
 pub fn encode_positions(
     attn: &Attention,
     (q_norm, k_norm): (Option<&[f32]>, Option<&[f32]>),
@@ -131,13 +132,12 @@ pub fn encode_positions(
     let (qd, kvd, hd) = (attn.q_dim(), attn.kv_dim(), attn.head_dim);
     let table = tables.get(rope, row_pos);
     let half = rope.n_rot / 2;
-    for (t, cs_t) in table
-        .chunks_exact(half.max(1))
-        .take(row_pos.len())
-        .enumerate()
-    {
-        rope_row(&mut q[t * qd..(t + 1) * qd], hd, rope, cs_t);
-        rope_row(&mut k[t * kvd..(t + 1) * kvd], hd, rope, cs_t);
+    let per_row = || table.chunks_exact(half.max(1)).take(row_pos.len());
+    for (row, cs_t) in q.chunks_exact_mut(qd).zip(per_row()) {
+        rope_row(row, hd, rope, cs_t);
+    }
+    for (row, cs_t) in k.chunks_exact_mut(kvd).zip(per_row()) {
+        rope_row(row, hd, rope, cs_t);
     }
 }
 
@@ -346,6 +346,7 @@ mod tests {
             bias: AttentionBias::default(),
             q_norm: None,
             k_norm: None,
+            v_norm: false,
         }
     }
 

@@ -7,26 +7,55 @@ use crate::matmul::{matmul_group, vector, Acts, Matrix};
 use crate::moe::{MoeLayer, Shared};
 use crate::norms::{norm_weights, LayerNorms};
 use crate::qkernels::Kernels;
-use crate::NAME;
 use anedvd_base::WeightSource;
 use anedvd_graph::{
-    Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, Error, ExpertTensors,
-    FeedForward, Mixer, MoeFfn, Result, SharedExpert, ShortConv,
+    Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, ExpertTensors,
+    FeedForward, Mixer, MoeFfn, PerLayerEmbedding, PerLayerInput, Result, SharedExpert, ShortConv,
 };
 use std::sync::Arc;
 
 /// One compiled attention mixer.
 pub struct AttnLayer {
-    /// The attention block as described (head counts, scale, window, RoPE).
+    /// The attention block as described (head counts, scale, window, RoPE,
+    /// the layer whose cache it reads when `kv_source` is set).
     pub attn: Attention,
     pub bq: Option<Vec<f32>>,
-    pub bk: Option<Vec<f32>>,
-    pub bv: Option<Vec<f32>>,
     pub bo: Option<Vec<f32>>,
     pub wq: Matrix,
+    pub wo: Matrix,
+    /// The K/V projections; `None` for a layer reading another's cache.
+    pub kv: Option<KvProjection>,
+}
+
+/// The key and value projections of a layer that caches its own K/V.
+pub struct KvProjection {
     pub wk: Matrix,
     pub wv: Matrix,
-    pub wo: Matrix,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    /// Ones of `head_dim` when values get a weightless RMS norm (Gemma 4),
+    /// so the one norm kernel serves it.
+    pub v_norm: Option<Vec<f32>>,
+}
+
+/// Gemma 4's per-layer input branch of one compiled layer.
+pub struct PerLayerBranch {
+    pub width: usize,
+    pub activation: Activation,
+    pub gate: Matrix,
+    pub proj: Matrix,
+    pub norm: Vec<f32>,
+}
+
+/// Gemma 4's per-layer embeddings of the compiled model.
+pub struct PerLayerTables {
+    pub width: usize,
+    pub token_table: Matrix,
+    pub token_scale: f32,
+    pub model_proj: Matrix,
+    pub model_proj_scale: f32,
+    pub proj_norm: Vec<f32>,
+    pub combine_scale: f32,
 }
 
 /// What mixes positions in one compiled layer.
@@ -96,11 +125,15 @@ pub enum LayerFfn {
     Moe(MoeLayer),
 }
 
-/// One compiled layer: its norms, mixer and feed-forward part.
+/// One compiled layer: its norms, mixer and feed-forward part, and Gemma
+/// 4's extras.
 pub struct Layer {
     pub norms: LayerNorms,
     pub mixer: LayerMixer,
     pub ffn: LayerFfn,
+    pub per_layer: Option<PerLayerBranch>,
+    /// Multiplier on the residual stream after the layer.
+    pub scale: Option<f32>,
 }
 
 /// The compiled model.
@@ -116,6 +149,7 @@ pub struct Model {
     pub output: Matrix,
     pub output_norm: Vec<f32>,
     pub layers: Vec<Layer>,
+    pub per_layer: Option<PerLayerTables>,
     /// The kernels chosen at compile time (attention uses them directly).
     pub kernels: Kernels,
 }
@@ -132,7 +166,7 @@ impl Model {
         let matrix = |name: &str| packed(Matrix::new(src, name, k)?);
         let d = p.n_embd;
         let mut layers = Vec::with_capacity(p.layers.len());
-        for (i, block) in p.layers.iter().enumerate() {
+        for block in &p.layers {
             // Every variant is matched here with no catch-all: a new one is a
             // compile error until this backend runs or refuses it.
             let Block {
@@ -140,10 +174,28 @@ impl Model {
                 mixer,
                 ffn,
                 per_layer_input,
+                layer_scale,
             } = block;
-            if per_layer_input.is_some() {
-                return Err(Error::unsupported(NAME, "per-layer", "input embeddings", i));
-            }
+            let per_layer = match per_layer_input {
+                None => None,
+                Some(PerLayerInput {
+                    width,
+                    activation,
+                    gate,
+                    proj,
+                    norm,
+                }) => Some(PerLayerBranch {
+                    width: *width,
+                    activation: *activation,
+                    gate: matrix(gate)?,
+                    proj: matrix(proj)?,
+                    norm: norm_weights(p, norm, d)?,
+                }),
+            };
+            let scale = match layer_scale {
+                None => None,
+                Some(name) => Some(vector(src, name, 1)?[0]),
+            };
             let (mixer, attn) = match mixer {
                 Mixer::Attention(attn) => {
                     let Attention {
@@ -168,20 +220,26 @@ impl Model {
                             },
                         q_norm: _,
                         k_norm: _,
+                        v_norm,
                     } = attn;
-                    if kv_source.is_some() {
-                        return Err(Error::unsupported(NAME, "attention", "shared K/V", i));
-                    }
                     let (q, kv) = (attn.q_dim(), attn.kv_dim());
+                    // A layer reading another's cache projects no K/V.
+                    let kv_proj = match kv_source {
+                        Some(_) => None,
+                        None => Some(KvProjection {
+                            wk: matrix(wk)?,
+                            wv: matrix(wv)?,
+                            bk: opt_vec(bk, kv)?,
+                            bv: opt_vec(bv, kv)?,
+                            v_norm: v_norm.then(|| vec![1.0; attn.head_dim]),
+                        }),
+                    };
                     let layer = AttnLayer {
                         bq: opt_vec(bq, q)?,
-                        bk: opt_vec(bk, kv)?,
-                        bv: opt_vec(bv, kv)?,
                         bo: opt_vec(bo, d)?,
                         wq: matrix(wq)?,
-                        wk: matrix(wk)?,
-                        wv: matrix(wv)?,
                         wo: matrix(wo)?,
+                        kv: kv_proj,
                         attn: attn.clone(),
                     };
                     (LayerMixer::Attention(layer), Some(attn))
@@ -280,6 +338,8 @@ impl Model {
                 norms: LayerNorms::load(p, norms, attn)?,
                 mixer,
                 ffn,
+                per_layer,
+                scale,
             });
         }
         let token_embd = Matrix::new(src, &p.token_embd, k)?;
@@ -293,6 +353,28 @@ impl Model {
                 (tied.clone(), tied)
             }
         };
+        let per_layer = match &p.per_layer_embd {
+            None => None,
+            Some(PerLayerEmbedding {
+                width,
+                token_table,
+                token_scale,
+                model_proj,
+                model_proj_scale,
+                proj_norm,
+                combine_scale,
+            }) => Some(PerLayerTables {
+                width: *width,
+                // Rows are looked up per token: left in place, like the
+                // token embedding.
+                token_table: Matrix::new(src, token_table, k)?,
+                token_scale: *token_scale,
+                model_proj: matrix(model_proj)?,
+                model_proj_scale: *model_proj_scale,
+                proj_norm: norm_weights(p, proj_norm, *width)?,
+                combine_scale: *combine_scale,
+            }),
+        };
         Ok(Model {
             weights: p.weights.clone(),
             n_embd: p.n_embd,
@@ -305,6 +387,7 @@ impl Model {
             output,
             output_norm: norm_weights(p, &p.output_norm, p.n_embd)?,
             layers,
+            per_layer,
             kernels: k,
         })
     }

@@ -3,9 +3,9 @@
 //! KV store and attention run per sequence segment against its own cache.
 
 use crate::attention::{attend, encode_positions, KvCache, RopeTables};
-use crate::compiled::{AttnLayer, FfnScratch, LayerFfn, LayerMixer, Model};
+use crate::compiled::{AttnLayer, FfnScratch, LayerFfn, LayerMixer, Model, PerLayerTables};
 use crate::conv::ConvHistory;
-use crate::kernels::{add, rms_norm, softcap};
+use crate::kernels::{add, gated, rms_norm, rms_norm_inplace, softcap};
 use crate::matmul::{matmul_group, Acts};
 use crate::moe::MoeBuffers;
 pub use crate::state::{LayerCache, SeqState};
@@ -22,9 +22,11 @@ pub fn new_state(model: &Model) -> SeqState {
             .layers
             .iter()
             .map(|l| match &l.mixer {
-                LayerMixer::Attention(a) => {
-                    LayerCache::Kv(KvCache::new(a.attn.n_head_kv, a.attn.head_dim))
-                }
+                // A layer reading another's cache keeps none (zero heads).
+                LayerMixer::Attention(a) => match a.kv {
+                    Some(_) => LayerCache::Kv(KvCache::new(a.attn.n_head_kv, a.attn.head_dim)),
+                    None => LayerCache::Kv(KvCache::new(0, a.attn.head_dim)),
+                },
                 LayerMixer::ShortConv(c) => {
                     LayerCache::Conv(ConvHistory::new(c.kernel, model.n_embd))
                 }
@@ -64,6 +66,8 @@ pub struct Buffers {
     row_pos: Vec<usize>,
     acts: Acts,
     moe: MoeBuffers,
+    /// Per-layer input embeddings of every row, `n_layer · width` each.
+    ple: Vec<f32>,
 }
 
 fn add_bias(x: &mut [f32], bias: Option<&Vec<f32>>) {
@@ -109,6 +113,7 @@ pub fn run(
         row_pos,
         acts,
         moe,
+        ple,
     } = bufs;
     x.resize(n * d, 0.0);
     row_pos.clear();
@@ -123,6 +128,9 @@ pub fn run(
         }
     }
     Dump::put_opt(dump, None, "inp_embd", x, n);
+    if let Some(t) = &m.per_layer {
+        per_layer_embeddings(m, t, segs, x, n, ple, acts, tmp)?;
+    }
     // Positions change every pass; the tables are rebuilt lazily per RoPE.
     rope_tables.new_pass();
     parts.resize_with(segs.len(), Vec::new);
@@ -136,19 +144,33 @@ pub fn run(
             LayerMixer::Attention(a) => {
                 let (qd, kvd) = (a.attn.q_dim(), a.attn.kv_dim());
                 q.resize(n * qd, 0.0);
-                k.resize(n * kvd, 0.0);
-                v.resize(n * kvd, 0.0);
-                acts.prepare(h, n, &[&a.wq, &a.wk, &a.wv])?;
-                matmul_group(
-                    src,
-                    &mut [(&a.wq, q, tmp), (&a.wk, k, tmp2), (&a.wv, v, tmp3)],
-                    h,
-                    n,
-                    acts,
-                )?;
+                match &a.kv {
+                    Some(p) => {
+                        k.resize(n * kvd, 0.0);
+                        v.resize(n * kvd, 0.0);
+                        acts.prepare(h, n, &[&a.wq, &p.wk, &p.wv])?;
+                        matmul_group(
+                            src,
+                            &mut [(&a.wq, q, tmp), (&p.wk, k, tmp2), (&p.wv, v, tmp3)],
+                            h,
+                            n,
+                            acts,
+                        )?;
+                        add_bias(k, p.bk.as_ref());
+                        add_bias(v, p.bv.as_ref());
+                        if let Some(ones) = &p.v_norm {
+                            rms_norm_inplace(v, ones, m.eps);
+                        }
+                    }
+                    None => {
+                        // Queries only: K/V come from the source layer's cache.
+                        k.clear();
+                        v.clear();
+                        acts.prepare(h, n, &[&a.wq])?;
+                        a.wq.matmul(src, h, n, acts, q, tmp)?;
+                    }
+                }
                 add_bias(q, a.bq.as_ref());
-                add_bias(k, a.bk.as_ref());
-                add_bias(v, a.bv.as_ref());
                 Dump::put_opt(dump, li, names::Q, q, n);
                 Dump::put_opt(dump, li, names::K, k, n);
                 Dump::put_opt(dump, li, names::V, v, n);
@@ -156,20 +178,23 @@ pub fn run(
                 Dump::put_opt(dump, li, names::Q_ROPE, q, n);
                 Dump::put_opt(dump, li, names::K_ROPE, k, n);
 
-                let mut r0 = 0;
-                for seg in segs {
-                    let len = seg.tokens.len();
-                    let (ks, vs) = (
-                        &k[r0 * kvd..(r0 + len) * kvd],
-                        &v[r0 * kvd..(r0 + len) * kvd],
-                    );
-                    if let LayerCache::Kv(kv) = &mut seqs[seg.seq].layers[il] {
-                        kv.store(seg.pos0, ks, vs, len);
+                if a.kv.is_some() {
+                    let mut r0 = 0;
+                    for seg in segs {
+                        let len = seg.tokens.len();
+                        let (ks, vs) = (
+                            &k[r0 * kvd..(r0 + len) * kvd],
+                            &v[r0 * kvd..(r0 + len) * kvd],
+                        );
+                        if let LayerCache::Kv(kv) = &mut seqs[seg.seq].layers[il] {
+                            kv.store(seg.pos0, ks, vs, len);
+                        }
+                        r0 += len;
                     }
-                    r0 += len;
                 }
                 att.resize(n * qd, 0.0);
-                attend_segments(m, a, seqs, segs, q, att, parts, il);
+                let cache_layer = a.attn.kv_source.unwrap_or(il);
+                attend_segments(m, a, seqs, segs, q, att, parts, cache_layer);
                 Dump::put_opt(dump, li, names::KQV_OUT, att, n);
                 acts.prepare(att, n, &[&a.wo])?;
                 a.wo.matmul(src, att, n, acts, o, tmp)?;
@@ -229,8 +254,29 @@ pub fn run(
         };
         Dump::put_opt(dump, li, names::FFN_OUT, ffn_out, n);
         add(x, ffn_out);
+        if let (Some(b), Some(t)) = (&l.per_layer, &m.per_layer) {
+            // x += norm(proj(act(gate(x)) * e_l)), e_l this layer's slice.
+            let w = b.width;
+            let (g, e) = (&mut ffn.g, &mut ffn.u);
+            g.resize(n * w, 0.0);
+            e.clear();
+            for row in ple.chunks_exact(t.width * m.layers.len()) {
+                e.extend_from_slice(&row[il * w..(il + 1) * w]);
+            }
+            acts.prepare(x, n, &[&b.gate])?;
+            b.gate.matmul(src, x, n, acts, g, tmp)?;
+            gated(b.activation, g, e);
+            acts.prepare(g, n, &[&b.proj])?;
+            b.proj.matmul(src, g, n, acts, o, tmp)?;
+            rms_norm(o, &b.norm, m.eps, h);
+            add(x, h);
+        }
+        if let Some(s) = l.scale {
+            x.iter_mut().for_each(|v| *v *= s);
+        }
         Dump::put_opt(dump, li, names::OUT, x, n);
     }
+
     let rows = logit_rows.len();
     if rows == 0 {
         return Ok(());
@@ -258,7 +304,45 @@ pub fn run(
     Ok(())
 }
 
-/// Attention of every segment against its own cache. One segment
+/// Gemma 4's per-layer input embeddings of the `n` rows (token embeddings
+/// `x`, already scaled) into `ple`, `n_layer · width` per row:
+/// `(norm(slice(model_proj · x) · proj_scale) + slice(table[id]) ·
+/// token_scale) · combine_scale`.
+#[allow(clippy::too_many_arguments)]
+fn per_layer_embeddings(
+    m: &Model,
+    t: &PerLayerTables,
+    segs: &[Segment<'_>],
+    x: &[f32],
+    n: usize,
+    ple: &mut Vec<f32>,
+    acts: &mut Acts,
+    tmp: &mut Vec<f32>,
+) -> Result<()> {
+    let src = m.weights.as_ref();
+    let lw = t.width * m.layers.len();
+    ple.resize(n * lw, 0.0);
+    acts.prepare(x, n, &[&t.model_proj])?;
+    t.model_proj.matmul(src, x, n, acts, ple, tmp)?;
+    ple.iter_mut().for_each(|v| *v *= t.model_proj_scale);
+    // `proj_norm` is `width` long: the norm runs over each layer's slice.
+    rms_norm_inplace(ple, &t.proj_norm, m.eps);
+    let mut row = std::mem::take(tmp);
+    row.resize(lw, 0.0);
+    let tokens = segs.iter().flat_map(|s| s.tokens.iter());
+    for (out, &tok) in ple.chunks_exact_mut(lw).zip(tokens) {
+        t.token_table.row(src, tok as usize, &mut row)?;
+        for (o, r) in out.iter_mut().zip(&row) {
+            *o = (*o + r * t.token_scale) * t.combine_scale;
+        }
+    }
+    *tmp = row;
+    Ok(())
+}
+
+/// Attention of every segment against its own cache (layer `il`'s, or the
+/// layer it reads K/V from). One segment
+
 /// parallelises inside [`attend`]; several (batched decode) run side by side.
 #[allow(clippy::too_many_arguments)]
 fn attend_segments(

@@ -30,6 +30,9 @@ pub struct Block {
     pub ffn: FeedForward,
     /// Gemma 4's per-layer input embedding, added after the FFN.
     pub per_layer_input: Option<PerLayerInput>,
+    /// Gemma 4's `layer_scalar`: a `[1]` tensor multiplying the whole
+    /// residual stream after the layer (last, after the per-layer input).
+    pub layer_scale: Option<String>,
 }
 
 impl Block {
@@ -136,6 +139,10 @@ pub struct Attention {
     pub rope: Option<Rope>,
     /// Take K/V from this earlier layer's cache instead of projecting and
     /// caching its own (Gemma 4's last layers); `None` for ordinary layers.
+    /// The source must be an attention layer of the same K/V geometry that
+    /// owns its cache; this layer keeps no cache. `wk`, `wv`, the k/v biases
+    /// and `k_norm` then name the source layer's tensors (what produced the
+    /// K/V read here) and are not applied by this layer.
     pub kv_source: Option<usize>,
     /// Query projection `[n_embd, n_head * head_dim]`.
     pub wq: String,
@@ -151,6 +158,9 @@ pub struct Attention {
     pub q_norm: Option<String>,
     /// Per-head RMS norm of keys `[head_dim]`.
     pub k_norm: Option<String>,
+    /// Per-head RMS norm of values without a weight (Gemma 4), applied
+    /// before they are cached.
+    pub v_norm: bool,
 }
 
 impl Attention {
@@ -287,11 +297,14 @@ pub struct SharedExpert {
 }
 
 /// Gemma 4's per-layer input: `x += norm(proj(act(gate(x)) * e_l))` with
-/// `e_l` this layer's slice of the per-layer token embedding.
+/// `e_l` this layer's slice of the program's
+/// [`PerLayerEmbedding`](crate::PerLayerEmbedding).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PerLayerInput {
     /// Width of the per-layer embedding.
     pub width: usize,
+    /// Activation of the gate.
+    pub activation: Activation,
     /// `[n_embd, width]`.
     pub gate: String,
     /// `[width, n_embd]`.

@@ -39,5 +39,5 @@ pub use block::{
 };
 pub use error::{Error, Result};
 pub use memory::MemorySource;
-pub use program::{DecoderProgram, NormSpec, Role, Rope, RopePairing};
+pub use program::{DecoderProgram, NormSpec, PerLayerEmbedding, Role, Rope, RopePairing};
 pub use traits::{Backend, Executable, LogitsMode, Session};

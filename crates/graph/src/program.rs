@@ -53,11 +53,25 @@ pub enum Role {
     FfnDownShexp,
     /// The shared expert's scalar sigmoid gate.
     FfnGateInpShexp,
+    /// Gemma 4: the per-layer token table (global).
+    PerLayerTokenEmbd,
+    /// Gemma 4: the projection of the embedding to every layer's slice (global).
+    PerLayerModelProj,
+    /// Gemma 4: the norm of that projection's slices (global).
+    PerLayerProjNorm,
+    /// Gemma 4: a layer's gate of its per-layer input.
+    PerLayerInpGate,
+    /// Gemma 4: a layer's projection of its gated per-layer input.
+    PerLayerProj,
+    /// Gemma 4: the norm after that projection.
+    PerLayerPostNorm,
+    /// Gemma 4: the `[1]` scale of the residual after the layer.
+    LayerOutputScale,
 }
 
 impl Role {
     /// Every role, globals first.
-    pub const ALL: [Role; 33] = [
+    pub const ALL: [Role; 40] = [
         Role::TokenEmbd,
         Role::OutputNorm,
         Role::Output,
@@ -91,6 +105,13 @@ impl Role {
         Role::FfnUpShexp,
         Role::FfnDownShexp,
         Role::FfnGateInpShexp,
+        Role::PerLayerTokenEmbd,
+        Role::PerLayerModelProj,
+        Role::PerLayerProjNorm,
+        Role::PerLayerInpGate,
+        Role::PerLayerProj,
+        Role::PerLayerPostNorm,
+        Role::LayerOutputScale,
     ];
 
     /// The glossary name (GGUF stem, with `_bias` for biases).
@@ -130,12 +151,27 @@ impl Role {
             FfnUpShexp => "ffn_up_shexp",
             FfnDownShexp => "ffn_down_shexp",
             FfnGateInpShexp => "ffn_gate_inp_shexp",
+            PerLayerTokenEmbd => "per_layer_token_embd",
+            PerLayerModelProj => "per_layer_model_proj",
+            PerLayerProjNorm => "per_layer_proj_norm",
+            PerLayerInpGate => "inp_gate",
+            PerLayerProj => "proj",
+            PerLayerPostNorm => "post_norm",
+            LayerOutputScale => "layer_output_scale",
         }
     }
 
     /// True for the roles that exist once per model rather than per layer.
     pub fn is_global(self) -> bool {
-        matches!(self, Role::TokenEmbd | Role::OutputNorm | Role::Output)
+        matches!(
+            self,
+            Role::TokenEmbd
+                | Role::OutputNorm
+                | Role::Output
+                | Role::PerLayerTokenEmbd
+                | Role::PerLayerModelProj
+                | Role::PerLayerProjNorm
+        )
     }
 }
 
@@ -192,6 +228,29 @@ pub struct NormSpec {
     pub weight_offset: f32,
 }
 
+/// Gemma 4's per-layer input embeddings, computed once per token for every
+/// layer: `e_l = (norm(slice_l(model_proj · x0) · proj_scale) + slice_l(
+/// token_table[id]) · token_scale) · combine_scale`, where `x0` is the
+/// scaled token embedding and `slice_l` takes columns `l·width ..
+/// (l+1)·width`. Layer `l`'s [`PerLayerInput`] consumes `e_l`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PerLayerEmbedding {
+    /// Width of one layer's slice.
+    pub width: usize,
+    /// `[n_layer · width, rows]` with `rows >= n_vocab`.
+    pub token_table: String,
+    /// Multiplier on the table rows (`sqrt(width)`).
+    pub token_scale: f32,
+    /// `[n_embd, n_layer · width]`.
+    pub model_proj: String,
+    /// Multiplier on the projection before its norm (`1/sqrt(n_embd)`).
+    pub model_proj_scale: f32,
+    /// RMS norm weight `[width]`, shared by every slice.
+    pub proj_norm: String,
+    /// Multiplier on the sum (`1/sqrt(2)`).
+    pub combine_scale: f32,
+}
+
 /// A decoder-only transformer, resolved and bound to a weight source.
 #[derive(Clone)]
 pub struct DecoderProgram {
@@ -217,6 +276,8 @@ pub struct DecoderProgram {
     pub output: Option<String>,
     /// The layers, in order.
     pub layers: Vec<Block>,
+    /// Per-layer input embeddings (Gemma 4), when the layers take them.
+    pub per_layer_embd: Option<PerLayerEmbedding>,
     /// Where tensor bytes come from.
     pub weights: Arc<dyn WeightSource>,
 }
@@ -235,6 +296,7 @@ impl std::fmt::Debug for DecoderProgram {
             .field("output_norm", &self.output_norm)
             .field("output", &self.output)
             .field("layers", &self.layers)
+            .field("per_layer_embd", &self.per_layer_embd)
             .field("weights", &self.weights.format_name())
             .finish()
     }
@@ -307,6 +369,7 @@ impl Checker<'_> {
             bias: AttentionBias { q, k, v, o },
             q_norm,
             k_norm,
+            v_norm: _,
         } = a;
         if *n_head == 0 || *n_head_kv == 0 || *head_dim == 0 {
             return Err(invalid(i, "head counts and head_dim must be positive"));
@@ -342,10 +405,28 @@ impl Checker<'_> {
             return Err(invalid(i, "sliding window of 0"));
         }
         if let Some(src) = kv_source {
-            if *src >= i {
+            let source = (*src < i)
+                .then(|| self.p.layers[*src].attention())
+                .flatten();
+            let Some(source) = source else {
                 return Err(invalid(
                     i,
-                    &format!("takes K/V from layer {src}, which is not an earlier layer"),
+                    &format!("takes K/V from layer {src}, which is not an earlier attention layer"),
+                ));
+            };
+            if source.kv_source.is_some() {
+                return Err(invalid(
+                    i,
+                    &format!("takes K/V from layer {src}, which keeps no cache of its own"),
+                ));
+            }
+            if (source.n_head_kv, source.head_dim) != (*n_head_kv, *head_dim) {
+                return Err(invalid(
+                    i,
+                    &format!(
+                        "{n_head_kv} K/V heads of {head_dim} read from layer {src}, which caches {} of {}",
+                        source.n_head_kv, source.head_dim
+                    ),
                 ));
             }
         }
@@ -438,6 +519,7 @@ impl Checker<'_> {
             mixer,
             ffn,
             per_layer_input,
+            layer_scale,
         } = b;
         let d = self.p.n_embd as u64;
         match norms {
@@ -466,17 +548,68 @@ impl Checker<'_> {
         }
         if let Some(PerLayerInput {
             width,
+            activation: _,
             gate,
             proj,
             norm,
         }) = per_layer_input
         {
+            let embedded = self.p.per_layer_embd.as_ref().map(|e| e.width);
+            if embedded != Some(*width) {
+                return Err(invalid(
+                    i,
+                    &format!(
+                        "per-layer input of width {width}, but the program's per-layer embedding is {embedded:?} wide"
+                    ),
+                ));
+            }
             let w = *width as u64;
             self.shape(gate, &[d, w])?;
             self.shape(proj, &[w, d])?;
             self.shape(norm, &[d])?;
         }
-        Ok(())
+        self.opt(layer_scale, &[1])
+    }
+
+    fn per_layer_embd(&self, e: &PerLayerEmbedding) -> Result<()> {
+        let PerLayerEmbedding {
+            width,
+            token_table,
+            token_scale: _,
+            model_proj,
+            model_proj_scale: _,
+            proj_norm,
+            combine_scale: _,
+        } = e;
+        if *width == 0 {
+            return Err(Error::InvalidProgram(
+                "per-layer embedding of width 0".into(),
+            ));
+        }
+        if let Some(i) = self.p.layers.iter().position(|b| b.per_layer_input.is_none()) {
+            return Err(invalid(
+                i,
+                "has no per-layer input, but the program computes per-layer embeddings",
+            ));
+        }
+        let (d, lw) = (self.p.n_embd as u64, (self.p.layers.len() * width) as u64);
+        let t = self
+            .p
+            .weights
+            .tensor(token_table)
+            .ok_or_else(|| Error::MissingTensor(token_table.clone()))?;
+        match t.info.shape.as_slice() {
+            [w, rows] if *w == lw && *rows >= self.p.n_vocab as u64 => {}
+            _ => {
+                return Err(Error::Shape {
+                    tensor: token_table.clone(),
+                    expected: vec![lw, self.p.n_vocab as u64],
+                    found: t.info.shape.clone(),
+                })
+            }
+        }
+        self.shape(model_proj, &[d, lw])?;
+        self.shape(proj_norm, &[*width as u64])
     }
 }
 
@@ -499,6 +632,9 @@ impl DecoderProgram {
         let c = Checker { p: self };
         for (i, b) in self.layers.iter().enumerate() {
             c.block(i, b)?;
+        }
+        if let Some(e) = &self.per_layer_embd {
+            c.per_layer_embd(e)?;
         }
         let (d, v) = (self.n_embd as u64, self.n_vocab as u64);
         c.shape(&self.token_embd, &[d, v])?;

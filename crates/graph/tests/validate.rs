@@ -55,6 +55,7 @@ fn program(mut edit: impl FnMut(&mut MemorySource, &mut Block)) -> DecoderProgra
             bias: AttentionBias::default(),
             q_norm: None,
             k_norm: None,
+            v_norm: false,
         }),
         ffn: FeedForward::Dense(DenseFfn {
             n_ff: 16,
@@ -64,6 +65,7 @@ fn program(mut edit: impl FnMut(&mut MemorySource, &mut Block)) -> DecoderProgra
             down: "dn".into(),
         }),
         per_layer_input: None,
+        layer_scale: None,
     };
     edit(&mut s, &mut layer);
     DecoderProgram {
@@ -81,6 +83,7 @@ fn program(mut edit: impl FnMut(&mut MemorySource, &mut Block)) -> DecoderProgra
         output_norm: "onorm".into(),
         output: None,
         layers: vec![layer],
+        per_layer_embd: None,
         weights: Arc::new(s),
     }
 }
@@ -122,7 +125,7 @@ fn errors_name_the_problem() {
     let e = program(|_, l| attn(l).kv_source = Some(0))
         .validate()
         .unwrap_err();
-    assert!(e.to_string().contains("not an earlier layer"), "{e}");
+    assert!(e.to_string().contains("not an earlier attention layer"), "{e}");
     let e = program(|_, l| attn(l).bias.q = Some("k".into()))
         .validate()
         .unwrap_err();

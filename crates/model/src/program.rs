@@ -445,6 +445,7 @@ pub(crate) fn build(
                     },
                     q_norm: names.required_if(cfg.qk_norm, Role::AttnQNorm)?,
                     k_norm: names.required_if(cfg.qk_norm, Role::AttnKNorm)?,
+                    v_norm: false,
                 })
             }
         };
@@ -471,6 +472,7 @@ pub(crate) fn build(
             mixer,
             ffn,
             per_layer_input: None,
+            layer_scale: None,
         });
     }
     let weights: Arc<dyn WeightSource> = if views.is_empty() {
@@ -501,6 +503,7 @@ pub(crate) fn build(
             Some(global(Role::Output))
         },
         layers,
+        per_layer_embd: None,
         weights,
     };
     program.validate()?;

@@ -249,6 +249,7 @@ fn synthetic(
             bias: AttentionBias::default(),
             q_norm: None,
             k_norm: None,
+            v_norm: false,
         }),
         ffn: FeedForward::Dense(DenseFfn {
             n_ff: ff as usize,
@@ -265,6 +266,7 @@ fn synthetic(
             ),
         }),
         per_layer_input: None,
+        layer_scale: None,
     };
     put(&mut src, &mut rng, "tok", &[d, v], 1.0, 0.0);
     put(&mut src, &mut rng, "onorm", &[d], 0.2, 1.0);
@@ -284,6 +286,7 @@ fn synthetic(
         output_norm: "onorm".into(),
         output: None,
         layers: vec![block],
+        per_layer_embd: None,
         weights: Arc::new(src),
     }
 }
@@ -552,6 +555,7 @@ fn unsupported_variants_are_refused_by_name() {
             Box::new(|b, s, r| {
                 b.per_layer_input = Some(PerLayerInput {
                     width: 8,
+                    activation: Activation::GeluTanh,
                     gate: insert(s, r, "plg", &[64, 8], 0.1, 0.0),
                     proj: insert(s, r, "plp", &[8, 64], 0.1, 0.0),
                     norm: insert(s, r, "pln", &[64], 0.1, 1.0),

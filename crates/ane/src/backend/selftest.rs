@@ -141,6 +141,7 @@ pub fn random_program(flavor: Flavor, seed: u64) -> DecoderProgram {
             bias,
             q_norm,
             k_norm,
+            v_norm: false,
         };
         let ffn = DenseFfn {
             n_ff: ff,
@@ -158,6 +159,7 @@ pub fn random_program(flavor: Flavor, seed: u64) -> DecoderProgram {
             mixer: Mixer::Attention(attention),
             ffn: FeedForward::Dense(ffn),
             per_layer_input: None,
+            layer_scale: None,
         });
     }
     let token_embd = put(
@@ -185,6 +187,7 @@ pub fn random_program(flavor: Flavor, seed: u64) -> DecoderProgram {
         output_norm,
         output,
         layers,
+        per_layer_embd: None,
         weights: Arc::new(src),
     }
 }

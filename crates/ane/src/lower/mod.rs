@@ -287,9 +287,13 @@ pub fn layer_views<'a>(
             mixer,
             ffn,
             per_layer_input,
+            layer_scale,
         } = block;
         if per_layer_input.is_some() {
             return Err(E::unsupported(backend, "per-layer", "input embeddings", i));
+        }
+        if layer_scale.is_some() {
+            return Err(E::unsupported(backend, "layer", "output scale", i));
         }
         let mixer = match mixer {
             Mixer::Attention(attn) => {
@@ -315,9 +319,13 @@ pub fn layer_views<'a>(
                         },
                     q_norm: _,
                     k_norm: _,
+                    v_norm,
                 } = attn;
                 if kv_source.is_some() {
                     return Err(E::unsupported(backend, "attention", "shared K/V", i));
+                }
+                if *v_norm {
+                    return Err(E::unsupported(backend, "attention", "value norm", i));
                 }
                 MixerView::Attention(attn)
             }
