@@ -1,13 +1,23 @@
 //! An f64 textbook forward pass, written from the equations of
 //! `anedvd_graph`'s block types and sharing no code with any backend: the
 //! reference of the op-level conformance cases. F32 tensors only (the
-//! synthetic programs those cases build); attention and short-convolution
-//! mixers, dense and mixture-of-experts FFNs.
+//! synthetic programs those cases build); attention (K/V of its own or
+//! read from an earlier layer) and short-convolution mixers, dense and
+//! mixture-of-experts FFNs, Gemma 4's per-layer input embeddings and layer
+//! output scale. The whole prompt runs at once: a layer's keys and values
+//! of every position are kept for the layers that read them.
 
 use anedvd_graph::{
-    Activation, Attention, Block, DecoderProgram, DenseFfn, ExpertTensors, FeedForward, Mixer,
-    MoeFfn, NormPlacement, RopePairing, ShortConv,
+    Activation, Attention, DecoderProgram, DenseFfn, ExpertTensors, FeedForward, Mixer, MoeFfn,
+    NormPlacement, PerLayerEmbedding, RopePairing, ShortConv,
 };
+
+/// A layer's keys (after their norm and RoPE) and values (after theirs) of
+/// every position: what an attention layer caches.
+struct Kv {
+    k: Vec<Vec<f64>>,
+    v: Vec<Vec<f64>>,
+}
 
 /// An F32 tensor as `[rows][cols]` (ggml `ne = [cols, rows]`), or a vector.
 fn tensor(p: &DecoderProgram, name: &str) -> (Vec<f64>, usize) {
@@ -72,11 +82,8 @@ fn add_bias(p: &DecoderProgram, name: &Option<String>, x: &mut [Vec<f64>]) {
     }
 }
 
-/// RMS norm of every `width`-wide chunk of every row by the weight `name`
-/// (plus the program's offset).
-fn rms_norm(p: &DecoderProgram, name: &str, x: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    let (w, _) = tensor(p, name);
-    let off = f64::from(p.norm.weight_offset);
+/// RMS norm of every `w.len()`-wide chunk of every row, times `w`.
+fn rms_chunks(p: &DecoderProgram, w: &[f64], x: &[Vec<f64>]) -> Vec<Vec<f64>> {
     let eps = f64::from(p.norm.eps);
     x.iter()
         .map(|row| {
@@ -84,11 +91,20 @@ fn rms_norm(p: &DecoderProgram, name: &str, x: &[Vec<f64>]) -> Vec<Vec<f64>> {
                 .flat_map(|c| {
                     let ms = c.iter().map(|v| v * v).sum::<f64>() / c.len() as f64;
                     let s = 1.0 / (ms + eps).sqrt();
-                    c.iter().zip(&w).map(move |(v, g)| v * s * (g + off))
+                    c.iter().zip(w).map(move |(v, g)| v * s * g)
                 })
                 .collect()
         })
         .collect()
+}
+
+/// RMS norm of every `width`-wide chunk of every row by the weight `name`
+/// (plus the program's offset).
+fn rms_norm(p: &DecoderProgram, name: &str, x: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let (w, _) = tensor(p, name);
+    let off = f64::from(p.norm.weight_offset);
+    let w: Vec<f64> = w.iter().map(|g| g + off).collect();
+    rms_chunks(p, &w, x)
 }
 
 fn softcap(x: f64, cap: Option<f32>) -> f64 {
@@ -119,21 +135,45 @@ fn rotate(a: &Attention, rows: &mut [Vec<f64>], heads: usize) {
     }
 }
 
-fn attention(p: &DecoderProgram, a: &Attention, h: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    let mut q = linear(p, &a.wq, h);
+/// This layer's keys and values: `h` projected, biased, normed (values by
+/// a weightless norm, if any) and the keys rotated.
+fn keys_values(p: &DecoderProgram, a: &Attention, h: &[Vec<f64>]) -> Kv {
     let mut k = linear(p, &a.wk, h);
     let mut v = linear(p, &a.wv, h);
-    add_bias(p, &a.bias.q, &mut q);
     add_bias(p, &a.bias.k, &mut k);
     add_bias(p, &a.bias.v, &mut v);
-    if let Some(n) = &a.q_norm {
-        q = rms_norm(p, n, &q);
-    }
     if let Some(n) = &a.k_norm {
         k = rms_norm(p, n, &k);
     }
-    rotate(a, &mut q, a.n_head);
+    if a.v_norm {
+        v = rms_chunks(p, &vec![1.0; a.head_dim], &v);
+    }
     rotate(a, &mut k, a.n_head_kv);
+    Kv { k, v }
+}
+
+/// Attention of `h` over this layer's keys and values, or over those of
+/// the earlier layer `a.kv_source` (from `kept`, by layer): the output, and
+/// the keys and values when they are this layer's own.
+fn attention(
+    p: &DecoderProgram,
+    a: &Attention,
+    h: &[Vec<f64>],
+    kept: &[Option<Kv>],
+) -> (Vec<Vec<f64>>, Option<Kv>) {
+    let mut q = linear(p, &a.wq, h);
+    add_bias(p, &a.bias.q, &mut q);
+    if let Some(n) = &a.q_norm {
+        q = rms_norm(p, n, &q);
+    }
+    rotate(a, &mut q, a.n_head);
+    let own = a.kv_source.is_none().then(|| keys_values(p, a, h));
+    let Kv { k, v } = match &own {
+        Some(kv) => kv,
+        None => (a.kv_source)
+            .and_then(|src| kept[src].as_ref())
+            .expect("oracle: the K/V source layer keeps none"),
+    };
     let (hd, group) = (a.head_dim, a.n_head / a.n_head_kv);
     let ctx: Vec<Vec<f64>> = (0..h.len())
         .map(|t| {
@@ -166,7 +206,7 @@ fn attention(p: &DecoderProgram, a: &Attention, h: &[Vec<f64>]) -> Vec<Vec<f64>>
         .collect();
     let mut o = linear(p, &a.wo, &ctx);
     add_bias(p, &a.bias.o, &mut o);
-    o
+    (o, own)
 }
 
 fn dense(p: &DecoderProgram, f: &DenseFfn, h: &[Vec<f64>]) -> Vec<Vec<f64>> {
@@ -284,7 +324,16 @@ fn add(x: &mut [Vec<f64>], y: &[Vec<f64>]) {
     }
 }
 
-fn block(p: &DecoderProgram, b: &Block, x: &mut [Vec<f64>]) {
+/// Runs layer `l` on `x`, pushing its keys and values (if it has its own)
+/// onto `kept`; `ple` is every row's per-layer embeddings, if any.
+fn block(
+    p: &DecoderProgram,
+    l: usize,
+    x: &mut [Vec<f64>],
+    kept: &mut Vec<Option<Kv>>,
+    ple: Option<&[Vec<f64>]>,
+) {
+    let b = &p.layers[l];
     let (pre_m, post_m, pre_f, post_f) = match &b.norms {
         NormPlacement::Pre { mixer, ffn } => (mixer, None, ffn, None),
         NormPlacement::Sandwich {
@@ -295,10 +344,11 @@ fn block(p: &DecoderProgram, b: &Block, x: &mut [Vec<f64>]) {
         } => (mixer, Some(post_mixer), ffn, Some(post_ffn)),
     };
     let h = rms_norm(p, pre_m, x);
-    let mut o = match &b.mixer {
-        Mixer::Attention(a) => attention(p, a, &h),
-        Mixer::ShortConv(c) => short_conv(p, c, &h),
+    let (mut o, kv) = match &b.mixer {
+        Mixer::Attention(a) => attention(p, a, &h, kept),
+        Mixer::ShortConv(c) => (short_conv(p, c, &h), None),
     };
+    kept.push(kv);
     if let Some(n) = post_m {
         o = rms_norm(p, n, &o);
     }
@@ -312,6 +362,52 @@ fn block(p: &DecoderProgram, b: &Block, x: &mut [Vec<f64>]) {
         o = rms_norm(p, n, &o);
     }
     add(x, &o);
+    if let Some(pl) = &b.per_layer_input {
+        let ple = ple.expect("oracle: a per-layer input without per-layer embeddings");
+        let w = pl.width;
+        let g = linear(p, &pl.gate, x);
+        let ge: Vec<Vec<f64>> = g
+            .iter()
+            .zip(ple)
+            .map(|(g, e)| {
+                g.iter()
+                    .zip(&e[l * w..(l + 1) * w])
+                    .map(|(g, e)| act(pl.activation, *g) * e)
+                    .collect()
+            })
+            .collect();
+        let o = rms_norm(p, &pl.norm, &linear(p, &pl.proj, &ge));
+        add(x, &o);
+    }
+    if let Some(name) = &b.layer_scale {
+        let (s, _) = tensor(p, name);
+        x.iter_mut().flatten().for_each(|v| *v *= s[0]);
+    }
+}
+
+/// Every row's per-layer embeddings, `n_layer · width` each: `(norm_l(
+/// model_proj · x0 · proj_scale) + table[id] · token_scale) ·
+/// combine_scale`, the norm over each layer's `width` columns.
+fn per_layer_embeddings(
+    p: &DecoderProgram,
+    e: &PerLayerEmbedding,
+    tokens: &[u32],
+    x0: &[Vec<f64>],
+) -> Vec<Vec<f64>> {
+    let mut proj = linear(p, &e.model_proj, x0);
+    let s = f64::from(e.model_proj_scale);
+    proj.iter_mut().flatten().for_each(|v| *v *= s);
+    let normed = rms_norm(p, &e.proj_norm, &proj);
+    let (table, cols) = tensor(p, &e.token_table);
+    let (ts, cs) = (f64::from(e.token_scale), f64::from(e.combine_scale));
+    normed
+        .iter()
+        .zip(tokens)
+        .map(|(n, &t)| {
+            let row = &table[t as usize * cols..(t as usize + 1) * cols];
+            n.iter().zip(row).map(|(n, r)| (n + r * ts) * cs).collect()
+        })
+        .collect()
 }
 
 /// Logits of every position of `tokens` (one row per token).
@@ -327,8 +423,10 @@ pub fn forward(p: &DecoderProgram, tokens: &[u32]) -> Vec<Vec<f64>> {
                 .collect()
         })
         .collect();
-    for b in &p.layers {
-        block(p, b, &mut x);
+    let ple = (p.per_layer_embd.as_ref()).map(|e| per_layer_embeddings(p, e, tokens, &x));
+    let mut kept = Vec::with_capacity(p.layers.len());
+    for l in 0..p.layers.len() {
+        block(p, l, &mut x, &mut kept, ple.as_deref());
     }
     let h = rms_norm(p, &p.output_norm, &x);
     let out = p.output.as_deref().unwrap_or(&p.token_embd);

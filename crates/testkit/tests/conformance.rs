@@ -210,21 +210,23 @@ impl Lcg {
     }
 }
 
-/// A one-layer F32 program: pre-norm GQA attention (4 heads of 16, 2 KV
-/// heads, NEOX RoPE) and a SiLU-gated FFN; `edit` turns it into the case.
-fn synthetic(
-    seed: u64,
-    edit: impl FnOnce(&mut Block, &mut MemorySource, &mut Lcg),
-) -> DecoderProgram {
-    let mut src = MemorySource::new("gguf");
-    let mut rng = Lcg(seed);
-    let (d, q, kv, ff, v) = (D as u64, 64u64, 32u64, 96u64, VOCAB as u64);
-    let put = insert;
+/// Plain layer `l` (its own tensors: layer 0's named by the bare stems):
+/// pre-norm GQA attention (4 heads of 16, 2 KV heads, NEOX RoPE) and a
+/// SiLU-gated FFN.
+fn plain_layer(l: usize, src: &mut MemorySource, rng: &mut Lcg) -> Block {
+    let mut put = |stem: &str, shape: &[u64], scale: f32, bias: f32| {
+        let name = match l {
+            0 => stem.to_string(),
+            _ => format!("{stem}.{l}"),
+        };
+        insert(src, rng, &name, shape, scale, bias)
+    };
+    let (d, q, kv, ff) = (D as u64, 64u64, 32u64, 96u64);
     let w = 1.0 / (D as f32).sqrt();
-    let mut block = Block {
+    Block {
         norms: NormPlacement::Pre {
-            mixer: put(&mut src, &mut rng, "an", &[d], 0.2, 1.0),
-            ffn: put(&mut src, &mut rng, "fn", &[d], 0.2, 1.0),
+            mixer: put("an", &[d], 0.2, 1.0),
+            ffn: put("fn", &[d], 0.2, 1.0),
         },
         mixer: Mixer::Attention(Attention {
             n_head: 4,
@@ -242,10 +244,10 @@ fn synthetic(
                 attn_factor: 1.0,
             }),
             kv_source: None,
-            wq: put(&mut src, &mut rng, "q", &[d, q], w * 1.7, 0.0),
-            wk: put(&mut src, &mut rng, "k", &[d, kv], w * 1.7, 0.0),
-            wv: put(&mut src, &mut rng, "v", &[d, kv], w * 1.7, 0.0),
-            wo: put(&mut src, &mut rng, "o", &[q, d], w, 0.0),
+            wq: put("q", &[d, q], w * 1.7, 0.0),
+            wk: put("k", &[d, kv], w * 1.7, 0.0),
+            wv: put("v", &[d, kv], w * 1.7, 0.0),
+            wo: put("o", &[q, d], w, 0.0),
             bias: AttentionBias::default(),
             q_norm: None,
             k_norm: None,
@@ -254,24 +256,32 @@ fn synthetic(
         ffn: FeedForward::Dense(DenseFfn {
             n_ff: ff as usize,
             activation: Activation::Silu,
-            gate: put(&mut src, &mut rng, "g", &[d, ff], w * 1.7, 0.0),
-            up: put(&mut src, &mut rng, "u", &[d, ff], w * 1.7, 0.0),
-            down: put(
-                &mut src,
-                &mut rng,
-                "dn",
-                &[ff, d],
-                1.0 / (ff as f32).sqrt(),
-                0.0,
-            ),
+            gate: put("g", &[d, ff], w * 1.7, 0.0),
+            up: put("u", &[d, ff], w * 1.7, 0.0),
+            down: put("dn", &[ff, d], 1.0 / (ff as f32).sqrt(), 0.0),
         }),
         per_layer_input: None,
         layer_scale: None,
-    };
-    put(&mut src, &mut rng, "tok", &[d, v], 1.0, 0.0);
-    put(&mut src, &mut rng, "onorm", &[d], 0.2, 1.0);
-    edit(&mut block, &mut src, &mut rng);
-    DecoderProgram {
+    }
+}
+
+/// An F32 program of `n_layers` plain layers; `edit` turns it into the
+/// case. The base tensors are drawn before the edit, so a case shares them
+/// with the plain program of its layer count.
+fn synthetic(
+    seed: u64,
+    n_layers: usize,
+    edit: impl FnOnce(&mut DecoderProgram, &mut MemorySource, &mut Lcg),
+) -> DecoderProgram {
+    let mut src = MemorySource::new("gguf");
+    let mut rng = Lcg(seed);
+    let layers = (0..n_layers)
+        .map(|l| plain_layer(l, &mut src, &mut rng))
+        .collect();
+    let (d, v) = (D as u64, VOCAB as u64);
+    insert(&mut src, &mut rng, "tok", &[d, v], 1.0, 0.0);
+    insert(&mut src, &mut rng, "onorm", &[d], 0.2, 1.0);
+    let mut p = DecoderProgram {
         family: "synthetic".into(),
         n_embd: D,
         n_vocab: VOCAB,
@@ -285,10 +295,14 @@ fn synthetic(
         token_embd: "tok".into(),
         output_norm: "onorm".into(),
         output: None,
-        layers: vec![block],
+        layers,
         per_layer_embd: None,
-        weights: Arc::new(src),
-    }
+        // A placeholder: bound to `src` once the edit has added its tensors.
+        weights: Arc::new(MemorySource::new("gguf")),
+    };
+    edit(&mut p, &mut src, &mut rng);
+    p.weights = Arc::new(src);
+    p
 }
 
 fn attn(b: &mut Block) -> &mut Attention {
@@ -308,83 +322,92 @@ fn insert(
     name.to_string()
 }
 
-type Edit = Box<dyn Fn(&mut Block, &mut MemorySource, &mut Lcg)>;
+type Edit = Box<dyn Fn(&mut DecoderProgram, &mut MemorySource, &mut Lcg)>;
 
-/// One case per block variant and attention feature, each alone on the
-/// plain one-layer program.
-fn cases() -> Vec<(&'static str, Edit)> {
+/// One op-level case: `edit` on the plain program of `layers` layers.
+struct Case {
+    name: &'static str,
+    layers: usize,
+    edit: Edit,
+}
+
+impl Case {
+    fn program(&self) -> DecoderProgram {
+        synthetic(SEED, self.layers, |p, s, r| (self.edit)(p, s, r))
+    }
+
+    /// The program the case edits.
+    fn plain(&self) -> DecoderProgram {
+        synthetic(SEED, self.layers, |_, _, _| {})
+    }
+}
+
+/// A case editing the layer of a one-layer program.
+fn one_layer(
+    name: &'static str,
+    edit: impl Fn(&mut Block, &mut MemorySource, &mut Lcg) + 'static,
+) -> Case {
+    Case {
+        name,
+        layers: 1,
+        edit: Box::new(move |p, s, r| edit(&mut p.layers[0], s, r)),
+    }
+}
+
+/// One case per block variant and attention feature, each alone on a plain
+/// program (one layer, unless the feature needs more).
+fn cases() -> Vec<Case> {
     let mut all = ane_cases();
     all.extend(cpu_only_cases());
     all
 }
 
 /// Cases the ANE backends run too.
-fn ane_cases() -> Vec<(&'static str, Edit)> {
+fn ane_cases() -> Vec<Case> {
     vec![
-        ("pre-norm attention + silu ffn", Box::new(|_, _, _| {})),
-        (
-            "qkv and output biases",
-            Box::new(|b, s, r| {
-                attn(b).bias = AttentionBias {
-                    q: Some(insert(s, r, "bq", &[64], 0.5, 0.0)),
-                    k: Some(insert(s, r, "bk", &[32], 0.5, 0.0)),
-                    v: Some(insert(s, r, "bv", &[32], 0.5, 0.0)),
-                    o: Some(insert(s, r, "bo", &[64], 0.5, 0.0)),
-                };
-            }),
-        ),
-        (
-            "per-head q/k norm",
-            Box::new(|b, s, r| {
-                attn(b).q_norm = Some(insert(s, r, "qn", &[16], 0.3, 1.0));
-                attn(b).k_norm = Some(insert(s, r, "kn", &[16], 0.3, 1.0));
-            }),
-        ),
-        (
-            "sandwich norms + gelu ffn",
-            Box::new(|b, s, r| {
-                let ((mixer, _), (ffn, _)) = b.norms.split();
-                let (mixer, ffn) = (mixer.to_string(), ffn.to_string());
-                b.norms = NormPlacement::Sandwich {
-                    mixer,
-                    post_mixer: insert(s, r, "pan", &[64], 0.2, 1.0),
-                    ffn,
-                    post_ffn: insert(s, r, "pfn", &[64], 0.2, 1.0),
-                };
-                if let FeedForward::Dense(f) = &mut b.ffn {
-                    f.activation = Activation::GeluTanh;
-                }
-            }),
-        ),
-        (
-            "sliding window 5",
-            Box::new(|b, _, _| attn(b).window = Some(5)),
-        ),
-        (
-            "score soft-cap 2",
-            Box::new(|b, _, _| attn(b).softcap = Some(2.0)),
-        ),
-        ("no RoPE (NoPE)", Box::new(|b, _, _| attn(b).rope = None)),
-        (
-            "adjacent-pair RoPE on 8 of 16 dims",
-            Box::new(|b, _, _| {
-                let r = attn(b).rope.as_mut().unwrap();
-                r.pairing = RopePairing::Norm;
-                r.n_rot = 8;
-                r.inv_freq = (0..4).map(|i| 100f64.powf(-(2 * i) as f64 / 8.0)).collect();
-            }),
-        ),
-        (
-            "short conv, 3 taps",
-            Box::new(|b, s, r| {
-                b.mixer = Mixer::ShortConv(ShortConv {
-                    kernel: 3,
-                    in_proj: insert(s, r, "in", &[64, 192], 0.4, 0.0),
-                    conv: insert(s, r, "cv", &[3, 64], 0.8, 0.0),
-                    out_proj: insert(s, r, "out", &[64, 64], 0.4, 0.0),
-                })
-            }),
-        ),
+        one_layer("pre-norm attention + silu ffn", |_, _, _| {}),
+        one_layer("qkv and output biases", |b, s, r| {
+            attn(b).bias = AttentionBias {
+                q: Some(insert(s, r, "bq", &[64], 0.5, 0.0)),
+                k: Some(insert(s, r, "bk", &[32], 0.5, 0.0)),
+                v: Some(insert(s, r, "bv", &[32], 0.5, 0.0)),
+                o: Some(insert(s, r, "bo", &[64], 0.5, 0.0)),
+            };
+        }),
+        one_layer("per-head q/k norm", |b, s, r| {
+            attn(b).q_norm = Some(insert(s, r, "qn", &[16], 0.3, 1.0));
+            attn(b).k_norm = Some(insert(s, r, "kn", &[16], 0.3, 1.0));
+        }),
+        one_layer("sandwich norms + gelu ffn", |b, s, r| {
+            let ((mixer, _), (ffn, _)) = b.norms.split();
+            let (mixer, ffn) = (mixer.to_string(), ffn.to_string());
+            b.norms = NormPlacement::Sandwich {
+                mixer,
+                post_mixer: insert(s, r, "pan", &[64], 0.2, 1.0),
+                ffn,
+                post_ffn: insert(s, r, "pfn", &[64], 0.2, 1.0),
+            };
+            if let FeedForward::Dense(f) = &mut b.ffn {
+                f.activation = Activation::GeluTanh;
+            }
+        }),
+        one_layer("sliding window 5", |b, _, _| attn(b).window = Some(5)),
+        one_layer("score soft-cap 2", |b, _, _| attn(b).softcap = Some(2.0)),
+        one_layer("no RoPE (NoPE)", |b, _, _| attn(b).rope = None),
+        one_layer("adjacent-pair RoPE on 8 of 16 dims", |b, _, _| {
+            let r = attn(b).rope.as_mut().unwrap();
+            r.pairing = RopePairing::Norm;
+            r.n_rot = 8;
+            r.inv_freq = (0..4).map(|i| 100f64.powf(-(2 * i) as f64 / 8.0)).collect();
+        }),
+        one_layer("short conv, 3 taps", |b, s, r| {
+            b.mixer = Mixer::ShortConv(ShortConv {
+                kernel: 3,
+                in_proj: insert(s, r, "in", &[64, 192], 0.4, 0.0),
+                conv: insert(s, r, "cv", &[3, 64], 0.8, 0.0),
+                out_proj: insert(s, r, "out", &[64, 64], 0.4, 0.0),
+            })
+        }),
     ]
 }
 
@@ -409,13 +432,48 @@ fn experts(s: &mut MemorySource, r: &mut Lcg, stacked: bool) -> ExpertTensors {
     }
 }
 
+/// Gemma 4's per-layer input embeddings, 8 wide: the program's tables and
+/// every layer's input (validation wants both), GELU gates on even layers
+/// and SiLU on odd ones.
+fn per_layer_inputs(p: &mut DecoderProgram, s: &mut MemorySource, r: &mut Lcg) {
+    let (d, w, lw) = (D as u64, 8u64, 8 * p.layers.len() as u64);
+    p.per_layer_embd = Some(anedvd_graph::PerLayerEmbedding {
+        width: 8,
+        token_table: insert(s, r, "ple_tok", &[lw, VOCAB as u64], 1.0, 0.0),
+        token_scale: 8f32.sqrt(),
+        model_proj: insert(s, r, "ple_proj", &[d, lw], 1.0, 0.0),
+        model_proj_scale: 1.0 / (D as f32).sqrt(),
+        proj_norm: insert(s, r, "ple_norm", &[w], 0.3, 1.0),
+        combine_scale: std::f32::consts::FRAC_1_SQRT_2,
+    });
+    for (l, b) in p.layers.iter_mut().enumerate() {
+        b.per_layer_input = Some(PerLayerInput {
+            width: 8,
+            activation: [Activation::GeluTanh, Activation::Silu][l % 2],
+            gate: insert(s, r, &format!("pl_gate.{l}"), &[d, w], 0.2, 0.0),
+            proj: insert(s, r, &format!("pl_proj.{l}"), &[w, d], 0.35, 0.0),
+            norm: insert(s, r, &format!("pl_norm.{l}"), &[d], 0.2, 1.0),
+        });
+    }
+}
+
+/// Layer `to` attends over layer `from`'s cached K/V, projecting queries
+/// only; its K/V tensor names become `from`'s (what produced what it reads).
+fn share_kv(p: &mut DecoderProgram, from: usize, to: usize) {
+    let source = p.layers[from].attention().unwrap().clone();
+    let a = attn(&mut p.layers[to]);
+    a.kv_source = Some(from);
+    (a.wk, a.wv, a.k_norm) = (source.wk, source.wv, source.k_norm);
+    (a.bias.k, a.bias.v) = (source.bias.k, source.bias.v);
+}
+
 /// Cases of variants only the CPU backend runs (the ANE backends refuse
 /// them: see the refusal test).
-fn cpu_only_cases() -> Vec<(&'static str, Edit)> {
+fn cpu_only_cases() -> Vec<Case> {
     vec![
-        (
+        one_layer(
             "moe top-2 of 4, stacked, shared expert with gate",
-            Box::new(|b, s, r| {
+            |b, s, r| {
                 b.ffn = FeedForward::Moe(MoeFfn {
                     n_expert: 4,
                     n_expert_used: 2,
@@ -435,23 +493,60 @@ fn cpu_only_cases() -> Vec<(&'static str, Edit)> {
                         gate_inp: Some(insert(s, r, "sgi", &[64], 0.5, 0.0)),
                     }),
                 })
-            }),
+            },
         ),
-        (
-            "moe top-2 of 4, per-expert, renormalised",
-            Box::new(|b, s, r| {
-                b.ffn = FeedForward::Moe(MoeFfn {
-                    n_expert: 4,
-                    n_expert_used: 2,
-                    n_ff_expert: 32,
-                    activation: Activation::Silu,
-                    router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
-                    normalize_top_k: true,
-                    experts: experts(s, r, false),
-                    shared: None,
-                })
+        one_layer("moe top-2 of 4, per-expert, renormalised", |b, s, r| {
+            b.ffn = FeedForward::Moe(MoeFfn {
+                n_expert: 4,
+                n_expert_used: 2,
+                n_ff_expert: 32,
+                activation: Activation::Silu,
+                router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
+                normalize_top_k: true,
+                experts: experts(s, r, false),
+                shared: None,
+            })
+        }),
+        one_layer("weightless value norm", |b, _, _| attn(b).v_norm = true),
+        Case {
+            name: "per-layer input embeddings, 2 layers",
+            layers: 2,
+            edit: Box::new(per_layer_inputs),
+        },
+        Case {
+            // On the first layer: the last one's would be undone by the
+            // output norm.
+            name: "layer output scale on layer 0 of 2",
+            layers: 2,
+            edit: Box::new(|p, s, r| {
+                p.layers[0].layer_scale = Some(insert(s, r, "scale", &[1], 0.1, 0.4));
             }),
-        ),
+        },
+        Case {
+            // Past layer 1, which keeps its own: the source is the one named.
+            name: "K/V of layer 0 read by layer 2 of 3",
+            layers: 3,
+            edit: Box::new(|p, _, _| share_kv(p, 0, 2)),
+        },
+        Case {
+            name: "K/V of layer 0 read by layer 1 through a window of 5",
+            layers: 2,
+            edit: Box::new(|p, _, _| {
+                share_kv(p, 0, 1);
+                attn(&mut p.layers[1]).window = Some(5);
+            }),
+        },
+        Case {
+            // Gemma's norms store `weight - 1`; the value norm has no weight
+            // to offset.
+            name: "per-layer inputs and value norms, norm weight offset 1",
+            layers: 2,
+            edit: Box::new(|p, s, r| {
+                per_layer_inputs(p, s, r);
+                p.layers.iter_mut().for_each(|b| attn(b).v_norm = true);
+                p.norm.weight_offset = 1.0;
+            }),
+        },
     ]
 }
 
@@ -461,13 +556,16 @@ fn op_prompt() -> Vec<u32> {
     (0..12).map(|i| (i * 37 + 5) % VOCAB as u32).collect()
 }
 
+/// Prompt tokens of the decode run's prefill; the rest go one at a time.
+const PREFILL: usize = 8;
+
 #[test]
 fn each_block_variant_matches_the_oracle_on_every_backend() {
     let prompt = op_prompt();
     let mut failures = Vec::new();
     let n_ane = ane_cases().len();
-    for (i, (name, edit)) in cases().into_iter().enumerate() {
-        let p = synthetic(SEED, |b, s, r| edit(b, s, r));
+    for (i, case) in cases().into_iter().enumerate() {
+        let p = case.program();
         p.validate().unwrap();
         let want: Vec<Vec<f32>> = oracle::forward(&p, &prompt)
             .into_iter()
@@ -476,34 +574,49 @@ fn each_block_variant_matches_the_oracle_on_every_backend() {
         let backends = TestBackend::ALL.into_iter();
         for backend in backends.filter(|b| i < n_ane || !b.is_ane()) {
             let exe = backend.build().compile(&p).unwrap();
-            let all = exe
+            let whole = exe
                 .new_session(prompt.len())
                 .unwrap()
                 .forward(&prompt, LogitsMode::All)
                 .unwrap()
                 .to_vec();
-            let rows: Vec<&[f32]> = all.chunks_exact(VOCAB).collect();
-            let tag = format!("{name} / {}", backend.name());
+            // Decoding reads what the prefill cached (and, where layers
+            // share K/V, what an earlier layer cached in the same step).
+            let mut s = exe.new_session(prompt.len()).unwrap();
+            let mut stepped = s
+                .forward(&prompt[..PREFILL], LogitsMode::All)
+                .unwrap()
+                .to_vec();
+            for t in &prompt[PREFILL..] {
+                let last = s.forward(std::slice::from_ref(t), LogitsMode::Last);
+                stepped.extend_from_slice(last.unwrap());
+            }
             let t = tolerance::against_oracle(backend);
-            failures.extend(compare(&tag, &rows, &want, t));
+            for (how, all) in [("", whole), (" / decode", stepped)] {
+                let rows: Vec<&[f32]> = all.chunks_exact(VOCAB).collect();
+                let tag = format!("{} / {}{how}", case.name, backend.name());
+                failures.extend(compare(&tag, &rows, &want, t));
+            }
         }
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
-/// The oracle sees each feature: the case's logits differ from the plain
-/// program's (same base weights: `synthetic` inserts them before the edit),
-/// so a backend ignoring the feature cannot pass the case above.
+/// The oracle sees each feature: the case's logits differ from its plain
+/// program's (same layer count and base weights: `synthetic` draws them
+/// before the edit), so a backend ignoring the feature cannot pass the case
+/// above.
 #[test]
 fn every_op_case_changes_the_oracle() {
     let prompt = op_prompt();
-    let plain = oracle::forward(&synthetic(SEED, |_, _, _| {}), &prompt);
-    for (name, edit) in cases().into_iter().skip(1) {
-        let with = oracle::forward(&synthetic(SEED, |b, s, r| edit(b, s, r)), &prompt);
+    for case in cases().into_iter().skip(1) {
+        let plain = oracle::forward(&case.plain(), &prompt);
+        let with = oracle::forward(&case.program(), &prompt);
         let diff = (with.iter().flatten())
             .zip(plain.iter().flatten())
             .map(|(a, b)| (a - b).abs())
             .fold(0.0f64, f64::max);
+        let name = case.name;
         println!("{name}: max |logit change| {diff:.4}");
         assert!(diff > 1e-2, "{name}: the feature changes nothing ({diff})");
     }
@@ -512,28 +625,31 @@ fn every_op_case_changes_the_oracle() {
 /// A variant a backend does not run is refused at compile time, naming the
 /// backend, the variant and the layer — never run with wrong numbers.
 /// (Where it runs, the oracle cases and the fixtures check its numbers.)
+/// Today the CPU backend runs every variant and the ANE backends refuse
+/// these.
 #[test]
 fn unsupported_variants_are_refused_by_name() {
-    // (variant, edit, which backends refuse it)
-    type Refused = fn(TestBackend) -> bool;
-    let edits: Vec<(&str, Edit, Refused)> = vec![
+    // (variant, the layer refused, edit of a two-layer program: layer 1,
+    // behind a supported layer 0, where it can)
+    let edits: Vec<(&str, usize, Edit)> = vec![
         (
             // the ANE lowering's depthwise conv is at most 13 wide
             "mixer short_conv of 14 taps (at most 13)",
-            Box::new(|b, s, r| {
-                b.mixer = Mixer::ShortConv(ShortConv {
+            1,
+            Box::new(|p, s, r| {
+                p.layers[1].mixer = Mixer::ShortConv(ShortConv {
                     kernel: 14,
                     in_proj: insert(s, r, "in", &[64, 192], 0.1, 0.0),
                     conv: insert(s, r, "cv", &[14, 64], 0.1, 0.0),
                     out_proj: insert(s, r, "out", &[64, 64], 0.1, 0.0),
                 })
             }),
-            |b| b.is_ane(),
         ),
         (
             "feed-forward moe",
-            Box::new(|b, s, r| {
-                b.ffn = FeedForward::Moe(MoeFfn {
+            1,
+            Box::new(|p, s, r| {
+                p.layers[1].ffn = FeedForward::Moe(MoeFfn {
                     n_expert: 2,
                     n_expert_used: 1,
                     n_ff_expert: 32,
@@ -548,54 +664,47 @@ fn unsupported_variants_are_refused_by_name() {
                     shared: None,
                 })
             }),
-            |b| b.is_ane(),
+        ),
+        // every layer takes one
+        ("per-layer input embeddings", 0, Box::new(per_layer_inputs)),
+        (
+            "layer output scale",
+            1,
+            Box::new(|p, s, r| {
+                p.layers[1].layer_scale = Some(insert(s, r, "scale", &[1], 0.1, 0.4));
+            }),
         ),
         (
-            "per-layer input embeddings",
-            Box::new(|b, s, r| {
-                b.per_layer_input = Some(PerLayerInput {
-                    width: 8,
-                    activation: Activation::GeluTanh,
-                    gate: insert(s, r, "plg", &[64, 8], 0.1, 0.0),
-                    proj: insert(s, r, "plp", &[8, 64], 0.1, 0.0),
-                    norm: insert(s, r, "pln", &[64], 0.1, 1.0),
-                })
-            }),
-            |_| true,
+            "attention value norm",
+            1,
+            Box::new(|p, _, _| attn(&mut p.layers[1]).v_norm = true),
+        ),
+        (
+            "attention shared K/V",
+            1,
+            Box::new(|p, _, _| share_kv(p, 0, 1)),
         ),
     ];
-    for (what, edit, refused_by) in &edits {
-        let mut p = synthetic(9, |b, s, r| edit(b, s, r));
-        // on layer 1, behind a supported layer 0
-        let first = synthetic(9, |_, _, _| {}).layers.remove(0);
-        p.layers.insert(0, first);
+    for (what, layer, edit) in &edits {
+        let p = synthetic(9, 2, |p, s, r| edit(p, s, r));
         p.validate().unwrap();
-        for backend in TestBackend::ALL.into_iter().filter(|b| refused_by(*b)) {
+        for backend in TestBackend::ALL.into_iter().filter(|b| b.is_ane()) {
             let e = backend
                 .build()
                 .compile(&p)
                 .err()
                 .unwrap_or_else(|| panic!("{}: {what} compiled", backend.name()));
-            assert!(matches!(e, Error::Unsupported { layer: 1, .. }), "{e}");
+            assert!(
+                matches!(e, Error::Unsupported { layer: l, .. } if l == *layer),
+                "{e}"
+            );
             let want = format!(
-                "backend {} does not support {what} (layer 1)",
+                "backend {} does not support {what} (layer {layer})",
                 backend.backend_name()
             );
             assert_eq!(e.to_string(), want);
         }
-    }
-    // K/V taken from an earlier layer
-    let mut p = synthetic(9, |_, _, _| {});
-    let mut second = p.layers[0].clone();
-    second.attention_mut().unwrap().kv_source = Some(0);
-    p.layers.push(second);
-    p.validate().unwrap();
-    for backend in TestBackend::ALL {
-        let e = backend.build().compile(&p).err().unwrap();
-        let want = format!(
-            "backend {} does not support attention shared K/V (layer 1)",
-            backend.backend_name()
-        );
-        assert_eq!(e.to_string(), want);
+        let cpu = TestBackend::Cpu.build().compile(&p);
+        assert!(cpu.is_ok(), "cpu: {what}: {:?}", cpu.err());
     }
 }
