@@ -342,7 +342,6 @@ fn per_layer_embeddings(
 
 /// Attention of every segment against its own cache (layer `il`'s, or the
 /// layer it reads K/V from). One segment
-
 /// parallelises inside [`attend`]; several (batched decode) run side by side.
 #[allow(clippy::too_many_arguments)]
 fn attend_segments(

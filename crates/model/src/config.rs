@@ -62,6 +62,16 @@ pub enum RopeScaling {
         /// cos/sin multiplier (1 unless the file sets one).
         attention_factor: f64,
     },
+    /// HF's "proportional" RoPE (Gemma 4's full layers): half-split pairs
+    /// over the whole head dim, frequencies `theta^(-2j/d)` over that full
+    /// width, and only the first `floor(fraction · d / 2)` pairs rotating
+    /// (the others get frequency 0: pass-through).
+    Proportional {
+        /// The share of pairs that rotate (`partial_rotary_factor`).
+        fraction: f64,
+        /// Divisor of the rotating frequencies (`factor`, default 1).
+        factor: f64,
+    },
     /// LongRoPE (HF `rope_type = "longrope"`, Phi-3): frequencies divided by
     /// per-pair factors and cos/sin scaled by `sqrt(1 + ln(s) / ln(orig))`
     /// with `s = max_position_embeddings / orig`. transformers uses the
@@ -87,8 +97,12 @@ pub struct RopeConfig {
     pub scaling: RopeScaling,
     /// Element pairing of the stored q/k rows.
     pub pairing: RopePairing,
-    /// Rotated dimensions per head (partial rotary when below `head_dim`).
+    /// Rotated dimensions per head of global layers (partial rotary when
+    /// below their head dim).
     pub n_rot: usize,
+    /// Rotated dimensions of sliding layers when their head dim differs
+    /// (Gemma 4).
+    pub n_rot_local: Option<usize>,
 }
 
 /// Mixture-of-experts options, alike in every sparse layer.
@@ -132,10 +146,21 @@ pub struct DecoderConfig {
     pub moe: Option<MoeConfig>,
     /// Per layer: a mixture of experts instead of the dense FFN.
     pub moe_layers: Vec<bool>,
-    /// Per-head dimension.
+    /// Per-head dimension (of global layers; see `head_dim_layers`).
     pub head_dim: usize,
-    /// Feed-forward hidden width.
+    /// Per-head dimension of each layer (Gemma 4: sliding and full differ).
+    pub head_dim_layers: Vec<usize>,
+    /// Feed-forward hidden width (of layer 0; see `n_ff_layers`).
     pub n_ff: usize,
+    /// Feed-forward hidden width of each layer.
+    pub n_ff_layers: Vec<usize>,
+    /// Per layer: the earlier layer whose cached K/V it reads (Gemma 4's
+    /// last `num_kv_shared_layers`), `None` for layers with their own cache.
+    pub kv_sources: Vec<Option<usize>>,
+    /// Width of the per-layer input embeddings (Gemma 4), if any.
+    pub per_layer_input: Option<usize>,
+    /// Values get a weightless per-head RMS norm.
+    pub v_norm: bool,
     /// Vocabulary size (rows of the embedding tensor).
     pub n_vocab: usize,
     /// Training context length.
@@ -200,13 +225,24 @@ impl Reader<'_> {
                 SourceFormat::HuggingFace => spec.hf,
             };
             for k in keys {
-                let k = k.replace("{arch}", &self.arch);
-                if let Some(v) = self.md.get(&k) {
-                    return Some((k, v));
+                if let Some(found) = self.lookup(&k.replace("{arch}", &self.arch)) {
+                    return Some(found);
                 }
             }
         }
         None
+    }
+
+    /// `key`, or in a multimodal HF config (Gemma 3/4 `...ForConditionalGeneration`)
+    /// first its decoder's `text_config.key`.
+    fn lookup(&self, key: &str) -> Option<(String, &MetadataValue)> {
+        if self.format == SourceFormat::HuggingFace {
+            let nested = format!("text_config.{key}");
+            if let Some(v) = self.md.get(&nested) {
+                return Some((nested, v));
+            }
+        }
+        self.md.get(key).map(|v| (key.to_string(), v))
     }
 
     fn all_keys(&self, p: Param) -> String {
@@ -370,7 +406,22 @@ pub(crate) fn resolve(
             "layer {i}: {n} key/value heads on an attention layer"
         )));
     }
+    for (p, what) in [
+        (
+            Param::AttnKEqV,
+            "`attention_k_eq_v` (full layers taking V from the K projection, Gemma 4 31B)",
+        ),
+        (
+            Param::EnableMoeBlock,
+            "`enable_moe_block` (experts beside the dense FFN, Gemma 4 26B-A4B)",
+        ),
+    ] {
+        if r.bool(p)? == Some(true) {
+            return Err(Error::Unsupported(what.into()));
+        }
+    }
     let head_dim = r.usize(Param::HeadDim)?.unwrap_or(n_embd / n_head);
+    let head_dim_swa = r.usize(Param::HeadDimSwa)?;
     let conv_kernel = if conv_layers.contains(&true) {
         let k = r.require_usize(Param::ConvKernel)?;
         if k == 0 || k > MAX_CONV_KERNEL {
@@ -385,16 +436,32 @@ pub(crate) fn resolve(
     };
     let moe = moe_config(&r)?;
     let moe_layers = moe_layers(&r, n_layer, moe.is_some())?;
-    let n_ff = match (r.usize(Param::NFf)?, &moe) {
-        (Some(n), _) => adjusted_ff(&r, n)?,
-        (None, Some(m)) => m.n_ff_expert,
-        (None, None) => r.require_usize(Param::NFf)?,
+    let mut n_ff_layers = match (r.per_layer_usize(Param::NFf, n_layer)?, &moe) {
+        (Some(n), _) => n
+            .into_iter()
+            .map(|f| adjusted_ff(&r, f))
+            .collect::<Result<Vec<_>>>()?,
+        (None, Some(m)) => vec![m.n_ff_expert; n_layer],
+        (None, None) => vec![r.require_usize(Param::NFf)?; n_layer],
     };
     // Sanity caps before anything is sized from these numbers (hostile metadata).
+    let shared_kv = r.usize(Param::SharedKvLayers)?.unwrap_or(0);
+    let per_layer_input = r.usize(Param::PerLayerInputWidth)?.filter(|w| *w > 0);
     for (what, v, cap) in [
         ("n_embd", n_embd, MAX_DIM),
-        ("n_ff", n_ff, MAX_DIM),
+        (
+            "n_ff",
+            n_ff_layers.iter().copied().max().unwrap_or(0),
+            MAX_DIM,
+        ),
         ("head_dim", head_dim, MAX_DIM),
+        ("head_dim_swa", head_dim_swa.unwrap_or(0), MAX_DIM),
+        (
+            "per-layer input width",
+            per_layer_input.unwrap_or(0),
+            MAX_DIM,
+        ),
+        ("shared K/V layers", shared_kv, n_layer - 1),
         ("n_head", n_head, MAX_DIM),
         ("n_head_kv", n_head_kv, MAX_DIM),
         (
@@ -434,16 +501,55 @@ pub(crate) fn resolve(
         }
     };
 
-    let n_rot = match (r.usize(Param::NRot)?, r.f64(Param::PartialRotaryFactor)?) {
-        (Some(n), _) => n,
-        (None, Some(f)) => ((head_dim as f64) * f).round() as usize,
-        (None, None) => head_dim,
+    let sliding_window = match overrides.sliding_window {
+        Some(w) => Some(w).filter(|w| *w > 0),
+        None => r
+            .usize(Param::SlidingWindow)?
+            .filter(|w| *w > 0)
+            .or(q.default_sliding_window),
     };
-    if n_rot > head_dim || n_rot % 2 != 0 {
-        return Err(Error::Invalid(format!(
-            "rotary dimensions {n_rot} must be even and at most head_dim {head_dim}"
-        )));
+    let sliding_layers = sliding_layers(&r, n_layer, sliding_window.is_some())?;
+    let head_dim_layers = head_dims(&r, head_dim, head_dim_swa, &sliding_layers)?;
+    // Global layers' RoPE width from theirs, sliding layers' from theirs.
+    let full_hd = (0..n_layer)
+        .find(|i| !sliding_layers[*i])
+        .map_or(head_dim, |i| head_dim_layers[i]);
+    // The scalar names the global layers' (HF Gemma 4's `head_dim` key is
+    // the sliding layers').
+    let head_dim = full_hd;
+    let swa_hd = (0..n_layer)
+        .find(|i| sliding_layers[*i])
+        .map(|i| head_dim_layers[i]);
+    let partial = r.f64(Param::PartialRotaryFactor)?;
+    let rotated = |hd: usize| partial.map_or(hd, |f| ((hd as f64) * f).round() as usize);
+    let n_rot = r.usize(Param::NRot)?.unwrap_or(rotated(full_hd));
+    let n_rot_local = match (r.usize(Param::NRotSwa)?, swa_hd) {
+        (Some(n), _) => Some(n),
+        (None, Some(hd)) if hd != full_hd => Some(rotated(hd)),
+        _ => None,
+    };
+    for (n, hd) in [
+        (Some(n_rot), full_hd),
+        (n_rot_local, swa_hd.unwrap_or(full_hd)),
+    ] {
+        match n {
+            Some(n) if n > hd || n % 2 != 0 => {
+                return Err(Error::Invalid(format!(
+                    "rotary dimensions {n} must be even and at most head_dim {hd}"
+                )))
+            }
+            _ => {}
+        }
     }
+    let kv_sources = kv_sources(&r, shared_kv, &sliding_layers)?;
+    if r.bool(Param::UseDoubleWideMlp)? == Some(true) {
+        for (ff, src) in n_ff_layers.iter_mut().zip(&kv_sources) {
+            if src.is_some() {
+                *ff *= 2;
+            }
+        }
+    }
+    let n_ff = n_ff_layers[0];
     let scaling = rope_scaling(&r, source)?;
     let theta = r.f64(Param::RopeTheta)?.unwrap_or(q.default_rope_theta);
     let theta_local = r.f64(Param::RopeThetaLocal)?.or(q.default_rope_theta_local);
@@ -457,20 +563,14 @@ pub(crate) fn resolve(
         keys: r.all_keys(Param::NormEps),
     })? as f32;
 
-    let sliding_window = match overrides.sliding_window {
-        Some(w) => Some(w).filter(|w| *w > 0),
-        None => r
-            .usize(Param::SlidingWindow)?
-            .filter(|w| *w > 0)
-            .or(q.default_sliding_window),
-    };
-    let sliding_layers = sliding_layers(&r, n_layer, sliding_window.is_some())?;
     let rope_layers = rope_layers(&r, n_layer)?;
 
     let attn_scale = if let Some(s) = r.f64(Param::QueryPreAttnScalar)? {
         (1.0 / s.sqrt()) as f32
     } else if let Some(s) = r.f64(Param::AttnScale)?.filter(|s| *s > 0.0) {
         s as f32
+    } else if let Some(s) = q.fixed_attn_scale {
+        s
     } else if format == SourceFormat::Gguf
         && q.gguf_attn_scale_embd_per_head_layers.contains(&n_layer)
     {
@@ -493,7 +593,12 @@ pub(crate) fn resolve(
         moe,
         moe_layers,
         head_dim,
+        head_dim_layers,
         n_ff,
+        n_ff_layers,
+        kv_sources,
+        per_layer_input,
+        v_norm: q.v_norm,
         n_vocab,
         n_ctx_train,
         rope: RopeConfig {
@@ -502,6 +607,7 @@ pub(crate) fn resolve(
             scaling,
             pairing,
             n_rot,
+            n_rot_local,
         },
         norm_eps,
         norm_weight_offset: match format {
@@ -573,6 +679,69 @@ fn conv_layers(r: &Reader<'_>, n_layer: usize, heads_kv: &[usize]) -> Result<Vec
         return Ok((0..n_layer).map(|i| !idx.contains(&i)).collect());
     }
     Ok(heads_kv.iter().map(|n| *n == 0).collect())
+}
+
+/// Each layer's head dim: HF's `per_layer_config.{i}.head_dim` (keys
+/// zero-padded to equal width from 10 layers on) where given, else the
+/// sliding dim (`head_dim_swa`) on sliding layers, else `head_dim`.
+fn head_dims(
+    r: &Reader<'_>,
+    head_dim: usize,
+    head_dim_swa: Option<usize>,
+    sliding: &[bool],
+) -> Result<Vec<usize>> {
+    let width = sliding.len().saturating_sub(1).to_string().len();
+    sliding
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let keys = [
+                format!("per_layer_config.{i}.head_dim"),
+                format!("per_layer_config.{i:0width$}.head_dim"),
+            ];
+            let given = keys.iter().find_map(|k| r.lookup(k));
+            let hd = match given {
+                Some((key, v)) => v
+                    .as_i64()
+                    .and_then(|x| usize::try_from(x).ok())
+                    .filter(|x| (1..=MAX_DIM).contains(x))
+                    .ok_or_else(|| Error::BadValue {
+                        key,
+                        reason: format!("expected a head dim in 1..={MAX_DIM}, found {v:?}"),
+                    })?,
+                None if *s => head_dim_swa.unwrap_or(head_dim),
+                None => head_dim,
+            };
+            Ok(hd)
+        })
+        .collect()
+}
+
+/// The K/V source of each layer: the last `shared` layers read the cache of
+/// the last layer before them of the same type (sliding or full), as
+/// transformers' `kv_sharing_modes` does (llama.cpp hard-codes "two layers
+/// before" for the two types, which agrees on the released models).
+fn kv_sources(r: &Reader<'_>, shared: usize, sliding: &[bool]) -> Result<Vec<Option<usize>>> {
+    let n_layer = sliding.len();
+    let first_shared = n_layer - shared;
+    (0..n_layer)
+        .map(|j| {
+            if j < first_shared {
+                return Ok(None);
+            }
+            (0..first_shared)
+                .rev()
+                .find(|i| sliding[*i] == sliding[j])
+                .map(Some)
+                .ok_or_else(|| Error::BadValue {
+                    key: r.all_keys(Param::SharedKvLayers),
+                    reason: format!(
+                        "layer {j} shares K/V, but no earlier layer has its type ({})",
+                        if sliding[j] { "sliding" } else { "full" }
+                    ),
+                })
+        })
+        .collect()
 }
 
 /// The mixture-of-experts options, when the metadata declares experts.
@@ -680,6 +849,10 @@ fn rope_scaling(r: &Reader<'_>, source: &dyn WeightSource) -> Result<RopeScaling
                 truncate: r.bool(Param::RopeTruncate)?.unwrap_or(true),
             })
         }
+        Some("proportional") => Ok(RopeScaling::Proportional {
+            fraction: r.f64(Param::RopeProportionalFactor)?.unwrap_or(1.0),
+            factor: factor.filter(|f| *f > 0.0).unwrap_or(1.0),
+        }),
         Some("longrope") => {
             let (key, items) =
                 r.array(Param::RopeShortFactor)
@@ -800,12 +973,21 @@ pub(crate) fn tensor_names(
         .iter()
         .flat_map(|table| table.iter())
         .filter(move |t| t.role == role)
-        .map(move |t| {
+        .flat_map(move |t| {
             let tpl = match format {
                 SourceFormat::Gguf => t.gguf,
                 SourceFormat::HuggingFace => t.hf,
             };
-            tpl.replace("{i}", &layer.to_string())
+            let name = tpl.replace("{i}", &layer.to_string());
+            // Multimodal HF checkpoints keep the decoder under
+            // `model.language_model.`.
+            let nested = match (format, name.strip_prefix("model.")) {
+                (SourceFormat::HuggingFace, Some(rest)) => {
+                    Some(format!("model.language_model.{rest}"))
+                }
+                _ => None,
+            };
+            std::iter::once(name).chain(nested)
         })
 }
 

@@ -62,6 +62,23 @@ pub enum Param {
     DecoderSparseStep,
     /// HF Qwen2/3-MoE: layers that keep a dense FFN.
     MlpOnlyLayers,
+    /// Head dimension of sliding layers when it differs (Gemma 4; `HeadDim`
+    /// is then the full layers').
+    HeadDimSwa,
+    /// Rotated dimensions of sliding layers when they differ.
+    NRotSwa,
+    /// Gemma 4 (HF): the KV-shared layers' FFN is twice `intermediate_size`.
+    UseDoubleWideMlp,
+    /// The last `n` layers read K/V cached by earlier layers (Gemma 4).
+    SharedKvLayers,
+    /// Width of the per-layer input embeddings (Gemma 4); 0 is none.
+    PerLayerInputWidth,
+    /// Gemma 4 31B: full layers take V from the K projection.
+    AttnKEqV,
+    /// Gemma 4 26B-A4B: experts beside the dense FFN.
+    EnableMoeBlock,
+    /// HF's "proportional" RoPE: the share of pairs that rotate.
+    RopeProportionalFactor,
 }
 
 /// Where a hyperparameter lives in each format. The first key present wins.
@@ -288,6 +305,29 @@ pub const COMMON_KEYS: &[KeySpec] = &[
     ),
     key(Param::DecoderSparseStep, &[], &["decoder_sparse_step"]),
     key(Param::MlpOnlyLayers, &[], &["mlp_only_layers"]),
+    key(Param::HeadDimSwa, &["{arch}.attention.key_length_swa"], &[]),
+    key(Param::NRotSwa, &["{arch}.rope.dimension_count_swa"], &[]),
+    key(Param::UseDoubleWideMlp, &[], &["use_double_wide_mlp"]),
+    key(
+        Param::SharedKvLayers,
+        &["{arch}.attention.shared_kv_layers"],
+        &["num_kv_shared_layers"],
+    ),
+    key(
+        Param::PerLayerInputWidth,
+        &["{arch}.embedding_length_per_layer_input"],
+        &["hidden_size_per_layer_input"],
+    ),
+    key(Param::AttnKEqV, &[], &["attention_k_eq_v"]),
+    key(Param::EnableMoeBlock, &[], &["enable_moe_block"]),
+    key(
+        Param::RopeProportionalFactor,
+        &[],
+        &[
+            "rope_parameters.full_attention.partial_rotary_factor",
+            "rope_parameters.partial_rotary_factor",
+        ],
+    ),
 ];
 
 /// A tensor-name template in both namings; `{i}` is the layer index, `{e}`
@@ -467,6 +507,46 @@ pub const GEMMA_TENSORS: &[TensorName] = &[
         Role::PostFfnNorm,
         "blk.{i}.post_ffw_norm.weight",
         "model.layers.{i}.post_feedforward_layernorm.weight",
+    ),
+];
+
+/// Gemma 4's tensors beyond Gemma 3's (per-layer input embeddings, the
+/// residual scale); the family searches this table, then [`GEMMA_TENSORS`].
+pub const GEMMA4_TENSORS: &[TensorName] = &[
+    t(
+        Role::PerLayerTokenEmbd,
+        "per_layer_token_embd.weight",
+        "model.embed_tokens_per_layer.weight",
+    ),
+    t(
+        Role::PerLayerModelProj,
+        "per_layer_model_proj.weight",
+        "model.per_layer_model_projection.weight",
+    ),
+    t(
+        Role::PerLayerProjNorm,
+        "per_layer_proj_norm.weight",
+        "model.per_layer_projection_norm.weight",
+    ),
+    t(
+        Role::PerLayerInpGate,
+        "blk.{i}.inp_gate.weight",
+        "model.layers.{i}.per_layer_input_gate.weight",
+    ),
+    t(
+        Role::PerLayerProj,
+        "blk.{i}.proj.weight",
+        "model.layers.{i}.per_layer_projection.weight",
+    ),
+    t(
+        Role::PerLayerPostNorm,
+        "blk.{i}.post_norm.weight",
+        "model.layers.{i}.post_per_layer_input_norm.weight",
+    ),
+    t(
+        Role::LayerOutputScale,
+        "blk.{i}.layer_output_scale.weight",
+        "model.layers.{i}.layer_scalar",
     ),
 ];
 
@@ -652,6 +732,11 @@ pub struct Quirks {
     /// MoE: renormalise the top-k router probabilities when the metadata
     /// does not say (Qwen3-MoE: true, Qwen2-MoE: false).
     pub default_expert_weights_norm: bool,
+    /// Multiplier on q·k when the metadata sets none (Gemma 4: 1.0, its
+    /// q/k norms carry the scale); `None` is `1/sqrt(head_dim)`.
+    pub fixed_attn_scale: Option<f32>,
+    /// Values get a weightless per-head RMS norm (Gemma 4).
+    pub v_norm: bool,
 }
 
 /// A model family: names, keys, tensor names and quirks.

@@ -9,7 +9,8 @@ use crate::{Error, Result};
 use anedvd_base::{GgmlType, WeightSource};
 use anedvd_graph::{
     Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, ExpertTensors,
-    FeedForward, Mixer, MoeFfn, NormPlacement, NormSpec, Role, Rope, SharedExpert, ShortConv,
+    FeedForward, Mixer, MoeFfn, NormPlacement, NormSpec, PerLayerEmbedding, PerLayerInput, Role,
+    Rope, SharedExpert, ShortConv,
 };
 use std::sync::Arc;
 
@@ -111,6 +112,19 @@ pub fn longrope_attention_factor(context: f64, original_context: f64, given: Opt
     })
 }
 
+/// HF's "proportional" RoPE (`_compute_proportional_rope_parameters`):
+/// over the whole `head_dim`, the first `floor(fraction · head_dim / 2)`
+/// pairs rotate at `theta^(-2j/head_dim) / factor`, the rest get frequency
+/// 0 (they pass through).
+pub fn proportional_inv_freq(theta: f64, head_dim: usize, fraction: f64, factor: f64) -> Vec<f64> {
+    let rotated = (fraction * head_dim as f64 / 2.0).floor() as usize;
+    base_inv_freq(theta, head_dim)
+        .into_iter()
+        .enumerate()
+        .map(|(j, f)| if j < rotated { f / factor } else { 0.0 })
+        .collect()
+}
+
 fn read_f32_vector(source: &dyn WeightSource, name: &str, len: usize) -> Result<Vec<f64>> {
     let t = source
         .tensor(name)
@@ -187,6 +201,9 @@ fn global_inv_freq(cfg: &DecoderConfig, source: &dyn WeightSource) -> Result<(Ve
             }
             let freqs = longrope_inv_freq(cfg.rope.theta, cfg.rope.n_rot, factors);
             return Ok((freqs, *attention_factor as f32));
+        }
+        RopeScaling::Proportional { fraction, factor } => {
+            proportional_inv_freq(cfg.rope.theta, cfg.rope.n_rot, *fraction, *factor)
         }
         RopeScaling::Yarn { .. } => base,
     };
@@ -365,19 +382,24 @@ pub(crate) fn build(
     source: Arc<dyn WeightSource>,
 ) -> Result<DecoderProgram> {
     let (global, global_attn_factor) = global_inv_freq(cfg, source.as_ref())?;
-    let local = cfg
-        .rope
-        .theta_local
-        .map(|t| base_inv_freq(t, cfg.rope.n_rot));
+    // Sliding layers' RoPE: their own base (Gemma 3/4) and width (Gemma 4).
+    let local_n_rot = cfg.rope.n_rot_local.unwrap_or(cfg.rope.n_rot);
+    let local = match (cfg.rope.theta_local, cfg.rope.n_rot_local) {
+        (None, None) => None,
+        (theta, _) => Some(base_inv_freq(theta.unwrap_or(cfg.rope.theta), local_n_rot)),
+    };
     let mut layers = Vec::with_capacity(cfg.n_layer);
     let mut views = Vec::new();
     for i in 0..cfg.n_layer {
         let sliding =
             cfg.sliding_layers.get(i).copied().unwrap_or(false) && cfg.sliding_window.is_some();
-        let (inv_freq, attn_factor) = match (&local, sliding) {
-            (Some(l), true) => (l.clone(), 1.0),
-            _ => (global.clone(), global_attn_factor),
+        let (inv_freq, attn_factor, n_rot) = match (&local, sliding) {
+            (Some(l), true) => (l.clone(), 1.0, local_n_rot),
+            _ => (global.clone(), global_attn_factor, cfg.rope.n_rot),
         };
+        let head_dim = cfg.head_dim_layers.get(i).copied().unwrap_or(cfg.head_dim);
+        let n_ff = cfg.n_ff_layers.get(i).copied().unwrap_or(cfg.n_ff);
+        let kv_source = cfg.kv_sources.get(i).copied().flatten();
         let mut names = Names {
             cfg,
             family,
@@ -411,41 +433,69 @@ pub(crate) fn build(
                     .get(i)
                     .copied()
                     .unwrap_or(cfg.n_head_kv);
-                let (q, kv) = (cfg.n_head * cfg.head_dim, n_head_kv * cfg.head_dim);
-                let [wq, wk, wv] = names.split(
-                    [Role::AttnQ, Role::AttnK, Role::AttnV],
-                    Role::AttnQkv,
-                    [q, kv, kv],
-                    ["q", "k", "v"],
-                )?;
+                let (q, kv) = (cfg.n_head * head_dim, n_head_kv * head_dim);
                 let uses_rope = cfg.rope_layers.get(i).copied().unwrap_or(true);
+                let (wq, wk, wv, k_bias, v_bias, k_norm) = match kv_source {
+                    // K/V come from the source layer: name its tensors.
+                    Some(src) => {
+                        let Some(a) = layers.get(src).and_then(Block::attention) else {
+                            return Err(Error::Invalid(format!(
+                                "layer {i} reads K/V of layer {src}, which is not an attention layer"
+                            )));
+                        };
+                        (
+                            names.required(Role::AttnQ)?,
+                            a.wk.clone(),
+                            a.wv.clone(),
+                            a.bias.k.clone(),
+                            a.bias.v.clone(),
+                            a.k_norm.clone(),
+                        )
+                    }
+                    None => {
+                        let [wq, wk, wv] = names.split(
+                            [Role::AttnQ, Role::AttnK, Role::AttnV],
+                            Role::AttnQkv,
+                            [q, kv, kv],
+                            ["q", "k", "v"],
+                        )?;
+                        (
+                            wq,
+                            wk,
+                            wv,
+                            names.required_if(cfg.qkv_bias, Role::AttnKBias)?,
+                            names.required_if(cfg.qkv_bias, Role::AttnVBias)?,
+                            names.required_if(cfg.qk_norm, Role::AttnKNorm)?,
+                        )
+                    }
+                };
                 Mixer::Attention(Attention {
                     n_head: cfg.n_head,
                     n_head_kv,
-                    head_dim: cfg.head_dim,
+                    head_dim,
                     scale: cfg.attn_scale,
                     softcap: cfg.attn_softcap,
                     window: if sliding { cfg.sliding_window } else { None },
                     rope: uses_rope.then_some(Rope {
                         pairing: cfg.rope.pairing,
-                        n_rot: cfg.rope.n_rot,
+                        n_rot,
                         inv_freq,
                         attn_factor,
                     }),
-                    kv_source: None,
+                    kv_source,
                     wq,
                     wk,
                     wv,
                     wo: names.required(Role::AttnOutput)?,
                     bias: AttentionBias {
                         q: names.required_if(cfg.qkv_bias, Role::AttnQBias)?,
-                        k: names.required_if(cfg.qkv_bias, Role::AttnKBias)?,
-                        v: names.required_if(cfg.qkv_bias, Role::AttnVBias)?,
+                        k: k_bias,
+                        v: v_bias,
                         o: names.optional(Role::AttnOutputBias),
                     },
                     q_norm: names.required_if(cfg.qk_norm, Role::AttnQNorm)?,
-                    k_norm: names.required_if(cfg.qk_norm, Role::AttnKNorm)?,
-                    v_norm: false,
+                    k_norm,
+                    v_norm: cfg.v_norm,
                 })
             }
         };
@@ -455,11 +505,11 @@ pub(crate) fn build(
                 let [gate, up] = names.split(
                     [Role::FfnGate, Role::FfnUp],
                     Role::FfnGateUp,
-                    [cfg.n_ff, cfg.n_ff],
+                    [n_ff, n_ff],
                     ["gate", "up"],
                 )?;
                 FeedForward::Dense(DenseFfn {
-                    n_ff: cfg.n_ff,
+                    n_ff,
                     activation: cfg.activation,
                     gate,
                     up,
@@ -467,12 +517,22 @@ pub(crate) fn build(
                 })
             }
         };
+        let per_layer_input = match cfg.per_layer_input {
+            None => None,
+            Some(width) => Some(PerLayerInput {
+                width,
+                activation: cfg.activation,
+                gate: names.required(Role::PerLayerInpGate)?,
+                proj: names.required(Role::PerLayerProj)?,
+                norm: names.required(Role::PerLayerPostNorm)?,
+            }),
+        };
         layers.push(Block {
             norms,
             mixer,
             ffn,
-            per_layer_input: None,
-            layer_scale: None,
+            per_layer_input,
+            layer_scale: names.optional(Role::LayerOutputScale),
         });
     }
     let weights: Arc<dyn WeightSource> = if views.is_empty() {
@@ -503,7 +563,16 @@ pub(crate) fn build(
             Some(global(Role::Output))
         },
         layers,
-        per_layer_embd: None,
+        // Gemma 4's scales are fixed by the architecture (no metadata key).
+        per_layer_embd: cfg.per_layer_input.map(|width| PerLayerEmbedding {
+            width,
+            token_table: global(Role::PerLayerTokenEmbd),
+            token_scale: (width as f32).sqrt(),
+            model_proj: global(Role::PerLayerModelProj),
+            model_proj_scale: 1.0 / (cfg.n_embd as f32).sqrt(),
+            proj_norm: global(Role::PerLayerProjNorm),
+            combine_scale: std::f32::consts::FRAC_1_SQRT_2,
+        }),
         weights,
     };
     program.validate()?;

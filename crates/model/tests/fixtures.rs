@@ -27,7 +27,8 @@ fn hf_and_gguf_configs_agree() {
         assert_eq!(hf.format, SourceFormat::HuggingFace);
         assert_eq!(gg.format, SourceFormat::Gguf);
         assert_eq!(hf.family, gg.family, "{family}");
-        let gemma = family.starts_with("gemma");
+        // Gemma 2/3 HF files store `w` of a `(1 + w)` norm; Gemma 4's are plain.
+        let gemma = ["gemma2", "gemma3"].contains(&family);
         assert_eq!(
             hf.norm_weight_offset,
             if gemma { 1.0 } else { 0.0 },
@@ -48,8 +49,9 @@ fn hf_and_gguf_configs_agree() {
         aligned.format = hf.format;
         aligned.norm_weight_offset = hf.norm_weight_offset;
         aligned.rope.pairing = hf.rope.pairing;
-        if family == "llama" {
-            // HF keeps llama3 parameters; GGUF carries them as rope_freqs.weight.
+        if family == "llama" || family == "gemma4" {
+            // HF keeps llama3 (proportional) parameters; GGUF carries them
+            // as rope_freqs.weight (compared by the frequency tests below).
             assert!(matches!(
                 gg.rope.scaling,
                 anedvd_model::RopeScaling::FreqFactors { .. }
@@ -84,8 +86,80 @@ fn llama3_frequencies_match_converter_factors() {
     }
 }
 
+/// Gemma 4's full layers: HF's proportional RoPE (frequency 0 past the
+/// rotated pairs) against llama.cpp's 1e30 divisors in `rope_freqs.weight`.
+#[test]
+fn proportional_frequencies_match_converter_factors() {
+    let hf = fixtures::program("gemma4", Format::Hf);
+    let gg = fixtures::program("gemma4", Format::GgufF32);
+    // layer 3 is the first full-attention layer (head dim 32, 4 of 16 pairs rotate)
+    let (a, b) = (inv_freq(&hf, 3), inv_freq(&gg, 3));
+    assert_eq!(a.len(), 16);
+    assert_eq!(b.len(), 16);
+    let base = anedvd_model::base_inv_freq(1e6, 32);
+    for j in 0..16 {
+        if j < 4 {
+            assert!((a[j] - base[j]).abs() <= 1e-12 * base[j], "pair {j}");
+            assert!(
+                (a[j] - b[j]).abs() <= 1e-6 * a[j],
+                "pair {j}: {} vs {}",
+                a[j],
+                b[j]
+            );
+        } else {
+            assert_eq!(a[j], 0.0, "pair {j}");
+            assert!(b[j] < 1e-29, "pair {j}: {}", b[j]);
+        }
+    }
+    // sliding layers: plain RoPE over their own 16 dims at base 1e4
+    assert_eq!(inv_freq(&hf, 0), &anedvd_model::base_inv_freq(1e4, 16)[..]);
+    assert_eq!(inv_freq(&gg, 0), inv_freq(&hf, 0));
+}
+
 /// The RoPE frequencies of `layer` (which must be a RoPE attention layer).
 fn inv_freq(p: &anedvd_graph::DecoderProgram, layer: usize) -> &[f64] {
     let rope = p.layers[layer].attention().and_then(|a| a.rope.as_ref());
     &rope.expect("a RoPE attention layer").inv_freq
+}
+
+/// Gemma 4's per-layer geometry, in both namings, against what transformers
+/// resolved for the fixture (reference.json `gemma4_layers`): head dims,
+/// K/V heads, FFN widths (double-wide on the shared layers), windows and
+/// the layer whose K/V each layer attends over.
+#[test]
+fn gemma4_layers_match_transformers() {
+    let r = fixtures::reference("gemma4").json;
+    let want = r["gemma4_layers"].as_array().unwrap();
+    for format in [Format::Hf, Format::GgufF32] {
+        let p = fixtures::program("gemma4", format);
+        assert_eq!(p.layers.len(), want.len());
+        for (i, (b, w)) in p.layers.iter().zip(want).enumerate() {
+            let a = b.attention().unwrap();
+            let tag = format!("{} layer {i}", format.name());
+            assert_eq!(a.head_dim as u64, w["head_dim"].as_u64().unwrap(), "{tag}");
+            assert_eq!(
+                a.n_head_kv as u64,
+                w["num_kv_heads"].as_u64().unwrap(),
+                "{tag}"
+            );
+            assert_eq!(
+                a.window.map(|x| x as u64),
+                w["sliding_window"].as_u64(),
+                "{tag}"
+            );
+            let source = a.kv_source.unwrap_or(i) as u64;
+            assert_eq!(source, w["kv_source_layer"].as_u64().unwrap(), "{tag}");
+            let anedvd_graph::FeedForward::Dense(f) = &b.ffn else {
+                panic!("{tag}: not dense")
+            };
+            assert_eq!(f.n_ff as u64, w["ffn"].as_u64().unwrap(), "{tag}");
+            assert!(a.v_norm && a.scale == 1.0, "{tag}");
+            assert!(
+                b.per_layer_input.is_some() && b.layer_scale.is_some(),
+                "{tag}"
+            );
+        }
+        let e = p.per_layer_embd.as_ref().unwrap();
+        assert_eq!(e.width, 16);
+    }
 }

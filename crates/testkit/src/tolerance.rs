@@ -37,15 +37,39 @@ pub struct Tolerance {
 ///   cosine is 0.965 and llama.cpp's own Q8 run changes the argmax, 129 vs
 ///   transformers' 377), so the worst-position bound is loosened; the last
 ///   position and the llama.cpp comparison keep theirs.
-pub fn against_transformers(backend: TestBackend, format: Format, routed: bool) -> Tolerance {
+/// - `unit_scale` (Gemma 4: q·k unscaled over RMS-normed q and k, so scores
+///   reach ~head_dim): every rounding of q or k moves the softmax far more.
+///   On float weights the f16 KV cache alone costs cosine 0.99997 at the
+///   worst position (a float64 numpy forward with f16-rounded K/V gives
+///   0.999967 at the same position 14, and our logits equal that forward to
+///   0.9999994). On Q8_0 the weights alone move the model this far: the
+///   same exact forward over the dequantized Q8_0 weights has cosine 0.9977
+///   last and 0.894 worst against transformers, llama.cpp's Q8 run 0.9929
+///   last (ours 0.9888 last, 0.927 worst).
+pub fn against_transformers(
+    backend: TestBackend,
+    format: Format,
+    routed: bool,
+    unit_scale: bool,
+) -> Tolerance {
     let t = unrouted(backend, format);
-    if routed && format == Format::GgufQ8 {
-        return Tolerance {
+    match (format, routed, unit_scale) {
+        (Format::GgufQ8, _, true) => Tolerance {
+            min_cos_last: 0.98,
+            min_cos_worst: 0.85,
+            max_rel_last: 0.2,
+            ..t
+        },
+        (Format::Hf | Format::GgufF32, _, true) => Tolerance {
+            min_cos_worst: 0.9999,
+            ..t
+        },
+        (Format::GgufQ8, true, false) => Tolerance {
             min_cos_worst: 0.95,
             ..t
-        };
+        },
+        _ => t,
     }
-    t
 }
 
 fn unrouted(backend: TestBackend, format: Format) -> Tolerance {
@@ -103,10 +127,15 @@ pub fn against_oracle(backend: TestBackend) -> Tolerance {
     }
 }
 
-/// Our GGUF logits against llama.cpp's on the same file (CPU backend).
-pub fn against_llamacpp(format: Format) -> f64 {
-    match format {
-        Format::GgufQ8 => 0.999,
-        Format::Hf | Format::GgufF32 => 0.99999,
+/// Our GGUF logits against llama.cpp's on the same file (CPU backend);
+/// `unit_scale` as for [`against_transformers`]: on Q8_0 the activation
+/// quantization of both engines is amplified (llama.cpp's own Q8 run is at
+/// cosine 0.9957 from the exact forward over its weights, ours at 0.99895
+/// from llama.cpp's).
+pub fn against_llamacpp(format: Format, unit_scale: bool) -> f64 {
+    match (format, unit_scale) {
+        (Format::GgufQ8, true) => 0.998,
+        (Format::GgufQ8, false) => 0.999,
+        (Format::Hf | Format::GgufF32, _) => 0.99999,
     }
 }

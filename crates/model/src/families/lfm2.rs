@@ -44,5 +44,7 @@ pub const FAMILY: Family = Family {
         sandwich_norm: false,
         gguf_attn_scale_embd_per_head_layers: &[],
         default_expert_weights_norm: false,
+        fixed_attn_scale: None,
+        v_norm: false,
     },
 };

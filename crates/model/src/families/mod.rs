@@ -4,6 +4,7 @@ use crate::family::Family;
 
 mod gemma2;
 mod gemma3;
+mod gemma4;
 mod lfm2;
 mod llama;
 mod mistral;
@@ -27,4 +28,5 @@ pub const ALL: &[&Family] = &[
     &qwen3moe::FAMILY,
     &lfm2::FAMILY,
     &phi3::FAMILY,
+    &gemma4::FAMILY,
 ];

@@ -1,0 +1,62 @@
+//! Gemma 4 (text stack, docs/gemma4-spec.md): Gemma 3's sandwich norms and
+//! q/k norms with plain-`w` norms, attention scale 1.0 and a weightless
+//! value norm; sliding layers with their own head dim (`head_dim` in HF,
+//! `key_length_swa` in GGUF) and full layers with theirs (`global_head_dim`
+//! or `per_layer_config`, `key_length`) under "proportional" RoPE; per-layer
+//! input embeddings; K/V of the last `num_kv_shared_layers` layers read from
+//! the last earlier layer of the same type; a residual scale per layer.
+//! Not supported (refused at load): the 26B-A4B expert block and the 31B's
+//! `attention_k_eq_v`.
+
+use crate::family::{key, Family, KeySpec, Param, Quirks, SlidingDefault, TensorName};
+use crate::family::{GEMMA4_TENSORS, GEMMA_TENSORS};
+use anedvd_graph::{Activation, RopePairing};
+
+/// Where HF and GGUF put the two head dims (they disagree on which one
+/// `head_dim`/`key_length` means).
+const KEYS: &[KeySpec] = &[
+    key(
+        Param::HeadDim,
+        &["{arch}.attention.key_length"],
+        &["global_head_dim", "head_dim"],
+    ),
+    key(
+        Param::HeadDimSwa,
+        &["{arch}.attention.key_length_swa"],
+        &["head_dim"],
+    ),
+];
+
+/// The tables, Gemma 4's own names first.
+const TENSORS: &[&[TensorName]] = &[GEMMA4_TENSORS, GEMMA_TENSORS];
+
+/// The gemma4 table.
+pub const FAMILY: Family = Family {
+    name: "gemma4",
+    gguf_archs: &["gemma4"],
+    hf_model_types: &["gemma4_text", "gemma4"],
+    extra_keys: KEYS,
+    tensors: TENSORS,
+    // llama.cpp's converter writes proportional RoPE as per-pair divisors:
+    // 1 for the rotated pairs, 1e30 for the pass-through ones.
+    gguf_rope_freqs: Some("rope_freqs.weight"),
+    quirks: Quirks {
+        activation: Activation::GeluTanh,
+        gguf_rope_pairing: RopePairing::Neox,
+        hf_rope_pairing: RopePairing::Neox,
+        gguf_norm_offset: 0.0,
+        hf_norm_offset: 0.0,
+        embd_scale_sqrt: true,
+        sliding: SlidingDefault::Pattern(6),
+        default_sliding_window: None,
+        default_rope_theta_local: Some(10_000.0),
+        default_rope_theta: 1_000_000.0,
+        nope_interval: None,
+        qk_norm: true,
+        sandwich_norm: true,
+        gguf_attn_scale_embd_per_head_layers: &[],
+        default_expert_weights_norm: false,
+        fixed_attn_scale: Some(1.0),
+        v_norm: true,
+    },
+};
