@@ -586,7 +586,12 @@ impl Checker<'_> {
                 "per-layer embedding of width 0".into(),
             ));
         }
-        if let Some(i) = self.p.layers.iter().position(|b| b.per_layer_input.is_none()) {
+        if let Some(i) = self
+            .p
+            .layers
+            .iter()
+            .position(|b| b.per_layer_input.is_none())
+        {
             return Err(invalid(
                 i,
                 "has no per-layer input, but the program computes per-layer embeddings",

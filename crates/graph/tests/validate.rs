@@ -125,11 +125,37 @@ fn errors_name_the_problem() {
     let e = program(|_, l| attn(l).kv_source = Some(0))
         .validate()
         .unwrap_err();
-    assert!(e.to_string().contains("not an earlier attention layer"), "{e}");
+    assert!(
+        e.to_string().contains("not an earlier attention layer"),
+        "{e}"
+    );
     let e = program(|_, l| attn(l).bias.q = Some("k".into()))
         .validate()
         .unwrap_err();
     assert_eq!(e.to_string(), "tensor k: expected [8], found [8, 4]");
+    // Gemma 4's parts: a per-layer input needs the program's embedding,
+    // a layer scale is one value.
+    let e = program(|s, l| {
+        s.insert_f32("plg", &[8, 4], &[0.0; 32]);
+        s.insert_f32("plp", &[4, 8], &[0.0; 32]);
+        l.per_layer_input = Some(anedvd_graph::PerLayerInput {
+            width: 4,
+            activation: anedvd_graph::Activation::GeluTanh,
+            gate: "plg".into(),
+            proj: "plp".into(),
+            norm: "an".into(),
+        });
+    })
+    .validate()
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("per-layer embedding is None wide"),
+        "{e}"
+    );
+    let e = program(|_, l| l.layer_scale = Some("an".into()))
+        .validate()
+        .unwrap_err();
+    assert_eq!(e.to_string(), "tensor an: expected [1], found [8]");
     // A NoPE layer needs no frequencies.
     program(|_, l| attn(l).rope = None).validate().unwrap();
 }
