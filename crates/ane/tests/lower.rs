@@ -22,7 +22,7 @@ fn every_program_of_every_family_passes_the_rules() {
                     let l = lower(&p, &o).expect("lower");
                     assert_eq!(
                         l.dispatches_per_token(),
-                        dispatch_count(variant, p.layers.len(), p.n_vocab, vocab_slice)
+                        dispatch_count(variant, &p, vocab_slice)
                     );
                     for k in &l.kernels {
                         let v = check(&k.program, Some(&k.weights), &RuleConfig::default());

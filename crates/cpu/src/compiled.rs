@@ -4,13 +4,13 @@
 use crate::conv::{tap_major, ConvLayer};
 use crate::kernels::gated;
 use crate::matmul::{matmul_group, vector, Acts, Matrix};
-use crate::moe::{MoeLayer, Shared};
+use crate::moe::MoeLayer;
 use crate::norms::{norm_weights, LayerNorms};
 use crate::qkernels::Kernels;
 use anedvd_base::WeightSource;
 use anedvd_graph::{
-    Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, ExpertTensors,
-    FeedForward, Mixer, MoeFfn, PerLayerEmbedding, PerLayerInput, Result, SharedExpert, ShortConv,
+    Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, FeedForward, Mixer,
+    PerLayerEmbedding, PerLayerInput, Result, ShortConv,
 };
 use std::sync::Arc;
 
@@ -86,7 +86,36 @@ pub struct FfnScratch {
     pub tmp2: Vec<f32>,
 }
 
+/// The matrix `name` for kernels `k`, packed once when `pack` is set (and
+/// its type has a packed layout on `k`).
+pub fn load_matrix(src: &dyn WeightSource, name: &str, k: Kernels, pack: bool) -> Result<Matrix> {
+    let m = Matrix::new(src, name, k)?;
+    if pack {
+        m.packed(src)
+    } else {
+        Ok(m)
+    }
+}
+
 impl DenseLayer {
+    /// Compiles `f` (see [`load_matrix`] for `pack`).
+    pub fn compile(src: &dyn WeightSource, f: &DenseFfn, k: Kernels, pack: bool) -> Result<Self> {
+        let DenseFfn {
+            n_ff,
+            activation,
+            gate,
+            up,
+            down,
+        } = f;
+        Ok(DenseLayer {
+            n_ff: *n_ff,
+            activation: *activation,
+            gate: load_matrix(src, gate, k, pack)?,
+            up: load_matrix(src, up, k, pack)?,
+            down: load_matrix(src, down, k, pack)?,
+        })
+    }
+
     /// `out = down(act(gate(x)) · up(x))` for `n` rows of `x` (`acts` is
     /// prepared here; `s.g` keeps the down projection's input).
     pub fn run(
@@ -163,7 +192,7 @@ impl Model {
         let opt_vec = |name: &Option<String>, len: usize| {
             name.as_deref().map(|n| vector(src, n, len)).transpose()
         };
-        let matrix = |name: &str| packed(Matrix::new(src, name, k)?);
+        let matrix = |name: &str| load_matrix(src, name, k, pack);
         let d = p.n_embd;
         let mut layers = Vec::with_capacity(p.layers.len());
         for block in &p.layers {
@@ -261,78 +290,9 @@ impl Model {
                     (LayerMixer::ShortConv(layer), None)
                 }
             };
-            let dense = |f: &DenseFfn| -> Result<DenseLayer> {
-                let DenseFfn {
-                    n_ff,
-                    activation,
-                    gate,
-                    up,
-                    down,
-                } = f;
-                Ok(DenseLayer {
-                    n_ff: *n_ff,
-                    activation: *activation,
-                    gate: matrix(gate)?,
-                    up: matrix(up)?,
-                    down: matrix(down)?,
-                })
-            };
             let ffn = match ffn {
-                FeedForward::Dense(f) => LayerFfn::Dense(dense(f)?),
-                FeedForward::Moe(MoeFfn {
-                    n_expert,
-                    n_expert_used,
-                    n_ff_expert,
-                    activation,
-                    router,
-                    normalize_top_k,
-                    experts,
-                    shared,
-                }) => {
-                    let experts = match experts {
-                        ExpertTensors::Stacked { gate, up, down } => (0..*n_expert)
-                            .map(|e| {
-                                let m = |name: &str| packed(Matrix::expert(src, name, e, k)?);
-                                Ok(DenseLayer {
-                                    n_ff: *n_ff_expert,
-                                    activation: *activation,
-                                    gate: m(gate)?,
-                                    up: m(up)?,
-                                    down: m(down)?,
-                                })
-                            })
-                            .collect::<Result<Vec<_>>>()?,
-                        ExpertTensors::PerExpert { gate, up, down } => gate
-                            .iter()
-                            .zip(up)
-                            .zip(down)
-                            .map(|((g, u), dn)| {
-                                Ok(DenseLayer {
-                                    n_ff: *n_ff_expert,
-                                    activation: *activation,
-                                    gate: matrix(g)?,
-                                    up: matrix(u)?,
-                                    down: matrix(dn)?,
-                                })
-                            })
-                            .collect::<Result<Vec<_>>>()?,
-                    };
-                    let shared = match shared {
-                        None => None,
-                        Some(SharedExpert { ffn, gate_inp }) => Some(Shared {
-                            ffn: dense(ffn)?,
-                            gate_inp: opt_vec(gate_inp, d)?,
-                        }),
-                    };
-                    LayerFfn::Moe(MoeLayer {
-                        n_used: *n_expert_used,
-                        normalize: *normalize_top_k,
-                        // The router runs in f32 whatever the file stores.
-                        router: Matrix::new(src, router, k)?,
-                        experts,
-                        shared,
-                    })
-                }
+                FeedForward::Dense(f) => LayerFfn::Dense(DenseLayer::compile(src, f, k, pack)?),
+                FeedForward::Moe(m) => LayerFfn::Moe(MoeLayer::compile(src, m, k, pack)?),
             };
             layers.push(Layer {
                 norms: LayerNorms::load(p, norms, attn)?,

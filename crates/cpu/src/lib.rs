@@ -27,7 +27,7 @@ pub mod conv;
 mod forward;
 pub mod kernels;
 mod matmul;
-mod moe;
+pub mod moe;
 pub mod norms;
 #[path = "kernels/qkernels.rs"]
 pub mod qkernels;
@@ -37,7 +37,7 @@ pub mod state;
 use anedvd_graph::{Backend, BatchSession, DecoderProgram, Error, Executable, Result, Session};
 use std::sync::Arc;
 
-pub use matmul::decode_row;
+pub use matmul::{decode_row, Acts};
 pub use qkernels::IsaCap;
 
 /// The backend's name in messages.

@@ -10,21 +10,32 @@
 //! token (decode) runs all of its experts' gate/up products in one parallel
 //! region and all down products in another.
 
-use crate::compiled::{DenseLayer, FfnScratch};
+use crate::compiled::{load_matrix, DenseLayer, FfnScratch};
 use crate::kernels::{gated, softmax};
-use crate::matmul::{matvec_each, Acts, Matrix, VecJob};
+use crate::matmul::{matvec_each, vector, Acts, Matrix, VecJob};
+use crate::qkernels::Kernels;
 use anedvd_base::WeightSource;
-use anedvd_graph::Result;
+use anedvd_graph::{ExpertTensors, MoeFfn, Result, SharedExpert};
+
+/// Input width of the router `name` (its first ggml dimension).
+fn m_in(src: &dyn WeightSource, name: &str) -> Result<usize> {
+    src.tensor(name)
+        .and_then(|t| t.info.shape.first().copied())
+        .map(|d| d as usize)
+        .ok_or_else(|| anedvd_graph::Error::MissingTensor(name.to_string()))
+}
 
 /// The shared expert and its optional scalar gate.
 pub struct Shared {
+    /// The expert.
     pub ffn: DenseLayer,
+    /// `[n_embd]` weights of its scalar sigmoid gate, if any.
     pub gate_inp: Option<Vec<f32>>,
 }
 
 impl Shared {
     /// `sigmoid(gate_inp · x)`, or 1 without a gate.
-    fn scale(&self, x: &[f32]) -> f32 {
+    pub fn scale(&self, x: &[f32]) -> f32 {
         self.gate_inp.as_ref().map_or(1.0, |w| {
             let z: f32 = w.iter().zip(x).map(|(w, x)| w * x).sum();
             1.0 / (1.0 + (-z).exp())
@@ -34,12 +45,16 @@ impl Shared {
 
 /// One compiled mixture.
 pub struct MoeLayer {
+    /// Experts per token (top-k).
     pub n_used: usize,
+    /// Renormalise the top-k probabilities.
     pub normalize: bool,
     /// Router `[n_embd] -> [n_expert]`.
     pub router: Matrix,
     /// The experts (their activation is the mixture's).
     pub experts: Vec<DenseLayer>,
+    /// The always-on expert, if any (the ANE backend takes it out and runs
+    /// it as a dense FFN program).
     pub shared: Option<Shared>,
 }
 
@@ -84,6 +99,61 @@ pub fn route(logits: &mut [f32], k: usize, normalize: bool, out: &mut Vec<(usize
 }
 
 impl MoeLayer {
+    /// Compiles `m` for kernels `k` (see [`load_matrix`] for `pack`); the
+    /// router stays unpacked (it runs in f32 whatever the file stores).
+    pub fn compile(src: &dyn WeightSource, m: &MoeFfn, k: Kernels, pack: bool) -> Result<Self> {
+        let MoeFfn {
+            n_expert,
+            n_expert_used,
+            n_ff_expert,
+            activation,
+            router,
+            normalize_top_k,
+            experts,
+            shared,
+        } = m;
+        let expert = |gate: Matrix, up: Matrix, down: Matrix| DenseLayer {
+            n_ff: *n_ff_expert,
+            activation: *activation,
+            gate,
+            up,
+            down,
+        };
+        let packed = |m: Matrix| if pack { m.packed(src) } else { Ok(m) };
+        let experts = match experts {
+            ExpertTensors::Stacked { gate, up, down } => (0..*n_expert)
+                .map(|e| {
+                    let m = |name: &str| packed(Matrix::expert(src, name, e, k)?);
+                    Ok(expert(m(gate)?, m(up)?, m(down)?))
+                })
+                .collect::<Result<Vec<_>>>()?,
+            ExpertTensors::PerExpert { gate, up, down } => gate
+                .iter()
+                .zip(up)
+                .zip(down)
+                .map(|((g, u), dn)| {
+                    let m = |name: &str| load_matrix(src, name, k, pack);
+                    Ok(expert(m(g)?, m(u)?, m(dn)?))
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        let d = m_in(src, router)?;
+        let shared = match shared {
+            None => None,
+            Some(SharedExpert { ffn, gate_inp }) => Some(Shared {
+                ffn: DenseLayer::compile(src, ffn, k, pack)?,
+                gate_inp: gate_inp.as_deref().map(|g| vector(src, g, d)).transpose()?,
+            }),
+        };
+        Ok(MoeLayer {
+            n_used: *n_expert_used,
+            normalize: *normalize_top_k,
+            router: Matrix::new(src, router, k)?,
+            experts,
+            shared,
+        })
+    }
+
     /// `out = moe(h)` for `n` rows of `h` (`n × d`, already normed).
     pub fn run(
         &self,

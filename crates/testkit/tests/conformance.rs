@@ -80,21 +80,17 @@ fn every_registered_family_has_a_fixture() {
 }
 
 /// The block variant `backend` refuses in `program`, if any (today the ANE
-/// path lowers attention and short-conv mixers with dense FFNs only, and
-/// none of Gemma 4's parts, of which the per-layer input comes first).
+/// path lowers none of Gemma 4's parts, of which the per-layer input comes
+/// first).
 fn refused_part(backend: TestBackend, program: &DecoderProgram) -> Option<String> {
     if !backend.is_ane() {
         return None;
     }
-    program.layers.iter().find_map(|b| {
-        if b.per_layer_input.is_some() {
-            return Some("per-layer input embeddings".to_string());
-        }
-        match &b.ffn {
-            FeedForward::Moe(_) => Some(format!("feed-forward {}", b.ffn.kind())),
-            FeedForward::Dense(_) => None,
-        }
-    })
+    program
+        .layers
+        .iter()
+        .find(|b| b.per_layer_input.is_some())
+        .map(|_| "per-layer input embeddings".to_string())
 }
 
 /// Whether some layer attends with q·k unscaled (Gemma 4; see
@@ -376,6 +372,29 @@ fn cases() -> Vec<Case> {
     all
 }
 
+/// Top-2 of 4 stacked experts plus a shared expert with its sigmoid gate.
+fn shared_moe(s: &mut MemorySource, r: &mut Lcg) -> FeedForward {
+    FeedForward::Moe(MoeFfn {
+        n_expert: 4,
+        n_expert_used: 2,
+        n_ff_expert: 32,
+        activation: Activation::Silu,
+        router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
+        normalize_top_k: false,
+        experts: experts(s, r, true),
+        shared: Some(SharedExpert {
+            ffn: DenseFfn {
+                n_ff: 32,
+                activation: Activation::Silu,
+                gate: insert(s, r, "sg", &[64, 32], 0.3, 0.0),
+                up: insert(s, r, "su", &[64, 32], 0.3, 0.0),
+                down: insert(s, r, "sd", &[32, 64], 0.3, 0.0),
+            },
+            gate_inp: Some(insert(s, r, "sgi", &[64], 0.5, 0.0)),
+        }),
+    })
+}
+
 /// Cases the ANE backends run too.
 fn ane_cases() -> Vec<Case> {
     vec![
@@ -422,6 +441,29 @@ fn ane_cases() -> Vec<Case> {
                 out_proj: insert(s, r, "out", &[64, 64], 0.4, 0.0),
             })
         }),
+        one_layer(
+            "moe top-2 of 4, stacked, shared expert with gate",
+            |b, s, r| b.ffn = shared_moe(s, r),
+        ),
+        one_layer("moe top-2 of 4, per-expert, renormalised", |b, s, r| {
+            b.ffn = FeedForward::Moe(MoeFfn {
+                n_expert: 4,
+                n_expert_used: 2,
+                n_ff_expert: 32,
+                activation: Activation::Silu,
+                router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
+                normalize_top_k: true,
+                experts: experts(s, r, false),
+                shared: None,
+            })
+        }),
+        Case {
+            // On the fused variant the next layer then starts from its own
+            // entry program (the host holds the residual).
+            name: "moe with shared expert on layer 0 of 2",
+            layers: 2,
+            edit: Box::new(|p, s, r| p.layers[0].ffn = shared_moe(s, r)),
+        },
     ]
 }
 
@@ -485,42 +527,6 @@ fn share_kv(p: &mut DecoderProgram, from: usize, to: usize) {
 /// them: see the refusal test).
 fn cpu_only_cases() -> Vec<Case> {
     vec![
-        one_layer(
-            "moe top-2 of 4, stacked, shared expert with gate",
-            |b, s, r| {
-                b.ffn = FeedForward::Moe(MoeFfn {
-                    n_expert: 4,
-                    n_expert_used: 2,
-                    n_ff_expert: 32,
-                    activation: Activation::Silu,
-                    router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
-                    normalize_top_k: false,
-                    experts: experts(s, r, true),
-                    shared: Some(SharedExpert {
-                        ffn: DenseFfn {
-                            n_ff: 32,
-                            activation: Activation::Silu,
-                            gate: insert(s, r, "sg", &[64, 32], 0.3, 0.0),
-                            up: insert(s, r, "su", &[64, 32], 0.3, 0.0),
-                            down: insert(s, r, "sd", &[32, 64], 0.3, 0.0),
-                        },
-                        gate_inp: Some(insert(s, r, "sgi", &[64], 0.5, 0.0)),
-                    }),
-                })
-            },
-        ),
-        one_layer("moe top-2 of 4, per-expert, renormalised", |b, s, r| {
-            b.ffn = FeedForward::Moe(MoeFfn {
-                n_expert: 4,
-                n_expert_used: 2,
-                n_ff_expert: 32,
-                activation: Activation::Silu,
-                router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
-                normalize_top_k: true,
-                experts: experts(s, r, false),
-                shared: None,
-            })
-        }),
         one_layer("weightless value norm", |b, _, _| attn(b).v_norm = true),
         Case {
             name: "per-layer input embeddings, 2 layers",
@@ -656,26 +662,6 @@ fn unsupported_variants_are_refused_by_name() {
                     in_proj: insert(s, r, "in", &[64, 192], 0.1, 0.0),
                     conv: insert(s, r, "cv", &[14, 64], 0.1, 0.0),
                     out_proj: insert(s, r, "out", &[64, 64], 0.1, 0.0),
-                })
-            }),
-        ),
-        (
-            "feed-forward moe",
-            1,
-            Box::new(|p, s, r| {
-                p.layers[1].ffn = FeedForward::Moe(MoeFfn {
-                    n_expert: 2,
-                    n_expert_used: 1,
-                    n_ff_expert: 32,
-                    activation: Activation::Silu,
-                    router: insert(s, r, "router", &[64, 2], 0.1, 0.0),
-                    normalize_top_k: false,
-                    experts: ExpertTensors::Stacked {
-                        gate: insert(s, r, "ge", &[64, 32, 2], 0.1, 0.0),
-                        up: insert(s, r, "ue", &[64, 32, 2], 0.1, 0.0),
-                        down: insert(s, r, "de", &[32, 64, 2], 0.1, 0.0),
-                    },
-                    shared: None,
                 })
             }),
         ),

@@ -179,8 +179,15 @@ impl Ref<'_> {
         }
     }
 
+    /// The dense FFN layer `i` runs on the ANE (a mixture's shared expert).
     fn ffn(&self, i: usize, x: &[f32]) -> Result<Vec<f32>> {
-        let f = self.layers[i].ffn;
+        let Some(f) = self.layers[i].ffn.on_ane() else {
+            return Err(Error::Output {
+                kernel: format!("blk.{i}.ffn"),
+                msg: "no FFN on the ANE".into(),
+            }
+            .into());
+        };
         let (d, ff) = (self.p.n_embd, f.n_ff);
         let mut g = matmul(&self.m(&f.gate)?, None, x, d, ff);
         let u = matmul(&self.m(&f.up)?, None, x, d, ff);
@@ -197,8 +204,14 @@ impl Ref<'_> {
             KernelKind::Qkv { layer } => self.qkv(layer, x),
             KernelKind::AttnOut { layer } => self.attn_out(layer, x),
             KernelKind::Ffn { layer } => self.ffn(layer, x),
-            KernelKind::Entry => self.qkv(0, &self.norm(self.layers[0].attn_norm, &up(x))?),
-            KernelKind::Layer { layer: i, next_qkv } => {
+            KernelKind::Entry { layer } => {
+                self.qkv(layer, &self.norm(self.layers[layer].attn_norm, &up(x))?)
+            }
+            KernelKind::Layer {
+                layer: i,
+                next_qkv,
+                ffn_on_host,
+            } => {
                 let l = self.layers[i];
                 let qd = l.mixer.ctx_width(d);
                 let cin = qd + d;
@@ -209,7 +222,24 @@ impl Ref<'_> {
                 }
                 let a = self.maybe_norm(l.post_attn_norm, self.attn_out(i, &att)?)?;
                 res.iter_mut().zip(&a).for_each(|(r, a)| *r += a);
-                let f = self.ffn(i, &self.norm(l.ffn_norm, &res)?)?;
+                let hn = self.norm(l.ffn_norm, &res)?;
+                if ffn_on_host {
+                    // [residual / s; normed; shared expert]
+                    let shared = match l.ffn.on_ane() {
+                        Some(_) => Some(self.ffn(i, &hn)?),
+                        None => None,
+                    };
+                    let mut y = Vec::new();
+                    for (t, (r, h)) in res.chunks_exact(d).zip(hn.chunks_exact(d)).enumerate() {
+                        y.extend(r.iter().map(|v| v / s));
+                        y.extend_from_slice(h);
+                        if let Some(sh) = &shared {
+                            y.extend_from_slice(&sh[t * d..(t + 1) * d]);
+                        }
+                    }
+                    return Ok(y);
+                }
+                let f = self.ffn(i, &hn)?;
                 let f = self.maybe_norm(l.post_ffn_norm, f)?;
                 res.iter_mut().zip(&f).for_each(|(r, a)| *r += a);
                 if !next_qkv {
@@ -308,7 +338,7 @@ pub fn check_layer0(
                 | KernelKind::AttnOut { layer }
                 | KernelKind::Ffn { layer } => layer == 0,
                 KernelKind::Layer { layer, .. } => layer == 0,
-                KernelKind::Entry => true,
+                KernelKind::Entry { layer } => layer == 0,
                 KernelKind::LmHead { first, .. } => first == 0,
             };
             if !wanted {

@@ -3,9 +3,10 @@
 use super::session::AneSession;
 use super::worker::{CompileReport, DriverKind, Opened, Worker};
 use super::Error;
-use crate::lower::{self, tensors, KernelKind, LowerOptions, Lowered, MixerView, Variant};
+use crate::lower::{self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Variant};
 use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
+use anedvd_cpu::moe::{MoeLayer, Shared};
 use anedvd_cpu::norms::{norm_weights, LayerNorms};
 use anedvd_cpu::qkernels::Kernels;
 use anedvd_cpu::IsaCap;
@@ -69,10 +70,19 @@ pub(crate) enum HostMixer {
     },
 }
 
+/// The host's part of a mixture of experts: the router and the routed
+/// experts (the CPU backend's, read in place), and the shared expert's gate
+/// (its FFN runs on the ANE).
+pub(crate) struct HostMoe {
+    pub routed: MoeLayer,
+    pub shared: Option<Shared>,
+}
+
 /// Host-side per-layer data.
 pub(crate) struct CpuLayer {
     pub mixer: HostMixer,
     pub norms: LayerNorms,
+    pub moe: Option<HostMoe>,
 }
 
 pub(crate) struct Model {
@@ -172,9 +182,19 @@ impl Model {
                         (HostMixer::ShortConv { kernel, taps }, None)
                     }
                 };
+                let moe = match l.ffn {
+                    FfnView::Dense(_) => None,
+                    FfnView::Moe(m) => {
+                        let kernels = Kernels::capped(host);
+                        let mut routed = MoeLayer::compile(p.weights.as_ref(), m, kernels, false)?;
+                        let shared = routed.shared.take();
+                        Some(HostMoe { routed, shared })
+                    }
+                };
                 Ok(CpuLayer {
                     mixer,
                     norms: LayerNorms::load(p, &b.norms, attn)?,
+                    moe,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -1,11 +1,13 @@
 //! A session: chunks tokens by W, runs the CPU half and dispatches the kernels.
 
-use super::model::{HostMixer, Model};
+use super::model::{HostMixer, HostMoe, Model};
 use crate::lower::{KernelKind, Variant};
 use anedvd_cpu::attention::{attend, encode_positions, KvCache, RopeTables};
 use anedvd_cpu::conv::ConvHistory;
-use anedvd_cpu::kernels::{add, rms_norm, softcap};
+use anedvd_cpu::kernels::{add, axpy, rms_norm, softcap};
+use anedvd_cpu::moe::MoeBuffers;
 use anedvd_cpu::state::{LayerCache, SeqState};
+use anedvd_cpu::Acts;
 use anedvd_graph::dump::Dump;
 use anedvd_graph::intermediate as names;
 use anedvd_graph::{validate_forward, LogitsMode, Result, Session};
@@ -24,6 +26,9 @@ pub(crate) struct AneSession {
     positions: Vec<usize>,
     dump_dir: Option<PathBuf>,
     logits: Vec<f32>,
+    /// Scratch of the host's routed experts.
+    acts: Acts,
+    moe: MoeBuffers,
 }
 
 fn norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
@@ -52,6 +57,8 @@ impl AneSession {
             positions: Vec::new(),
             dump_dir: None,
             logits: Vec::new(),
+            acts: Acts::default(),
+            moe: MoeBuffers::default(),
         }
     }
 
@@ -93,8 +100,19 @@ impl AneSession {
                     Dump::put_opt(dump, li, names::FFN_INP, &x, n);
                     let h = norm(&x, &l.norms.ffn, m.eps);
                     Dump::put_opt(dump, li, names::FFN_NORM, &h, n);
-                    let mut f =
-                        m.dispatch(m.find(|k| *k == KernelKind::Ffn { layer: i })?, &h, n)?;
+                    let on_ane = m
+                        .kernels
+                        .iter()
+                        .find(|k| k.kind == KernelKind::Ffn { layer: i });
+                    let ane = on_ane.map(|k| m.dispatch(k, &h, n)).transpose()?;
+                    let mut f = match (&l.moe, ane) {
+                        (Some(moe), shared) => self.host_ffn(moe, &h, shared.as_deref(), n)?,
+                        (None, Some(f)) => f,
+                        (None, None) => {
+                            let what = format!("layer {i} has no FFN kernel");
+                            return Err(anedvd_graph::Error::InvalidProgram(what));
+                        }
+                    };
                     if let Some(w) = &l.norms.post_ffn {
                         f = norm(&f, w, m.eps);
                     }
@@ -107,7 +125,8 @@ impl AneSession {
                 // the residual crosses the ANE as x / s
                 let s = m.options.residual_scale;
                 x.iter_mut().for_each(|v| *v /= s);
-                let mut qkv = m.dispatch(m.find(|k| *k == KernelKind::Entry)?, &x, n)?;
+                let entry = |layer| m.find(move |k| *k == KernelKind::Entry { layer });
+                let mut qkv = m.dispatch(entry(0)?, &x, n)?;
                 for i in 0..m.layers.len() {
                     let att = self.host_mix(i, &qkv, pos0, n, dump);
                     let k =
@@ -124,6 +143,27 @@ impl AneSession {
                     for t in 0..n {
                         x[t * d..(t + 1) * d].copy_from_slice(&out[t * w..t * w + d]);
                         qkv.extend_from_slice(&out[t * w + d..(t + 1) * w]);
+                    }
+                    if let Some(moe) = &m.layers[i].moe {
+                        // `qkv` holds `[normed; shared expert?]`: the host
+                        // finishes the FFN and the residual, then the next
+                        // layer starts from its entry program.
+                        let rest = w - d;
+                        let (mut hn, mut shared) = (Vec::with_capacity(n * d), Vec::new());
+                        for row in qkv.chunks_exact(rest) {
+                            hn.extend_from_slice(&row[..d]);
+                            shared.extend_from_slice(&row[d..]);
+                        }
+                        let shared = (rest > d).then_some(&shared[..]);
+                        let mut f = self.host_ffn(moe, &hn, shared, n)?;
+                        if let Some(g) = &m.layers[i].norms.post_ffn {
+                            f = norm(&f, g, m.eps);
+                        }
+                        x.iter_mut().zip(&f).for_each(|(r, f)| *r += f / s);
+                        qkv.clear();
+                        if i + 1 < m.layers.len() {
+                            qkv = m.dispatch(entry(i + 1)?, &x, n)?;
+                        }
                     }
                     if dump.is_some() {
                         let unscaled: Vec<f32> = x.iter().map(|v| v * s).collect();
@@ -159,6 +199,32 @@ impl AneSession {
         }
         Dump::put_opt(dump, None, names::RESULT_OUTPUT, &logits, rows);
         Ok(logits)
+    }
+
+    /// A mixture of experts on `n` normed rows `h`: the routed experts here,
+    /// plus the shared expert's ANE output gated by `sigmoid(gate_inp · h)`.
+    fn host_ffn(
+        &mut self,
+        moe: &HostMoe,
+        h: &[f32],
+        shared: Option<&[f32]>,
+        n: usize,
+    ) -> Result<Vec<f32>> {
+        let d = self.model.n_embd;
+        let mut out = vec![0f32; n * d];
+        let src = self.model.source.as_ref();
+        moe.routed
+            .run(src, h, n, &mut self.acts, &mut self.moe, &mut out)?;
+        if let (Some(s), Some(y)) = (&moe.shared, shared) {
+            for ((o, hr), yr) in out
+                .chunks_exact_mut(d)
+                .zip(h.chunks_exact(d))
+                .zip(y.chunks_exact(d))
+            {
+                axpy(o, s.scale(hr), yr);
+            }
+        }
+        Ok(out)
     }
 
     /// The host half of layer `i`, from its input projection's rows to

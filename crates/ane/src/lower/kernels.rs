@@ -3,7 +3,7 @@
 use super::emit::Emitter;
 use super::tensors::{rows, vector, WEIGHT_PATH};
 use super::{Error, Kernel, KernelKind, LowerOptions, Result};
-use super::{LayerView, MixerView};
+use super::{FfnView, LayerView, MixerView};
 use anedvd_graph::{Attention, DecoderProgram, ShortConv};
 use anedvd_mil::builder::{program as mil_program, ConvOpts, Var};
 use anedvd_mil::sim::Weights;
@@ -107,7 +107,8 @@ fn emit_qkv(
     }
 }
 
-/// `blk.i.qkv` (split) or `entry` (fused, `with_norm`).
+/// `blk.i.qkv` (split) or, fused (`with_norm`), `entry` for layer 0 and
+/// `blk.i.entry` after a mixture of experts.
 pub fn qkv(
     p: &DecoderProgram,
     o: &LowerOptions,
@@ -118,7 +119,12 @@ pub fn qkv(
     let x = e.input(p.n_embd)?;
     let y = emit_qkv(&mut e, p, o, (i, l), &x, with_norm)?;
     let (name, kind) = if with_norm {
-        ("entry".to_string(), KernelKind::Entry)
+        let name = if i == 0 {
+            "entry".to_string()
+        } else {
+            format!("blk.{i}.entry")
+        };
+        (name, KernelKind::Entry { layer: i })
     } else {
         (format!("blk.{i}.qkv"), KernelKind::Qkv { layer: i })
     };
@@ -208,29 +214,31 @@ pub fn attn_out(
     ))
 }
 
+/// The dense FFN of layer `i` that runs on the ANE (the layer's, or a
+/// mixture's shared expert), if any.
 fn emit_ffn(
     e: &mut Emitter,
     p: &DecoderProgram,
     (i, l): (usize, &LayerView<'_>),
     h: &Var,
-) -> Result<Var> {
-    let ff = l.ffn.n_ff;
-    let gate = matrix(p, &l.ffn.gate, ff)?;
-    let up = matrix(p, &l.ffn.up, ff)?;
-    let down = matrix(p, &l.ffn.down, p.n_embd)?;
-    e.ffn(
-        &format!("l{i}_ffn"),
-        h,
-        l.ffn.activation,
-        &gate,
-        &up,
-        &down,
-        ff,
-        p.n_embd,
-    )
+) -> Result<Option<Var>> {
+    let Some(f) = l.ffn.on_ane() else {
+        return Ok(None);
+    };
+    let ff = f.n_ff;
+    let gate = matrix(p, &f.gate, ff)?;
+    let up = matrix(p, &f.up, ff)?;
+    let down = matrix(p, &f.down, p.n_embd)?;
+    let name = match l.ffn {
+        FfnView::Dense(_) => format!("l{i}_ffn"),
+        FfnView::Moe(_) => format!("l{i}_shexp"),
+    };
+    e.ffn(&name, h, f.activation, &gate, &up, &down, ff, p.n_embd)
+        .map(Some)
 }
 
-/// `blk.i.ffn`.
+/// `blk.i.ffn`: the layer's dense FFN, or a mixture's shared expert
+/// (without its gate, which the host applies).
 pub fn ffn(
     p: &DecoderProgram,
     o: &LowerOptions,
@@ -238,7 +246,9 @@ pub fn ffn(
 ) -> Result<Kernel> {
     let mut e = Emitter::new(o.width);
     let x = e.input(p.n_embd)?;
-    let y = emit_ffn(&mut e, p, (i, l), &x)?;
+    let y = emit_ffn(&mut e, p, (i, l), &x)?.ok_or_else(|| {
+        Error::Options(format!("layer {i}: no feed-forward part runs on the ANE"))
+    })?;
     Ok(finish(
         format!("blk.{i}.ffn"),
         KernelKind::Ffn { layer: i },
@@ -289,7 +299,21 @@ pub fn fused_layer(
         p.norm.eps,
         o.residual_scale,
     )?;
-    let mut f = emit_ffn(&mut e, p, (i, l), &hn)?;
+    let ffn = emit_ffn(&mut e, p, (i, l), &hn)?;
+    if l.ffn.on_host() {
+        // The host routes the experts of `hn`, adds the gated shared
+        // expert and finishes the residual.
+        let mut parts = vec![&h, &hn];
+        parts.extend(ffn.as_ref());
+        let out = e.b.concat(&format!("l{i}_to_host"), &parts, 1)?;
+        let kind = KernelKind::Layer {
+            layer: i,
+            next_qkv: false,
+            ffn_on_host: true,
+        };
+        return Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d));
+    }
+    let mut f = ffn.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
     if let Some(g) = optional_norm(p, l.post_ffn_norm)? {
         f = e.rms_norm(&format!("l{i}_post_ffn_norm"), &f, &g, p.norm.eps, 1.0)?;
     }
@@ -305,6 +329,7 @@ pub fn fused_layer(
     let kind = KernelKind::Layer {
         layer: i,
         next_qkv: next.is_some(),
+        ffn_on_host: false,
     };
     Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d))
 }

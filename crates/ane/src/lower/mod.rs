@@ -41,8 +41,8 @@ pub mod tensors;
 pub use cost::{CostModel, KernelCost};
 
 use anedvd_graph::{
-    Attention, AttentionBias, Block, DecoderProgram, DenseFfn, FeedForward, Mixer, NormPlacement,
-    ShortConv,
+    Attention, AttentionBias, Block, DecoderProgram, DenseFfn, FeedForward, Mixer, MoeFfn,
+    NormPlacement, ShortConv,
 };
 use anedvd_mil::ir::Program;
 use anedvd_mil::sim::Weights;
@@ -152,15 +152,24 @@ pub enum KernelKind {
         /// Layer index.
         layer: usize,
     },
-    /// Fused: residual `[D]` → layer 0's `[q; k; v]` (attention norm inside).
-    Entry,
+    /// Fused: residual `[D]` → layer `layer`'s `[q; k; v]` (attention norm
+    /// inside): layer 0, and each layer after a mixture of experts.
+    Entry {
+        /// Layer index.
+        layer: usize,
+    },
     /// Fused: `[context; residual]` → `[residual'; next q; k; v]`, or
-    /// `[residual']` for the last layer.
+    /// `[residual']` for the last layer; with `ffn_on_host` (a mixture of
+    /// experts) the program stops before the routed experts and returns
+    /// `[residual after attention; FFN-normed residual; shared expert's
+    /// output]` (the last part only when there is a shared expert).
     Layer {
         /// Layer index.
         layer: usize,
         /// Whether the next layer's q/k/v follow the residual in the output.
         next_qkv: bool,
+        /// Whether the host finishes the FFN (a mixture of experts).
+        ffn_on_host: bool,
     },
     /// Logits rows `first..first + rows` from the (normed, in the split
     /// variant; raw, in the fused one) residual `[D]`.
@@ -253,14 +262,43 @@ impl MixerView<'_> {
 /// kernel width: ≤ 15 on the ANE, ≤ 13 on M1; ane-spec.md, conv row).
 pub const MAX_CONV_TAPS: usize = 13;
 
+/// The feed-forward part of a lowered layer.
+#[derive(Debug, Clone, Copy)]
+pub enum FfnView<'a> {
+    /// A dense gated FFN, on the ANE.
+    Dense(&'a DenseFfn),
+    /// A mixture of experts (the earlier ANE engine's split): the shared
+    /// expert, if any, runs on the ANE as a dense FFN of the normed
+    /// residual; the router and the routed experts run on the host with
+    /// the CPU backend's `MoeLayer`, which also applies the shared
+    /// expert's sigmoid gate.
+    Moe(&'a MoeFfn),
+}
+
+impl<'a> FfnView<'a> {
+    /// The dense FFN the ANE runs: the layer's, or the shared expert.
+    pub fn on_ane(&self) -> Option<&'a DenseFfn> {
+        match self {
+            FfnView::Dense(f) => Some(f),
+            FfnView::Moe(m) => m.shared.as_ref().map(|s| &s.ffn),
+        }
+    }
+
+    /// Whether the host finishes the FFN.
+    pub fn on_host(&self) -> bool {
+        matches!(self, FfnView::Moe(_))
+    }
+}
+
 /// The parts of one layer the lowering handles: an attention or
-/// short-convolution mixer and a dense gated FFN, with pre or sandwich norms.
+/// short-convolution mixer and a dense gated FFN or a mixture of experts,
+/// with pre or sandwich norms.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerView<'a> {
     /// The mixer.
     pub mixer: MixerView<'a>,
     /// The feed-forward block.
-    pub ffn: &'a DenseFfn,
+    pub ffn: FfnView<'a>,
     /// Norm before attention.
     pub attn_norm: &'a str,
     /// Norm after attention (sandwich), if any.
@@ -343,7 +381,10 @@ pub fn layer_views<'a>(
                 MixerView::ShortConv(conv)
             }
         };
-        let ffn = dense_of(ffn, backend, i)?;
+        let ffn = match ffn {
+            FeedForward::Dense(f) => FfnView::Dense(f),
+            FeedForward::Moe(m) => FfnView::Moe(m),
+        };
         let (attn_norm, post_attn_norm, ffn_norm, post_ffn_norm) = split_norms(norms);
         views.push(LayerView {
             mixer,
@@ -355,23 +396,6 @@ pub fn layer_views<'a>(
         });
     }
     Ok(views)
-}
-
-/// The dense FFN of layer `i`, or the refusal of a mixture of experts.
-fn dense_of<'a>(
-    ffn: &'a FeedForward,
-    backend: &str,
-    i: usize,
-) -> std::result::Result<&'a DenseFfn, anedvd_graph::Error> {
-    match ffn {
-        FeedForward::Dense(f) => Ok(f),
-        FeedForward::Moe(_) => Err(anedvd_graph::Error::unsupported(
-            backend,
-            "feed-forward",
-            ffn.kind(),
-            i,
-        )),
-    }
 }
 
 /// `(pre-mixer, post-mixer, pre-ffn, post-ffn)` norm names.
@@ -389,17 +413,27 @@ fn split_norms(norms: &NormPlacement) -> (&str, Option<&str>, &str, Option<&str>
 }
 
 /// Dispatches per decode token for `variant`, without building anything:
-/// `3·layers + slices` (split) or `1 + layers + slices` (fused).
-pub fn dispatch_count(
-    variant: Variant,
-    n_layers: usize,
-    n_vocab: usize,
-    vocab_slice: usize,
-) -> usize {
-    let slices = n_vocab.div_ceil(vocab_slice.max(1));
+/// split `3·layers + slices` less one per mixture of experts without a
+/// shared expert; fused `1 + layers + slices` plus one `entry` after each
+/// mixture of experts but the last layer.
+pub fn dispatch_count(variant: Variant, program: &DecoderProgram, vocab_slice: usize) -> usize {
+    let slices = program.n_vocab.div_ceil(vocab_slice.max(1));
+    let n = program.layers.len();
+    let moe = |b: &Block| match &b.ffn {
+        FeedForward::Moe(m) => Some(m.shared.is_some()),
+        FeedForward::Dense(_) => None,
+    };
     match variant {
-        Variant::Split => 3 * n_layers + slices,
-        Variant::Fused => 1 + n_layers + slices,
+        Variant::Split => {
+            let no_ffn_kernel = program.layers.iter().filter(|b| moe(b) == Some(false));
+            3 * n - no_ffn_kernel.count() + slices
+        }
+        Variant::Fused => {
+            let entries = program.layers[..n.saturating_sub(1)]
+                .iter()
+                .filter(|b| moe(b).is_some());
+            1 + n + entries.count() + slices
+        }
     }
 }
 
@@ -440,7 +474,9 @@ pub fn lower_views(
             for (i, l) in views.iter().enumerate() {
                 kernels.push(kernels::qkv(program, options, (i, l), false)?);
                 kernels.push(kernels::attn_out(program, options, (i, l))?);
-                kernels.push(kernels::ffn(program, options, (i, l))?);
+                if l.ffn.on_ane().is_some() {
+                    kernels.push(kernels::ffn(program, options, (i, l))?);
+                }
             }
         }
         Variant::Fused => {
@@ -449,12 +485,19 @@ pub fn lower_views(
                 .ok_or_else(|| Error::Options("a program without layers".into()))?;
             kernels.push(kernels::qkv(program, options, (0, first), true)?);
             for (i, l) in views.iter().enumerate() {
+                // After a mixture of experts the host holds the residual:
+                // the next layer starts from its own entry program.
+                let host = l.ffn.on_host();
+                let next = views.get(i + 1);
                 kernels.push(kernels::fused_layer(
                     program,
                     options,
                     (i, l),
-                    views.get(i + 1),
+                    next.filter(|_| !host),
                 )?);
+                if let (true, Some(n)) = (host, next) {
+                    kernels.push(kernels::qkv(program, options, (i + 1, n), true)?);
+                }
             }
         }
     }

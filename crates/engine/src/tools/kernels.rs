@@ -146,7 +146,11 @@ fn kind_label(k: KernelKind) -> &'static str {
         KernelKind::Qkv { .. } => "q/k/v projection",
         KernelKind::AttnOut { .. } => "output projection",
         KernelKind::Ffn { .. } => "gated FFN",
-        KernelKind::Entry => "norm + q/k/v (layer 0)",
+        KernelKind::Entry { layer: 0 } => "norm + q/k/v (layer 0)",
+        KernelKind::Entry { .. } => "norm + q/k/v (after experts)",
+        KernelKind::Layer {
+            ffn_on_host: true, ..
+        } => "o-proj..FFN norm, shared expert (experts on the host)",
         KernelKind::Layer { next_qkv: true, .. } => "o-proj..FFN..next norm+q/k/v",
         KernelKind::Layer { .. } => "o-proj..FFN (last layer)",
         KernelKind::LmHead {

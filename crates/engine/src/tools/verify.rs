@@ -285,14 +285,10 @@ impl Verification {
         let rel = max_rel(&got, &want);
         let (ta, tb) = (argmax(&got), argmax(&want));
         let lowering = &o.backend_options.lowering;
-        let dispatches_per_token = o.backend.is_ane().then(|| {
-            lower::dispatch_count(
-                lowering.variant,
-                program.layers.len(),
-                program.n_vocab,
-                lowering.vocab_slice,
-            )
-        });
+        let dispatches_per_token = o
+            .backend
+            .is_ane()
+            .then(|| lower::dispatch_count(lowering.variant, program, lowering.vocab_slice));
 
         let mut divergence = None;
         let (mut na, mut nb) = (ta as u32, tb as u32);
