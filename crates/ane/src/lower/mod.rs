@@ -23,6 +23,14 @@
 //!   last layer returns the residual only) — 1 dispatch per layer + 1. The
 //!   residual crosses the ANE divided by [`LowerOptions::residual_scale`].
 //!
+//! A mixture of experts splits as in the earlier ANE engine: the shared
+//! expert (if any) is the layer's `blk.i.ffn` (split) or runs inside
+//! `blk.i.layer` (fused), the router and routed experts run on the host
+//! (the CPU backend's `MoeLayer`, experts read in place), which also
+//! applies the shared expert's sigmoid gate. In the fused variant such a
+//! layer's program returns `[residual; FFN-normed residual; shared
+//! output]` and the next layer starts from its own `blk.{i+1}.entry`.
+//!
 //! Both end with `lm_head.s`, the output projection split into vocabulary
 //! slices of at most [`LowerOptions::vocab_slice`] rows (every dim ≤ 65536,
 //! ane-spec.md §2.4); in the fused variant each slice applies the final norm
