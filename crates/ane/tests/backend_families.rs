@@ -136,12 +136,14 @@ fn layer0_kernels_match_f32_matmuls() {
             anedvd_ane::backend::check::check_layer0(&p, &LowerOptions::default(), 0.01).unwrap();
         // split: qkv, attn_out, ffn, lm_head.0; fused: entry, blk.0.layer,
         // lm_head.0 (no ffn program for experts without a shared one: they
-        // run on the host)
+        // run on the host); Gemma 4 adds `ple` to both and `blk.0.ple` to
+        // split
         let ffn_on_ane = match &p.layers[0].ffn {
             anedvd_graph::FeedForward::Dense(_) => true,
             anedvd_graph::FeedForward::Moe(m) => m.shared.is_some(),
         };
-        assert_eq!(checks.len(), 6 + usize::from(ffn_on_ane), "{family}");
+        let ple = if p.per_layer_embd.is_some() { 3 } else { 0 };
+        assert_eq!(checks.len(), 6 + usize::from(ffn_on_ane) + ple, "{family}");
         for c in &checks {
             assert!(c.ok, "{family}: {c:?}");
             assert!(c.max_abs > 0.0, "{family}: fp16 rounding must show: {c:?}");

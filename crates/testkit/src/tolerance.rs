@@ -39,13 +39,18 @@ pub struct Tolerance {
 ///   position and the llama.cpp comparison keep theirs.
 /// - `unit_scale` (Gemma 4: q·k unscaled over RMS-normed q and k, so scores
 ///   reach ~head_dim): every rounding of q or k moves the softmax far more.
-///   On float weights the f16 KV cache alone costs cosine 0.99997 at the
-///   worst position (a float64 numpy forward with f16-rounded K/V gives
-///   0.999967 at the same position 14, and our logits equal that forward to
-///   0.9999994). On Q8_0 the weights alone move the model this far: the
-///   same exact forward over the dequantized Q8_0 weights has cosine 0.9977
-///   last and 0.894 worst against transformers, llama.cpp's Q8 run 0.9929
-///   last (ours 0.9888 last, 0.927 worst).
+///   Measured with `scripts/fixtures/gemma4_numpy_check.py gguf <probe>`, a
+///   float64 forward with only the named rounding: on float weights the
+///   CPU's f16 KV cache alone costs cosine 0.99997 at the worst position
+///   (probe `f16kv`: 0.9999666 at position 14, where ours is 0.9999646 and
+///   equals that forward to 0.9999994). The ANE path rounds weights and
+///   every activation to fp16: fp16 weights and q/k/v alone (probe `fp16`)
+///   give 0.99958 worst, 0.99997 last; ours 0.99935 (split) and 0.99909
+///   (fused, whose residual crosses in fp16 too), last 0.99998 / 0.99996.
+///   On Q8_0 the weights alone move the model this far: the exact forward
+///   over the dequantized Q8_0 weights (probe `q8`) has cosine 0.9977 last
+///   and 0.894 worst against transformers, llama.cpp's Q8 run 0.9929 last
+///   (ours 0.9888 last, 0.927 worst on the CPU; 0.9977 / 0.892 on the ANE).
 pub fn against_transformers(
     backend: TestBackend,
     format: Format,
@@ -61,7 +66,7 @@ pub fn against_transformers(
             ..t
         },
         (Format::Hf | Format::GgufF32, _, true) => Tolerance {
-            min_cos_worst: 0.9999,
+            min_cos_worst: if backend.is_ane() { 0.998 } else { 0.9999 },
             ..t
         },
         (Format::GgufQ8, true, false) => Tolerance {

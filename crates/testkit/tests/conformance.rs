@@ -79,20 +79,6 @@ fn every_registered_family_has_a_fixture() {
     }
 }
 
-/// The block variant `backend` refuses in `program`, if any (today the ANE
-/// path lowers none of Gemma 4's parts, of which the per-layer input comes
-/// first).
-fn refused_part(backend: TestBackend, program: &DecoderProgram) -> Option<String> {
-    if !backend.is_ane() {
-        return None;
-    }
-    program
-        .layers
-        .iter()
-        .find(|b| b.per_layer_input.is_some())
-        .map(|_| "per-layer input embeddings".to_string())
-}
-
 /// Whether some layer attends with q·k unscaled (Gemma 4; see
 /// `tolerance::against_transformers`).
 fn unit_scale(p: &DecoderProgram) -> bool {
@@ -116,22 +102,6 @@ fn families_match_transformers_on_every_backend() {
                     .any(|b| matches!(b.ffn, FeedForward::Moe(_)));
                 let t = tolerance::against_transformers(backend, format, routed, unit_scale(&p));
                 let compiled = backend.build().compile(&p);
-                if let Some(part) = refused_part(backend, &p) {
-                    // A refusal by name, never a silent run.
-                    match compiled {
-                        Err(Error::Unsupported { .. }) => {
-                            let e = compiled.err().map(|e| e.to_string()).unwrap_or_default();
-                            if !e.contains(&part) {
-                                failures.push(format!("{tag}: refused as `{e}`, not {part}"));
-                            }
-                        }
-                        Err(e) => failures.push(format!("{tag}: {e} (want a refusal of {part})")),
-                        Ok(_) => {
-                            failures.push(format!("{tag}: compiled, want a refusal of {part}"))
-                        }
-                    }
-                    continue;
-                }
                 let exe = match compiled {
                     Ok(e) => e,
                     Err(e) => {
@@ -364,14 +334,6 @@ fn one_layer(
     }
 }
 
-/// One case per block variant and attention feature, each alone on a plain
-/// program (one layer, unless the feature needs more).
-fn cases() -> Vec<Case> {
-    let mut all = ane_cases();
-    all.extend(cpu_only_cases());
-    all
-}
-
 /// Top-2 of 4 stacked experts plus a shared expert with its sigmoid gate.
 fn shared_moe(s: &mut MemorySource, r: &mut Lcg) -> FeedForward {
     FeedForward::Moe(MoeFfn {
@@ -395,8 +357,10 @@ fn shared_moe(s: &mut MemorySource, r: &mut Lcg) -> FeedForward {
     })
 }
 
-/// Cases the ANE backends run too.
-fn ane_cases() -> Vec<Case> {
+/// One case per block variant and attention feature, each alone on a plain
+/// program (one layer, unless the feature needs more); every backend runs
+/// every case.
+fn cases() -> Vec<Case> {
     vec![
         one_layer("pre-norm attention + silu ffn", |_, _, _| {}),
         one_layer("qkv and output biases", |b, s, r| {
@@ -464,6 +428,46 @@ fn ane_cases() -> Vec<Case> {
             layers: 2,
             edit: Box::new(|p, s, r| p.layers[0].ffn = shared_moe(s, r)),
         },
+        one_layer("weightless value norm", |b, _, _| attn(b).v_norm = true),
+        Case {
+            name: "per-layer input embeddings, 2 layers",
+            layers: 2,
+            edit: Box::new(per_layer_inputs),
+        },
+        Case {
+            // On the first layer: the last one's would be undone by the
+            // output norm.
+            name: "layer output scale on layer 0 of 2",
+            layers: 2,
+            edit: Box::new(|p, s, r| {
+                p.layers[0].layer_scale = Some(insert(s, r, "scale", &[1], 0.1, 0.4));
+            }),
+        },
+        Case {
+            // Past layer 1, which keeps its own: the source is the one named.
+            name: "K/V of layer 0 read by layer 2 of 3",
+            layers: 3,
+            edit: Box::new(|p, _, _| share_kv(p, 0, 2)),
+        },
+        Case {
+            name: "K/V of layer 0 read by layer 1 through a window of 5",
+            layers: 2,
+            edit: Box::new(|p, _, _| {
+                share_kv(p, 0, 1);
+                attn(&mut p.layers[1]).window = Some(5);
+            }),
+        },
+        Case {
+            // Gemma's norms store `weight - 1`; the value norm has no weight
+            // to offset.
+            name: "per-layer inputs and value norms, norm weight offset 1",
+            layers: 2,
+            edit: Box::new(|p, s, r| {
+                per_layer_inputs(p, s, r);
+                p.layers.iter_mut().for_each(|b| attn(b).v_norm = true);
+                p.norm.weight_offset = 1.0;
+            }),
+        },
     ]
 }
 
@@ -523,53 +527,6 @@ fn share_kv(p: &mut DecoderProgram, from: usize, to: usize) {
     (a.bias.k, a.bias.v) = (source.bias.k, source.bias.v);
 }
 
-/// Cases of variants only the CPU backend runs (the ANE backends refuse
-/// them: see the refusal test).
-fn cpu_only_cases() -> Vec<Case> {
-    vec![
-        one_layer("weightless value norm", |b, _, _| attn(b).v_norm = true),
-        Case {
-            name: "per-layer input embeddings, 2 layers",
-            layers: 2,
-            edit: Box::new(per_layer_inputs),
-        },
-        Case {
-            // On the first layer: the last one's would be undone by the
-            // output norm.
-            name: "layer output scale on layer 0 of 2",
-            layers: 2,
-            edit: Box::new(|p, s, r| {
-                p.layers[0].layer_scale = Some(insert(s, r, "scale", &[1], 0.1, 0.4));
-            }),
-        },
-        Case {
-            // Past layer 1, which keeps its own: the source is the one named.
-            name: "K/V of layer 0 read by layer 2 of 3",
-            layers: 3,
-            edit: Box::new(|p, _, _| share_kv(p, 0, 2)),
-        },
-        Case {
-            name: "K/V of layer 0 read by layer 1 through a window of 5",
-            layers: 2,
-            edit: Box::new(|p, _, _| {
-                share_kv(p, 0, 1);
-                attn(&mut p.layers[1]).window = Some(5);
-            }),
-        },
-        Case {
-            // Gemma's norms store `weight - 1`; the value norm has no weight
-            // to offset.
-            name: "per-layer inputs and value norms, norm weight offset 1",
-            layers: 2,
-            edit: Box::new(|p, s, r| {
-                per_layer_inputs(p, s, r);
-                p.layers.iter_mut().for_each(|b| attn(b).v_norm = true);
-                p.norm.weight_offset = 1.0;
-            }),
-        },
-    ]
-}
-
 const SEED: u64 = 17;
 
 fn op_prompt() -> Vec<u32> {
@@ -583,16 +540,14 @@ const PREFILL: usize = 8;
 fn each_block_variant_matches_the_oracle_on_every_backend() {
     let prompt = op_prompt();
     let mut failures = Vec::new();
-    let n_ane = ane_cases().len();
-    for (i, case) in cases().into_iter().enumerate() {
+    for case in cases() {
         let p = case.program();
         p.validate().unwrap();
         let want: Vec<Vec<f32>> = oracle::forward(&p, &prompt)
             .into_iter()
             .map(|r| r.into_iter().map(|v| v as f32).collect())
             .collect();
-        let backends = TestBackend::ALL.into_iter();
-        for backend in backends.filter(|b| i < n_ane || !b.is_ane()) {
+        for backend in TestBackend::ALL {
             let exe = backend.build().compile(&p).unwrap();
             let whole = exe
                 .new_session(prompt.len())
@@ -651,40 +606,19 @@ fn every_op_case_changes_the_oracle() {
 fn unsupported_variants_are_refused_by_name() {
     // (variant, the layer refused, edit of a two-layer program: layer 1,
     // behind a supported layer 0, where it can)
-    let edits: Vec<(&str, usize, Edit)> = vec![
-        (
-            // the ANE lowering's depthwise conv is at most 13 wide
-            "mixer short_conv of 14 taps (at most 13)",
-            1,
-            Box::new(|p, s, r| {
-                p.layers[1].mixer = Mixer::ShortConv(ShortConv {
-                    kernel: 14,
-                    in_proj: insert(s, r, "in", &[64, 192], 0.1, 0.0),
-                    conv: insert(s, r, "cv", &[14, 64], 0.1, 0.0),
-                    out_proj: insert(s, r, "out", &[64, 64], 0.1, 0.0),
-                })
-            }),
-        ),
-        // every layer takes one
-        ("per-layer input embeddings", 0, Box::new(per_layer_inputs)),
-        (
-            "layer output scale",
-            1,
-            Box::new(|p, s, r| {
-                p.layers[1].layer_scale = Some(insert(s, r, "scale", &[1], 0.1, 0.4));
-            }),
-        ),
-        (
-            "attention value norm",
-            1,
-            Box::new(|p, _, _| attn(&mut p.layers[1]).v_norm = true),
-        ),
-        (
-            "attention shared K/V",
-            1,
-            Box::new(|p, _, _| share_kv(p, 0, 1)),
-        ),
-    ];
+    let edits: Vec<(&str, usize, Edit)> = vec![(
+        // the ANE lowering's depthwise conv is at most 13 wide
+        "mixer short_conv of 14 taps (at most 13)",
+        1,
+        Box::new(|p, s, r| {
+            p.layers[1].mixer = Mixer::ShortConv(ShortConv {
+                kernel: 14,
+                in_proj: insert(s, r, "in", &[64, 192], 0.1, 0.0),
+                conv: insert(s, r, "cv", &[14, 64], 0.1, 0.0),
+                out_proj: insert(s, r, "out", &[64, 64], 0.1, 0.0),
+            })
+        }),
+    )];
     for (what, layer, edit) in &edits {
         let p = synthetic(9, 2, |p, s, r| edit(p, s, r));
         p.validate().unwrap();

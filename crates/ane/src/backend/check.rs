@@ -124,6 +124,10 @@ impl Ref<'_> {
             d,
             qd,
         );
+        if a.kv_source.is_some() {
+            // K/V come from an earlier layer's cache
+            return Ok(q);
+        }
         let k = matmul(
             &self.m(&a.wk)?,
             self.v(b.k.as_deref(), kvd, 0.0)?.as_deref(),
@@ -179,6 +183,24 @@ impl Ref<'_> {
         }
     }
 
+    /// `proj(act(gate · x) ⊙ e)` of layer `i`'s per-layer input from rows
+    /// `[x; e]`.
+    fn per_layer(&self, i: usize, xe: &[f32]) -> Result<Vec<f32>> {
+        let d = self.p.n_embd;
+        let Some(pl) = self.layers[i].per_layer else {
+            return Ok(Vec::new());
+        };
+        let w = pl.width;
+        let (mut x, mut e) = (Vec::new(), Vec::new());
+        for row in xe.chunks_exact(d + w) {
+            x.extend_from_slice(&row[..d]);
+            e.extend_from_slice(&row[d..]);
+        }
+        let mut g = matmul(&self.m(&pl.gate)?, None, &x, d, w);
+        gated(pl.activation, &mut g, &e);
+        Ok(matmul(&self.m(&pl.proj)?, None, &g, w, d))
+    }
+
     /// The dense FFN layer `i` runs on the ANE (a mixture's shared expert).
     fn ffn(&self, i: usize, x: &[f32]) -> Result<Vec<f32>> {
         let Some(f) = self.layers[i].ffn.on_ane() else {
@@ -207,6 +229,16 @@ impl Ref<'_> {
             KernelKind::Entry { layer } => {
                 self.qkv(layer, &self.norm(self.layers[layer].attn_norm, &up(x))?)
             }
+            KernelKind::PleProj => {
+                let Some(e) = &self.p.per_layer_embd else {
+                    return Ok(Vec::new());
+                };
+                let lw = e.width * self.p.layers.len();
+                let mut y = matmul(&self.m(&e.model_proj)?, None, x, d, lw);
+                y.iter_mut().for_each(|v| *v *= e.model_proj_scale);
+                Ok(y)
+            }
+            KernelKind::PerLayer { layer } => self.per_layer(layer, x),
             KernelKind::Layer {
                 layer: i,
                 next_qkv,
@@ -214,11 +246,13 @@ impl Ref<'_> {
             } => {
                 let l = self.layers[i];
                 let qd = l.mixer.ctx_width(d);
-                let cin = qd + d;
-                let (mut att, mut res) = (Vec::new(), Vec::new());
+                let pw = l.per_layer.map_or(0, |pl| pl.width);
+                let cin = qd + d + pw;
+                let (mut att, mut res, mut e) = (Vec::new(), Vec::new(), Vec::new());
                 for row in x.chunks_exact(cin) {
                     att.extend_from_slice(&row[..qd]);
-                    res.extend(row[qd..].iter().map(|v| v * s));
+                    res.extend(row[qd..qd + d].iter().map(|v| v * s));
+                    e.extend_from_slice(&row[qd + d..]);
                 }
                 let a = self.maybe_norm(l.post_attn_norm, self.attn_out(i, &att)?)?;
                 res.iter_mut().zip(&a).for_each(|(r, a)| *r += a);
@@ -242,6 +276,19 @@ impl Ref<'_> {
                 let f = self.ffn(i, &hn)?;
                 let f = self.maybe_norm(l.post_ffn_norm, f)?;
                 res.iter_mut().zip(&f).for_each(|(r, a)| *r += a);
+                if let Some(pl) = l.per_layer {
+                    let xe: Vec<f32> = res
+                        .chunks_exact(d)
+                        .zip(e.chunks_exact(pw))
+                        .flat_map(|(r, e)| r.iter().chain(e).copied())
+                        .collect();
+                    let v = self.norm(&pl.norm, &self.per_layer(i, &xe)?)?;
+                    res.iter_mut().zip(&v).for_each(|(r, a)| *r += a);
+                }
+                if let Some(name) = l.layer_scale {
+                    let k = lower::layer_scale(self.p, name).map_err(Error::from)?;
+                    res.iter_mut().for_each(|r| *r *= k);
+                }
                 if !next_qkv {
                     return Ok(res.iter().map(|v| v / s).collect());
                 }
@@ -338,7 +385,8 @@ pub fn check_layer0(
                 | KernelKind::AttnOut { layer }
                 | KernelKind::Ffn { layer } => layer == 0,
                 KernelKind::Layer { layer, .. } => layer == 0,
-                KernelKind::Entry { layer } => layer == 0,
+                KernelKind::Entry { layer } | KernelKind::PerLayer { layer } => layer == 0,
+                KernelKind::PleProj => true,
                 KernelKind::LmHead { first, .. } => first == 0,
             };
             if !wanted {

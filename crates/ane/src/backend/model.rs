@@ -6,6 +6,7 @@ use super::Error;
 use crate::lower::{self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Variant};
 use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
+use anedvd_cpu::kernels::rms_norm_inplace;
 use anedvd_cpu::moe::{MoeLayer, Shared};
 use anedvd_cpu::norms::{norm_weights, LayerNorms};
 use anedvd_cpu::qkernels::Kernels;
@@ -83,6 +84,21 @@ pub(crate) struct CpuLayer {
     pub mixer: HostMixer,
     pub norms: LayerNorms,
     pub moe: Option<HostMoe>,
+    /// Gemma 4: the per-layer input's width and the norm after its
+    /// projection (split variant: the host norms and adds it).
+    pub per_layer: Option<(usize, Vec<f32>)>,
+    /// Gemma 4: the residual scale after the layer (split variant).
+    pub scale: Option<f32>,
+}
+
+/// Gemma 4's per-layer input embeddings on the host: the token table's
+/// rows and the norm of the `ple` program's projection.
+pub(crate) struct HostPle {
+    pub width: usize,
+    pub token_table: String,
+    pub token_scale: f32,
+    pub proj_norm: Vec<f32>,
+    pub combine_scale: f32,
 }
 
 pub(crate) struct Model {
@@ -97,6 +113,7 @@ pub(crate) struct Model {
     pub token_embd: String,
     pub source: Arc<dyn WeightSource>,
     pub layers: Vec<CpuLayer>,
+    pub ple: Option<HostPle>,
     pub output_norm: Vec<f32>,
     pub kernels: Vec<SimKernel>,
     /// The CPU kernels of the host-side attention.
@@ -191,10 +208,26 @@ impl Model {
                         Some(HostMoe { routed, shared })
                     }
                 };
+                let per_layer = l
+                    .per_layer
+                    .map(|pl| {
+                        Ok::<_, anedvd_graph::Error>((
+                            pl.width,
+                            norm_weights(p, &pl.norm, p.n_embd)?,
+                        ))
+                    })
+                    .transpose()?;
+                let scale = l
+                    .layer_scale
+                    .map(|name| lower::layer_scale(p, name))
+                    .transpose()
+                    .map_err(Error::from)?;
                 Ok(CpuLayer {
                     mixer,
                     norms: LayerNorms::load(p, &b.norms, attn)?,
                     moe,
+                    per_layer,
+                    scale,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -210,6 +243,19 @@ impl Model {
             token_embd: p.token_embd.clone(),
             source: p.weights.clone(),
             layers,
+            ple: p
+                .per_layer_embd
+                .as_ref()
+                .map(|e| {
+                    Ok::<_, anedvd_graph::Error>(HostPle {
+                        width: e.width,
+                        token_table: e.token_table.clone(),
+                        token_scale: e.token_scale,
+                        proj_norm: norm_weights(p, &e.proj_norm, e.width)?,
+                        combine_scale: e.combine_scale,
+                    })
+                })
+                .transpose()?,
             output_norm: norm_weights(p, &p.output_norm, p.n_embd)?,
             kernels,
             host: Kernels::capped(host),
@@ -278,6 +324,29 @@ impl Model {
             }
         }
         Ok(res)
+    }
+
+    /// Gemma 4's per-layer inputs of the `n` rows of scaled token
+    /// embeddings `x` (`n_layer · width` each): the `ple` program's
+    /// projection normed per layer slice, plus the token table's row,
+    /// times the combine scale.
+    pub fn per_layer_inputs(&self, tokens: &[u32], x: &[f32]) -> Result<Option<Vec<f32>>> {
+        let Some(t) = &self.ple else {
+            return Ok(None);
+        };
+        let n = tokens.len();
+        let mut e = self.dispatch(self.find(|k| *k == KernelKind::PleProj)?, x, n)?;
+        rms_norm_inplace(&mut e, &t.proj_norm, self.eps);
+        let lw = t.width * self.layers.len();
+        for (row, &tok) in e.chunks_exact_mut(lw).zip(tokens) {
+            let r = tok as usize;
+            let (table, _) = tensors::rows(self.source.as_ref(), &t.token_table, r, r + 1)
+                .map_err(Error::from)?;
+            for (o, v) in row.iter_mut().zip(&table) {
+                *o = (*o + v * t.token_scale) * t.combine_scale;
+            }
+        }
+        Ok(Some(e))
     }
 
     /// The token embedding row of `tok`, scaled.

@@ -4,7 +4,7 @@ use super::model::{HostMixer, HostMoe, Model};
 use crate::lower::{KernelKind, Variant};
 use anedvd_cpu::attention::{attend, encode_positions, KvCache, RopeTables};
 use anedvd_cpu::conv::ConvHistory;
-use anedvd_cpu::kernels::{add, axpy, rms_norm, softcap};
+use anedvd_cpu::kernels::{add, axpy, rms_norm, rms_norm_inplace, softcap};
 use anedvd_cpu::moe::MoeBuffers;
 use anedvd_cpu::state::{LayerCache, SeqState};
 use anedvd_cpu::Acts;
@@ -43,6 +43,10 @@ impl AneSession {
             .layers
             .iter()
             .map(|l| match &l.mixer {
+                // a layer reading another's K/V keeps none (zero heads)
+                HostMixer::Attention(a) if a.kv_source.is_some() => {
+                    LayerCache::Kv(KvCache::new(0, a.head_dim))
+                }
                 HostMixer::Attention(a) => LayerCache::Kv(KvCache::new(a.n_head_kv, a.head_dim)),
                 HostMixer::ShortConv { kernel, .. } => {
                     LayerCache::Conv(ConvHistory::new(*kernel, model.n_embd))
@@ -78,6 +82,17 @@ impl AneSession {
             m.embed(tok, &mut x[t * d..(t + 1) * d])?;
         }
         Dump::put_opt(dump, None, "inp_embd", &x, n);
+        let ple = m.per_layer_inputs(tokens, &x)?;
+        // layer `i`'s slice of row `t`
+        let e_l = |i: usize, t: usize| -> &[f32] {
+            match (&ple, &m.ple) {
+                (Some(e), Some(h)) => {
+                    let lw = h.width * m.layers.len();
+                    &e[t * lw + i * h.width..t * lw + (i + 1) * h.width]
+                }
+                _ => &[],
+            }
+        };
         // every layer of the chunk sees the same positions: RoPE tables once
         self.positions.clear();
         self.positions.extend(pos0..pos0 + n);
@@ -118,6 +133,19 @@ impl AneSession {
                     }
                     Dump::put_opt(dump, li, names::FFN_OUT, &f, n);
                     add(&mut x, &f);
+                    if let Some((_, post)) = &l.per_layer {
+                        let mut packed = Vec::new();
+                        for t in 0..n {
+                            packed.extend_from_slice(&x[t * d..(t + 1) * d]);
+                            packed.extend_from_slice(e_l(i, t));
+                        }
+                        let k = m.find(|k| *k == KernelKind::PerLayer { layer: i })?;
+                        let v = norm(&m.dispatch(k, &packed, n)?, post, m.eps);
+                        add(&mut x, &v);
+                    }
+                    if let Some(s) = l.scale {
+                        x.iter_mut().for_each(|v| *v *= s);
+                    }
                     Dump::put_opt(dump, li, names::OUT, &x, n);
                 }
             }
@@ -136,6 +164,7 @@ impl AneSession {
                     for t in 0..n {
                         packed.extend_from_slice(&att[t * qd..(t + 1) * qd]);
                         packed.extend_from_slice(&x[t * d..(t + 1) * d]);
+                        packed.extend_from_slice(e_l(i, t));
                     }
                     let out = m.dispatch(k, &packed, n)?;
                     let w = k.out_channels;
@@ -239,10 +268,13 @@ impl AneSession {
         n: usize,
         dump: &mut Option<Dump>,
     ) -> Vec<f32> {
-        let m = &self.model;
+        let m = self.model.clone();
         let l = &m.layers[i];
         let li = Some(i);
         let attn = match (&l.mixer, &mut self.seq.layers[i]) {
+            (HostMixer::Attention(a), LayerCache::Kv(_)) if a.kv_source.is_some() => {
+                return self.attend_shared(i, a, qkv, pos0, n, dump);
+            }
             (HostMixer::Attention(a), LayerCache::Kv(kv)) => (a, kv),
             (HostMixer::ShortConv { taps, .. }, LayerCache::Conv(hist)) => {
                 let d = m.n_embd;
@@ -275,6 +307,9 @@ impl AneSession {
             k.extend_from_slice(&row[qd..qd + kvd]);
             v.extend_from_slice(&row[qd + kvd..]);
         }
+        if a.v_norm {
+            rms_norm_inplace(&mut v, &vec![1.0; a.head_dim], m.eps);
+        }
         Dump::put_opt(dump, li, names::Q, &q, n);
         Dump::put_opt(dump, li, names::K, &k, n);
         Dump::put_opt(dump, li, names::V, &v, n);
@@ -292,6 +327,37 @@ impl AneSession {
         kv.store(pos0, &k, &v, n);
         let mut ctx = vec![0f32; n * qd];
         attend(&m.host, a, kv, &q, pos0, n, &mut ctx, &mut Vec::new());
+        Dump::put_opt(dump, li, names::KQV_OUT, &ctx, n);
+        ctx
+    }
+}
+
+impl AneSession {
+    /// Attention of layer `i`, which reads the K/V cached by layer
+    /// `a.kv_source` (already normed and rotated): its queries `q` (the
+    /// whole input projection) get their norm and RoPE, and attend.
+    fn attend_shared(
+        &mut self,
+        i: usize,
+        a: &anedvd_graph::Attention,
+        q: &[f32],
+        pos0: usize,
+        n: usize,
+        dump: &mut Option<Dump>,
+    ) -> Vec<f32> {
+        let m = &self.model;
+        let (li, qd) = (Some(i), a.q_dim());
+        let mut q = q[..n * qd].to_vec();
+        Dump::put_opt(dump, li, names::Q, &q, n);
+        let norms = m.layers[i].norms.qk();
+        let tables = &mut self.rope_tables;
+        encode_positions(a, norms, m.eps, &mut q, &mut [], tables, &self.positions);
+        Dump::put_opt(dump, li, names::Q_ROPE, &q, n);
+        let mut ctx = vec![0f32; n * qd];
+        let src = a.kv_source.unwrap_or(i);
+        if let LayerCache::Kv(kv) = &self.seq.layers[src] {
+            attend(&m.host, a, kv, &q, pos0, n, &mut ctx, &mut Vec::new());
+        }
         Dump::put_opt(dump, li, names::KQV_OUT, &ctx, n);
         ctx
     }

@@ -152,7 +152,15 @@ impl Emitter {
     ) -> Result<Var> {
         let g = self.projection(&format!("{p}_gate"), x, gate, n_ff, None)?;
         let u = self.projection(&format!("{p}_up"), x, up, n_ff, None)?;
-        let a = match act {
+        let a = self.activate(p, &g, act)?;
+        let h = self.b.mul(&format!("{p}_act"), &a, &u)?;
+        self.projection(&format!("{p}_down"), &h, down, n_out, None)
+    }
+
+    /// `act(g)` (see [`Emitter::ffn`] for the forms).
+    pub fn activate(&mut self, p: &str, g: &Var, act: Activation) -> Result<Var> {
+        let g = g.clone();
+        Ok(match act {
             Activation::Silu => {
                 let s = self.b.sigmoid(&format!("{p}_gate_sig"), &g)?;
                 self.b.mul(&format!("{p}_gate_act"), &g, &s)?
@@ -172,8 +180,6 @@ impl Emitter {
                 let hg = b.mul(&format!("{p}_gelu_hg"), &g, &half)?;
                 b.mul(&format!("{p}_gate_act"), &hg, &th1)?
             }
-        };
-        let h = self.b.mul(&format!("{p}_act"), &a, &u)?;
-        self.projection(&format!("{p}_down"), &h, down, n_out, None)
+        })
     }
 }

@@ -4,7 +4,7 @@ use super::emit::Emitter;
 use super::tensors::{rows, vector, WEIGHT_PATH};
 use super::{Error, Kernel, KernelKind, LowerOptions, Result};
 use super::{FfnView, LayerView, MixerView};
-use anedvd_graph::{Attention, DecoderProgram, ShortConv};
+use anedvd_graph::{Attention, DecoderProgram, PerLayerEmbedding, PerLayerInput, ShortConv};
 use anedvd_mil::builder::{program as mil_program, ConvOpts, Var};
 use anedvd_mil::sim::Weights;
 
@@ -33,10 +33,14 @@ fn optional_vec(p: &DecoderProgram, name: &Option<String>, len: usize) -> Result
         .transpose()
 }
 
-/// Concatenated `[Wq; Wk; Wv]` and, if any bias exists, `[bq; bk; bv]`.
+/// Concatenated `[Wq; Wk; Wv]` and, if any bias exists, `[bq; bk; bv]`;
+/// only q's for a layer reading another's K/V.
 fn qkv_weights(p: &DecoderProgram, a: &Attention) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
     let (qd, kvd) = (a.q_dim(), a.kv_dim());
     let mut w = matrix(p, &a.wq, qd)?;
+    if a.kv_source.is_some() {
+        return Ok((w, optional_vec(p, &a.bias.q, qd)?));
+    }
     w.extend(matrix(p, &a.wk, kvd)?);
     w.extend(matrix(p, &a.wv, kvd)?);
     let bq = optional_vec(p, &a.bias.q, qd)?;
@@ -96,9 +100,9 @@ fn emit_qkv(
     };
     match l.mixer {
         MixerView::Attention(a) => {
-            let (qd, kvd) = (a.q_dim(), a.kv_dim());
             let (w, b) = qkv_weights(p, a)?;
-            e.projection(&format!("l{i}_qkv"), &h, &w, qd + 2 * kvd, b.as_deref())
+            let out = l.mixer.in_width(p.n_embd);
+            e.projection(&format!("l{i}_qkv"), &h, &w, out, b.as_deref())
         }
         MixerView::ShortConv(c) => {
             let w = matrix(p, &c.in_proj, 3 * p.n_embd)?;
@@ -258,6 +262,72 @@ pub fn ffn(
     ))
 }
 
+/// `ple`: the projection part of every layer's per-layer input from the
+/// scaled token embedding, `model_proj · x · model_proj_scale` (the scale
+/// folded into the weights).
+pub fn ple_proj(p: &DecoderProgram, o: &LowerOptions, t: &PerLayerEmbedding) -> Result<Kernel> {
+    let lw = t.width * p.layers.len();
+    let mut w = matrix(p, &t.model_proj, lw)?;
+    w.iter_mut().for_each(|v| *v *= t.model_proj_scale);
+    let mut e = Emitter::new(o.width);
+    let x = e.input(p.n_embd)?;
+    let y = e.projection("ple_proj", &x, &w, lw, None)?;
+    Ok(finish("ple".into(), KernelKind::PleProj, e, &y, p.n_embd))
+}
+
+/// `proj(act(gate · x) ⊙ e_l)` of layer `i`'s per-layer input; `gate_scale`
+/// undoes a scaled residual (`x/s` in the fused variant) before the
+/// activation.
+fn emit_per_layer(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    i: usize,
+    pl: &PerLayerInput,
+    (x, e_l): (&Var, &Var),
+    gate_scale: f32,
+) -> Result<Var> {
+    let gate = matrix(p, &pl.gate, pl.width)?;
+    let mut g = e.projection(&format!("l{i}_pl_gate"), x, &gate, pl.width, None)?;
+    if gate_scale != 1.0 {
+        let c =
+            e.b.fp16(&format!("l{i}_pl_unscale_k"), f64::from(gate_scale))?;
+        g = e.b.mul(&format!("l{i}_pl_unscale"), &g, &c)?;
+    }
+    let a = e.activate(&format!("l{i}_pl"), &g, pl.activation)?;
+    let m = e.b.mul(&format!("l{i}_pl_in"), &a, e_l)?;
+    let proj = matrix(p, &pl.proj, p.n_embd)?;
+    e.projection(&format!("l{i}_pl_proj"), &m, &proj, p.n_embd, None)
+}
+
+/// `blk.i.ple` (split): `[residual; e_l]` → the per-layer input's
+/// projection (the host norms and adds it).
+pub fn per_layer(
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    i: usize,
+    pl: &PerLayerInput,
+) -> Result<Kernel> {
+    let (d, w) = (p.n_embd, o.width);
+    let mut e = Emitter::new(w);
+    let xin = e.input(d + pl.width)?;
+    let x =
+        e.b.slice_by_size(&format!("l{i}_x"), &xin, &[0, 0, 0, 0], &[1, d, 1, w])?;
+    let e_l = e.b.slice_by_size(
+        &format!("l{i}_e"),
+        &xin,
+        &[0, d, 0, 0],
+        &[1, pl.width, 1, w],
+    )?;
+    let y = emit_per_layer(&mut e, p, i, pl, (&x, &e_l), 1.0)?;
+    let kind = KernelKind::PerLayer { layer: i };
+    Ok(finish(format!("blk.{i}.ple"), kind, e, &y, d + pl.width))
+}
+
+/// Layer `i`'s `[1]` residual scale.
+pub fn layer_scale(p: &DecoderProgram, name: &str) -> Result<f32> {
+    Ok(vector(p.weights.as_ref(), name, 1)?[0])
+}
+
 /// `v / s` (nothing when s = 1), to add a block output to the scaled residual.
 fn unscale(e: &mut Emitter, name: &str, v: &Var, s: f32) -> Result<Var> {
     if s == 1.0 {
@@ -279,8 +349,9 @@ pub fn fused_layer(
     let qd = l.mixer.ctx_width(p.n_embd);
     let d = p.n_embd;
     let w = o.width;
+    let pw = l.per_layer.map_or(0, |pl| pl.width);
     let mut e = Emitter::new(w);
-    let xin = e.input(qd + d)?;
+    let xin = e.input(qd + d + pw)?;
     let att =
         e.b.slice_by_size(&format!("l{i}_ctx"), &xin, &[0, 0, 0, 0], &[1, qd, 1, w])?;
     let x =
@@ -311,14 +382,29 @@ pub fn fused_layer(
             next_qkv: false,
             ffn_on_host: true,
         };
-        return Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d));
+        return Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d + pw));
     }
     let mut f = ffn.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
     if let Some(g) = optional_norm(p, l.post_ffn_norm)? {
         f = e.rms_norm(&format!("l{i}_post_ffn_norm"), &f, &g, p.norm.eps, 1.0)?;
     }
     let f = unscale(&mut e, &format!("l{i}_ffn_out_s"), &f, o.residual_scale)?;
-    let y = e.b.add(&format!("l{i}_out"), &h, &f)?;
+    let mut y = e.b.add(&format!("l{i}_out"), &h, &f)?;
+    if let Some(pl) = l.per_layer {
+        let e_l =
+            e.b.slice_by_size(&format!("l{i}_e"), &xin, &[0, qd + d, 0, 0], &[1, pw, 1, w])?;
+        let s = o.residual_scale;
+        let v = emit_per_layer(&mut e, p, i, pl, (&y, &e_l), s)?;
+        let g = norm(p, &pl.norm)?;
+        let v = e.rms_norm(&format!("l{i}_pl_norm"), &v, &g, p.norm.eps, 1.0)?;
+        let v = unscale(&mut e, &format!("l{i}_pl_out_s"), &v, s)?;
+        y = e.b.add(&format!("l{i}_pl_out"), &y, &v)?;
+    }
+    if let Some(name) = l.layer_scale {
+        let c =
+            e.b.fp16(&format!("l{i}_scale_k"), f64::from(layer_scale(p, name)?))?;
+        y = e.b.mul(&format!("l{i}_scaled"), &y, &c)?;
+    }
     let out = match next {
         Some(n) => {
             let qkv = emit_qkv(&mut e, p, o, (i + 1, n), &y, true)?;
@@ -331,7 +417,7 @@ pub fn fused_layer(
         next_qkv: next.is_some(),
         ffn_on_host: false,
     };
-    Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d))
+    Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d + pw))
 }
 
 /// `lm_head.s`: vocabulary rows `first..first + n`.

@@ -47,10 +47,11 @@ mod kernels;
 pub mod tensors;
 
 pub use cost::{CostModel, KernelCost};
+pub use kernels::layer_scale;
 
 use anedvd_graph::{
     Attention, AttentionBias, Block, DecoderProgram, DenseFfn, FeedForward, Mixer, MoeFfn,
-    NormPlacement, ShortConv,
+    NormPlacement, PerLayerInput, ShortConv,
 };
 use anedvd_mil::ir::Program;
 use anedvd_mil::sim::Weights;
@@ -166,7 +167,8 @@ pub enum KernelKind {
         /// Layer index.
         layer: usize,
     },
-    /// Fused: `[context; residual]` → `[residual'; next q; k; v]`, or
+    /// Fused: `[context; residual]` (Gemma 4: `[context; residual; e_l]`)
+    /// → `[residual'; next q; k; v]`, or
     /// `[residual']` for the last layer; with `ffn_on_host` (a mixture of
     /// experts) the program stops before the routed experts and returns
     /// `[residual after attention; FFN-normed residual; shared expert's
@@ -178,6 +180,16 @@ pub enum KernelKind {
         next_qkv: bool,
         /// Whether the host finishes the FFN (a mixture of experts).
         ffn_on_host: bool,
+    },
+    /// Gemma 4: the scaled token embedding `[D]` → the projection part of
+    /// every layer's per-layer input `[n_layer · width]` (times its scale;
+    /// the host adds the token table's rows and norms).
+    PleProj,
+    /// Split, Gemma 4: `[residual; e_l]` → `proj(act(gate · residual) ⊙
+    /// e_l)` `[D]` (the host norms and adds it).
+    PerLayer {
+        /// Layer index.
+        layer: usize,
     },
     /// Logits rows `first..first + rows` from the (normed, in the split
     /// variant; raw, in the fused one) residual `[D]`.
@@ -257,6 +269,16 @@ pub enum MixerView<'a> {
 }
 
 impl MixerView<'_> {
+    /// Channels of the input projection's output: `[q; k; v]` (only `q`
+    /// for a layer reading another's K/V), or a short conv's `[B; C; X]`.
+    pub fn in_width(&self, n_embd: usize) -> usize {
+        match self {
+            MixerView::Attention(a) if a.kv_source.is_some() => a.q_dim(),
+            MixerView::Attention(a) => a.q_dim() + 2 * a.kv_dim(),
+            MixerView::ShortConv(_) => 3 * n_embd,
+        }
+    }
+
     /// Channels the host hands to the output side.
     pub fn ctx_width(&self, n_embd: usize) -> usize {
         match self {
@@ -315,6 +337,10 @@ pub struct LayerView<'a> {
     pub ffn_norm: &'a str,
     /// Norm after the FFN (sandwich), if any.
     pub post_ffn_norm: Option<&'a str>,
+    /// Gemma 4's per-layer input, if any.
+    pub per_layer: Option<&'a PerLayerInput>,
+    /// Gemma 4's residual scale tensor, if any.
+    pub layer_scale: Option<&'a str>,
 }
 
 /// Every layer of `p` as a [`LayerView`], or the first variant `backend`
@@ -335,12 +361,6 @@ pub fn layer_views<'a>(
             per_layer_input,
             layer_scale,
         } = block;
-        if per_layer_input.is_some() {
-            return Err(E::unsupported(backend, "per-layer", "input embeddings", i));
-        }
-        if layer_scale.is_some() {
-            return Err(E::unsupported(backend, "layer", "output scale", i));
-        }
         let mixer = match mixer {
             Mixer::Attention(attn) => {
                 let Attention {
@@ -351,7 +371,10 @@ pub fn layer_views<'a>(
                     softcap: _,
                     window: _,
                     rope: _,
-                    kv_source,
+                    // a layer reading another's K/V projects q only (its
+                    // `wk`/`wv` name the source's tensors); the host attends
+                    // over the source's cache and norms values
+                    kv_source: _,
                     wq: _,
                     wk: _,
                     wv: _,
@@ -365,14 +388,8 @@ pub fn layer_views<'a>(
                         },
                     q_norm: _,
                     k_norm: _,
-                    v_norm,
+                    v_norm: _,
                 } = attn;
-                if kv_source.is_some() {
-                    return Err(E::unsupported(backend, "attention", "shared K/V", i));
-                }
-                if *v_norm {
-                    return Err(E::unsupported(backend, "attention", "value norm", i));
-                }
                 MixerView::Attention(attn)
             }
             Mixer::ShortConv(conv) => {
@@ -401,6 +418,8 @@ pub fn layer_views<'a>(
             post_attn_norm,
             ffn_norm,
             post_ffn_norm,
+            per_layer: per_layer_input.as_ref(),
+            layer_scale: layer_scale.as_deref(),
         });
     }
     Ok(views)
@@ -431,16 +450,21 @@ pub fn dispatch_count(variant: Variant, program: &DecoderProgram, vocab_slice: u
         FeedForward::Moe(m) => Some(m.shared.is_some()),
         FeedForward::Dense(_) => None,
     };
+    let ple = usize::from(program.per_layer_embd.is_some());
     match variant {
         Variant::Split => {
             let no_ffn_kernel = program.layers.iter().filter(|b| moe(b) == Some(false));
-            3 * n - no_ffn_kernel.count() + slices
+            let per_layer = program
+                .layers
+                .iter()
+                .filter(|b| b.per_layer_input.is_some());
+            ple + 3 * n - no_ffn_kernel.count() + per_layer.count() + slices
         }
         Variant::Fused => {
             let entries = program.layers[..n.saturating_sub(1)]
                 .iter()
                 .filter(|b| moe(b).is_some());
-            1 + n + entries.count() + slices
+            ple + 1 + n + entries.count() + slices
         }
     }
 }
@@ -477,6 +501,9 @@ pub fn lower_views(
         )));
     }
     let mut kernels = Vec::new();
+    if let Some(e) = &program.per_layer_embd {
+        kernels.push(kernels::ple_proj(program, options, e)?);
+    }
     match options.variant {
         Variant::Split => {
             for (i, l) in views.iter().enumerate() {
@@ -484,6 +511,9 @@ pub fn lower_views(
                 kernels.push(kernels::attn_out(program, options, (i, l))?);
                 if l.ffn.on_ane().is_some() {
                     kernels.push(kernels::ffn(program, options, (i, l))?);
+                }
+                if let Some(pl) = l.per_layer {
+                    kernels.push(kernels::per_layer(program, options, i, pl)?);
                 }
             }
         }

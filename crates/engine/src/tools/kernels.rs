@@ -146,6 +146,8 @@ fn kind_label(k: KernelKind) -> &'static str {
         KernelKind::Qkv { .. } => "q/k/v projection",
         KernelKind::AttnOut { .. } => "output projection",
         KernelKind::Ffn { .. } => "gated FFN",
+        KernelKind::PleProj => "per-layer input projection",
+        KernelKind::PerLayer { .. } => "per-layer input gate + projection",
         KernelKind::Entry { layer: 0 } => "norm + q/k/v (layer 0)",
         KernelKind::Entry { .. } => "norm + q/k/v (after experts)",
         KernelKind::Layer {
