@@ -31,6 +31,15 @@
 //! layer's program returns `[residual; FFN-normed residual; shared
 //! output]` and the next layer starts from its own `blk.{i+1}.entry`.
 //!
+//! Gemma 4: a `ple` program (first, both variants) projects the scaled
+//! embedding for every layer's per-layer input (the host norms it and adds
+//! the token table's rows); each layer's branch `proj(act(gate·x) ⊙ e_l)`
+//! is `blk.i.ple` (split; the host norms, adds and applies the layer
+//! scale) or runs inside `blk.i.layer` (fused, whose input then packs
+//! `[context; residual; e_l]`, and which also applies the layer scale).
+//! A layer reading another's K/V projects q only; the host attends over
+//! the source's cache and applies the value norm.
+//!
 //! Both end with `lm_head.s`, the output projection split into vocabulary
 //! slices of at most [`LowerOptions::vocab_slice`] rows (every dim ≤ 65536,
 //! ane-spec.md §2.4); in the fused variant each slice applies the final norm
