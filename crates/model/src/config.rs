@@ -486,7 +486,8 @@ pub(crate) fn resolve(
         .or(r.usize(Param::NCtxTrain)?)
         .unwrap_or(2048);
 
-    let embd_name = tensor_name(family, format, Role::TokenEmbd, 0);
+    let embd_name = present_tensor(source, family, format, Role::TokenEmbd, 0)
+        .unwrap_or_else(|| tensor_name(family, format, Role::TokenEmbd, 0));
     let embd = source
         .tensor(&embd_name)
         .ok_or_else(|| Error::MissingTensor(embd_name.clone()))?;

@@ -1,0 +1,145 @@
+//! Gemma 4's per-layer metadata that must be refused with an error naming
+//! the key (or the unsupported feature), on copies of the tiny fixture with
+//! one value changed.
+#![allow(clippy::unwrap_used)]
+
+use anedvd_base::{MetadataValue as V, WeightSource};
+use anedvd_graph::MemorySource;
+use anedvd_model::{load, ConfigOverrides, Error};
+use anedvd_testkit::fixtures::{self, Format};
+use std::sync::Arc;
+
+/// The fixture in `format`, copied into memory with `edit` applied to its
+/// metadata.
+fn edited(format: Format, edit: impl Fn(&mut anedvd_base::Metadata)) -> Arc<dyn WeightSource> {
+    let src = anedvd_weights::open(&fixtures::path("gemma4", format))
+        .unwrap()
+        .source;
+    let name = if format == Format::Hf {
+        "safetensors"
+    } else {
+        "gguf"
+    };
+    let mut m = MemorySource::new(name);
+    for (k, v) in src.metadata().iter() {
+        m.metadata_mut().insert(k, v.clone());
+    }
+    for info in src.tensors() {
+        let t = src.tensor(&info.name).unwrap();
+        m.insert_raw(&info.name, info.dtype, &info.shape, t.data.to_vec());
+    }
+    edit(m.metadata_mut());
+    Arc::new(m)
+}
+
+fn error(src: Arc<dyn WeightSource>) -> String {
+    load(src, &ConfigOverrides::default())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_unedited_copies_load() {
+    for format in [Format::Hf, Format::GgufF32] {
+        load(edited(format, |_| {}), &ConfigOverrides::default()).unwrap();
+    }
+}
+
+#[test]
+fn bad_per_layer_metadata_is_refused_by_key() {
+    let gguf = |key: &str, v: V| {
+        let key = key.to_string();
+        error(edited(Format::GgufF32, move |m| {
+            m.insert(key.clone(), v.clone())
+        }))
+    };
+    let e = gguf(
+        "gemma4.feed_forward_length",
+        V::Array(vec![32i64, 32, 32, 32, 64].into()),
+    );
+    assert!(
+        e.contains("gemma4.feed_forward_length") && e.contains("5 entries for 6 layers"),
+        "{e}"
+    );
+    let e = gguf(
+        "gemma4.attention.sliding_window_pattern",
+        V::Array(vec![true, true, false].into()),
+    );
+    assert!(
+        e.contains("sliding_window_pattern") && e.contains("3 entries"),
+        "{e}"
+    );
+    let e = gguf("gemma4.attention.shared_kv_layers", V::U32(6));
+    assert!(
+        e.contains("shared K/V layers = 6 exceeds the limit 5"),
+        "{e}"
+    );
+    // the last two layers (sliding, full) share, but no earlier layer is full
+    let e = gguf(
+        "gemma4.attention.sliding_window_pattern",
+        V::Array(vec![true, true, true, true, true, false].into()),
+    );
+    assert!(
+        e.contains("gemma4.attention.shared_kv_layers")
+            && e.contains("layer 5 shares K/V, but no earlier layer has its type (full)"),
+        "{e}"
+    );
+    let e = gguf("gemma4.embedding_length_per_layer_input", V::U32(1 << 21));
+    assert!(e.contains("per-layer input width"), "{e}");
+}
+
+#[test]
+fn hf_head_dims_and_unsupported_variants_are_checked() {
+    let hf = |key: &'static str, v: V| error(edited(Format::Hf, move |m| m.insert(key, v.clone())));
+    let e = hf("per_layer_config.3.head_dim", V::I64(0));
+    assert!(e.contains("per_layer_config.3.head_dim"), "{e}");
+    let e = hf("attention_k_eq_v", V::Bool(true));
+    assert!(e.contains("attention_k_eq_v"), "{e}");
+    let e = hf("enable_moe_block", V::Bool(true));
+    assert!(e.contains("enable_moe_block"), "{e}");
+    // a multimodal config's nested decoder keys win over the top level
+    let e = hf("text_config.num_kv_shared_layers", V::I64(9));
+    assert!(e.contains("shared K/V layers = 9"), "{e}");
+    assert!(matches!(
+        load(
+            edited(Format::Hf, |m| m.insert("attention_k_eq_v", V::Bool(true))),
+            &ConfigOverrides::default()
+        ),
+        Err(Error::Unsupported(_))
+    ));
+}
+
+/// A multimodal checkpoint (`Gemma4ForConditionalGeneration`): model type
+/// `gemma4`, the decoder's keys under `text_config`, its weights under
+/// `model.language_model.` — resolves to the same program as the text-only
+/// fixture.
+#[test]
+fn multimodal_checkpoints_resolve_their_text_stack() {
+    let src = anedvd_weights::open(&fixtures::path("gemma4", Format::Hf))
+        .unwrap()
+        .source;
+    let mut m = MemorySource::new("safetensors");
+    for (k, v) in src.metadata().iter() {
+        m.metadata_mut()
+            .insert(format!("text_config.{k}"), v.clone());
+    }
+    m.metadata_mut()
+        .insert("model_type", V::String("gemma4".into()));
+    for info in src.tensors() {
+        let t = src.tensor(&info.name).unwrap();
+        let name = info.name.replacen("model.", "model.language_model.", 1);
+        m.insert_raw(&name, info.dtype, &info.shape, t.data.to_vec());
+    }
+    let (cfg, p) = load(Arc::new(m), &ConfigOverrides::default()).unwrap();
+    let (want_cfg, want) = load(Arc::from(src), &ConfigOverrides::default()).unwrap();
+    assert_eq!(cfg.head_dim_layers, want_cfg.head_dim_layers);
+    assert_eq!(cfg.kv_sources, want_cfg.kv_sources);
+    assert_eq!(cfg.n_ff_layers, want_cfg.n_ff_layers);
+    assert_eq!(p.layers.len(), want.layers.len());
+    assert!(
+        p.token_embd.starts_with("model.language_model."),
+        "{}",
+        p.token_embd
+    );
+}
