@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// The fixture in `format`, copied into memory with `edit` applied to its
 /// metadata.
 fn edited(format: Format, edit: impl Fn(&mut anedvd_base::Metadata)) -> Arc<dyn WeightSource> {
-    let src = anedvd_weights::open(&fixtures::path("gemma4", format))
+    let src = anedvd_weights::open(fixtures::path("gemma4", format))
         .unwrap()
         .source;
     let name = if format == Format::Hf {
@@ -116,7 +116,7 @@ fn hf_head_dims_and_unsupported_variants_are_checked() {
 /// fixture.
 #[test]
 fn multimodal_checkpoints_resolve_their_text_stack() {
-    let src = anedvd_weights::open(&fixtures::path("gemma4", Format::Hf))
+    let src = anedvd_weights::open(fixtures::path("gemma4", Format::Hf))
         .unwrap()
         .source;
     let mut m = MemorySource::new("safetensors");
