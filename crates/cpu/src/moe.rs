@@ -15,7 +15,7 @@ use crate::kernels::{gated, softmax};
 use crate::matmul::{matvec_each, vector, Acts, Matrix, VecJob};
 use crate::qkernels::Kernels;
 use anedvd_base::WeightSource;
-use anedvd_graph::{ExpertTensors, MoeFfn, Result, SharedExpert};
+use anedvd_graph::{ExpertTensors, Gating, MoeFfn, Result, SharedExpert};
 
 /// Input width of the router `name` (its first ggml dimension).
 fn m_in(src: &dyn WeightSource, name: &str) -> Result<usize> {
@@ -45,10 +45,8 @@ impl Shared {
 
 /// One compiled mixture.
 pub struct MoeLayer {
-    /// Experts per token (top-k).
-    pub n_used: usize,
-    /// Renormalise the top-k probabilities.
-    pub normalize: bool,
+    /// How tokens pick and weigh experts.
+    pub routing: Routing,
     /// Router `[n_embd] -> [n_expert]`.
     pub router: Matrix,
     /// The experts (their activation is the mixture's).
@@ -72,29 +70,60 @@ pub struct MoeBuffers {
     acts: Vec<Acts>,
 }
 
-/// Top-`k` of the softmax of `logits` as `(index, probability)`, highest
-/// first (ties: lower index first), renormalised to sum to one when
-/// `normalize`.
-pub fn route(logits: &mut [f32], k: usize, normalize: bool, out: &mut Vec<(usize, f32)>) {
-    softmax(logits);
+/// How a mixture turns router logits into its experts' weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routing {
+    /// Experts per token (top-k).
+    pub k: usize,
+    /// Scores from logits.
+    pub gating: Gating,
+    /// Added to the scores for the choice only (`[n_expert]`).
+    pub bias: Option<Vec<f32>>,
+    /// Renormalise the chosen scores.
+    pub normalize: bool,
+    /// Multiplier on the weights.
+    pub scale: f32,
+}
+
+/// The top-`k` experts of one token's router `logits` as `(index,
+/// weight)`, highest first (ties: lower index first): scores are the
+/// softmax or the sigmoids of the logits, chosen by score plus the
+/// selection bias, weighted by the unbiased score, renormalised when
+/// `normalize` (sigmoid scores over `sum + 1e-6`, as transformers), then
+/// scaled.
+pub fn route(logits: &mut [f32], r: &Routing, out: &mut Vec<(usize, f32)>) {
+    match r.gating {
+        Gating::Softmax => softmax(logits),
+        Gating::Sigmoid => logits
+            .iter_mut()
+            .for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+    }
     let start = out.len();
-    for _ in 0..k {
-        let mut best: Option<(usize, f32)> = None;
+    for _ in 0..r.k {
+        let mut best: Option<(usize, f32, f32)> = None;
         for (e, &p) in logits.iter().enumerate() {
+            let key = p + r.bias.as_ref().map_or(0.0, |b| b[e]);
             let taken = out[start..].iter().any(|(i, _)| *i == e);
-            if !taken && best.is_none_or(|(_, b)| p > b) {
-                best = Some((e, p));
+            if !taken && best.is_none_or(|(_, _, b)| key > b) {
+                best = Some((e, p, key));
             }
         }
-        if let Some(b) = best {
-            out.push(b);
+        if let Some((e, p, _)) = best {
+            out.push((e, p));
         }
     }
-    if normalize {
+    if r.normalize {
         let sum: f32 = out[start..].iter().map(|(_, p)| p).sum();
+        let sum = match r.gating {
+            Gating::Softmax => sum,
+            Gating::Sigmoid => sum + 1e-6,
+        };
         if sum > 0.0 {
             out[start..].iter_mut().for_each(|(_, p)| *p /= sum);
         }
+    }
+    if r.scale != 1.0 {
+        out[start..].iter_mut().for_each(|(_, p)| *p *= r.scale);
     }
 }
 
@@ -108,7 +137,10 @@ impl MoeLayer {
             n_ff_expert,
             activation,
             router,
+            gating,
+            selection_bias,
             normalize_top_k,
+            weights_scale,
             experts,
             shared,
         } = m;
@@ -146,8 +178,16 @@ impl MoeLayer {
             }),
         };
         Ok(MoeLayer {
-            n_used: *n_expert_used,
-            normalize: *normalize_top_k,
+            routing: Routing {
+                k: *n_expert_used,
+                gating: *gating,
+                bias: selection_bias
+                    .as_deref()
+                    .map(|b| vector(src, b, *n_expert))
+                    .transpose()?,
+                normalize: *normalize_top_k,
+                scale: *weights_scale,
+            },
             router: Matrix::new(src, router, k)?,
             experts,
             shared,
@@ -173,7 +213,7 @@ impl MoeLayer {
             .matmul(src, h, n, acts, &mut bufs.logits, &mut bufs.ffn.tmp)?;
         bufs.picks.clear();
         for row in bufs.logits.chunks_exact_mut(ne) {
-            route(row, self.n_used, self.normalize, &mut bufs.picks);
+            route(row, &self.routing, &mut bufs.picks);
         }
         out.fill(0.0);
         if n == 1 {
@@ -270,7 +310,7 @@ impl MoeLayer {
         out: &mut [f32],
     ) -> Result<()> {
         let d = self.router.n_in;
-        let k = self.n_used;
+        let k = self.routing.k;
         bufs.rows.resize_with(self.experts.len(), Vec::new);
         bufs.rows.iter_mut().for_each(|r| r.clear());
         for (t, picks) in bufs.picks.chunks(k.max(1)).enumerate().take(n) {
@@ -336,13 +376,24 @@ impl MoeLayer {
 
 #[cfg(test)]
 mod tests {
-    use super::route;
+    use super::{route, Routing};
+    use anedvd_graph::Gating;
+
+    fn routing(k: usize, normalize: bool) -> Routing {
+        Routing {
+            k,
+            gating: Gating::Softmax,
+            bias: None,
+            normalize,
+            scale: 1.0,
+        }
+    }
 
     #[test]
     fn route_picks_the_top_k_of_the_softmax() {
         let mut picks = Vec::new();
         let mut l = [1.0f32, 3.0, 2.0, 3.0];
-        route(&mut l, 2, false, &mut picks);
+        route(&mut l, &routing(2, false), &mut picks);
         let e: Vec<usize> = picks.iter().map(|p| p.0).collect();
         assert_eq!(e, [1, 3]);
         // softmax of [1,3,2,3]: exp(3)/(e+2e^3+e^2)
@@ -350,9 +401,31 @@ mod tests {
         assert!((picks[0].1 - 3f32.exp() / z).abs() < 1e-6);
         let mut picks = Vec::new();
         let mut l = [1.0f32, 3.0, 2.0, 3.0];
-        route(&mut l, 3, true, &mut picks);
+        route(&mut l, &routing(3, true), &mut picks);
         let sum: f32 = picks.iter().map(|p| p.1).sum();
         assert!((sum - 1.0).abs() < 1e-6);
         assert_eq!(picks[2].0, 2);
+    }
+
+    /// LFM2-MoE: sigmoid scores, the bias moves the choice but not the
+    /// weights, then `w / (sum + 1e-6) · scale`.
+    #[test]
+    fn route_with_sigmoid_scores_selection_bias_and_scale() {
+        let sig = |x: f32| 1.0 / (1.0 + (-x).exp());
+        let mut picks = Vec::new();
+        let mut l = [2.0f32, 1.0, 0.0, -1.0];
+        let r = Routing {
+            k: 2,
+            gating: Gating::Sigmoid,
+            bias: Some(vec![0.0, 0.0, 0.0, 10.0]),
+            normalize: true,
+            scale: 1.5,
+        };
+        route(&mut l, &r, &mut picks);
+        let e: Vec<usize> = picks.iter().map(|p| p.0).collect();
+        assert_eq!(e, [3, 0]);
+        let sum = sig(-1.0) + sig(2.0) + 1e-6;
+        assert!((picks[0].1 - sig(-1.0) / sum * 1.5).abs() < 1e-6);
+        assert!((picks[1].1 - sig(2.0) / sum * 1.5).abs() < 1e-6);
     }
 }

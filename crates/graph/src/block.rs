@@ -239,6 +239,15 @@ pub struct DenseFfn {
     pub down: String,
 }
 
+/// How router logits become expert scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over every expert (Qwen2-MoE, Qwen3-MoE).
+    Softmax,
+    /// Independent sigmoids (LFM2-MoE).
+    Sigmoid,
+}
+
 /// A mixture of experts (Qwen2-MoE, Qwen3-MoE, LFM2-MoE).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MoeFfn {
@@ -252,9 +261,17 @@ pub struct MoeFfn {
     pub activation: Activation,
     /// Router `[n_embd, n_expert]`, evaluated in f32.
     pub router: String,
-    /// Renormalise the top-k probabilities to sum to one (Qwen3-MoE) or
-    /// use the softmax probabilities as they are (Qwen2-MoE).
+    /// Scores from the router's logits.
+    pub gating: Gating,
+    /// `[n_expert]` added to the scores to choose the top-k only; the
+    /// weights stay the unbiased scores (LFM2-MoE's `expert_bias`).
+    pub selection_bias: Option<String>,
+    /// Renormalise the top-k scores to sum to one (Qwen3-MoE; sigmoid
+    /// scores as `w / (sum + 1e-6)`, as transformers' LFM2-MoE) or use them
+    /// as they are (Qwen2-MoE).
     pub normalize_top_k: bool,
+    /// Multiplier on the routed experts' weights (`routed_scaling_factor`).
+    pub weights_scale: f32,
     /// The experts' weights.
     pub experts: ExpertTensors,
     /// An always-on expert beside the routed ones.

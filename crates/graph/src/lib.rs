@@ -34,8 +34,8 @@ mod traits;
 
 pub use batch::{validate_batch, validate_forward, BatchItem, BatchSession, SequentialBatch};
 pub use block::{
-    Activation, Attention, AttentionBias, Block, DenseFfn, ExpertTensors, FeedForward, Mixer,
-    MoeFfn, NormPlacement, PerLayerInput, SharedExpert, ShortConv,
+    Activation, Attention, AttentionBias, Block, DenseFfn, ExpertTensors, FeedForward, Gating,
+    Mixer, MoeFfn, NormPlacement, PerLayerInput, SharedExpert, ShortConv,
 };
 pub use error::{Error, Result};
 pub use memory::MemorySource;

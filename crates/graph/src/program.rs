@@ -67,11 +67,13 @@ pub enum Role {
     PerLayerPostNorm,
     /// Gemma 4: the `[1]` scale of the residual after the layer.
     LayerOutputScale,
+    /// LFM2-MoE: the router's selection bias `[n_expert]`.
+    FfnExpProbsB,
 }
 
 impl Role {
     /// Every role, globals first.
-    pub const ALL: [Role; 40] = [
+    pub const ALL: [Role; 41] = [
         Role::TokenEmbd,
         Role::OutputNorm,
         Role::Output,
@@ -112,6 +114,7 @@ impl Role {
         Role::PerLayerProj,
         Role::PerLayerPostNorm,
         Role::LayerOutputScale,
+        Role::FfnExpProbsB,
     ];
 
     /// The glossary name (GGUF stem, with `_bias` for biases).
@@ -158,6 +161,7 @@ impl Role {
             PerLayerProj => "proj",
             PerLayerPostNorm => "post_norm",
             LayerOutputScale => "layer_output_scale",
+            FfnExpProbsB => "exp_probs_b",
         }
     }
 
@@ -469,7 +473,10 @@ impl Checker<'_> {
             n_ff_expert,
             activation: _,
             router,
+            gating: _,
+            selection_bias,
             normalize_top_k: _,
+            weights_scale: _,
             experts,
             shared,
         } = m;
@@ -481,6 +488,7 @@ impl Checker<'_> {
         }
         let (d, ff, ne) = (self.p.n_embd as u64, *n_ff_expert as u64, *n_expert as u64);
         self.shape(router, &[d, ne])?;
+        self.opt(selection_bias, &[ne])?;
         match experts {
             ExpertTensors::Stacked { gate, up, down } => {
                 self.shape(gate, &[d, ff, ne])?;

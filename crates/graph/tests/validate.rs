@@ -3,8 +3,8 @@
 
 use anedvd_graph::{
     Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, Error, ExpertTensors,
-    FeedForward, MemorySource, Mixer, MoeFfn, NormPlacement, NormSpec, Role, Rope, RopePairing,
-    ShortConv,
+    FeedForward, Gating, MemorySource, Mixer, MoeFfn, NormPlacement, NormSpec, Role, Rope,
+    RopePairing, ShortConv,
 };
 use std::sync::Arc;
 
@@ -201,7 +201,10 @@ fn every_variant_checks_its_tensor_shapes() {
             n_ff_expert: 4,
             activation: Activation::Silu,
             router: "router".into(),
+            gating: Gating::Softmax,
+            selection_bias: None,
             normalize_top_k: true,
+            weights_scale: 1.0,
             experts,
             shared: None,
         });

@@ -4,7 +4,7 @@
 use crate::family::{Family, Param, SlidingDefault};
 use crate::{Error, Result};
 use anedvd_base::{Metadata, MetadataArray, MetadataValue, WeightSource};
-use anedvd_graph::{Activation, Role, RopePairing};
+use anedvd_graph::{Activation, Gating, Role, RopePairing};
 
 /// The naming a weight source uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +118,10 @@ pub struct MoeConfig {
     pub n_ff_shared: Option<usize>,
     /// Renormalise the top-k probabilities.
     pub normalize_top_k: bool,
+    /// Router scores.
+    pub gating: Gating,
+    /// Multiplier on the routed weights.
+    pub weights_scale: f32,
 }
 
 /// Every option of the generic decoder, as data.
@@ -779,16 +783,41 @@ fn moe_config(r: &Reader<'_>) -> Result<Option<MoeConfig>> {
         normalize_top_k: r
             .bool(Param::ExpertWeightsNorm)?
             .unwrap_or(r.family.quirks.default_expert_weights_norm),
+        gating: match r.usize(Param::ExpertGatingFunc)? {
+            None => r.family.quirks.expert_gating,
+            // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_{SOFTMAX, SIGMOID}
+            Some(1) => Gating::Softmax,
+            Some(2) => Gating::Sigmoid,
+            Some(other) => {
+                return Err(Error::Unsupported(format!(
+                    "expert gating function {other} (key {})",
+                    r.all_keys(Param::ExpertGatingFunc)
+                )))
+            }
+        },
+        weights_scale: match r.f64(Param::ExpertWeightsScale)? {
+            // llama.cpp treats 0 as unset
+            None | Some(0.0) => 1.0,
+            Some(s) if s.is_finite() && s > 0.0 => s as f32,
+            Some(s) => {
+                return Err(Error::BadValue {
+                    key: r.all_keys(Param::ExpertWeightsScale),
+                    reason: format!("expert weights scale {s}"),
+                })
+            }
+        },
     }))
 }
 
 /// Which layers route through experts: HF Qwen-MoE's `decoder_sparse_step`
-/// and `mlp_only_layers` (every layer by default); GGUFs, every layer.
+/// and `mlp_only_layers` (every layer by default), and LFM2-MoE's leading
+/// dense layers (`num_dense_layers`, GGUF `leading_dense_block_count`).
 fn moe_layers(r: &Reader<'_>, n_layer: usize, moe: bool) -> Result<Vec<bool>> {
     if !moe {
         return Ok(vec![false; n_layer]);
     }
     let step = r.usize(Param::DecoderSparseStep)?.unwrap_or(1);
+    let dense_lead = r.usize(Param::LeadingDenseLayers)?.unwrap_or(0);
     let dense: Vec<usize> = match r.array(Param::MlpOnlyLayers) {
         None => Vec::new(),
         Some((key, items)) => usizes(items).ok_or_else(|| Error::BadValue {
@@ -797,7 +826,7 @@ fn moe_layers(r: &Reader<'_>, n_layer: usize, moe: bool) -> Result<Vec<bool>> {
         })?,
     };
     Ok((0..n_layer)
-        .map(|i| !dense.contains(&i) && step > 0 && (i + 1) % step == 0)
+        .map(|i| i >= dense_lead && !dense.contains(&i) && step > 0 && (i + 1) % step == 0)
         .collect())
 }
 

@@ -1,7 +1,7 @@
 //! The shape of a family table, the hyperparameter keys shared by all
 //! families, and family lookup.
 
-use anedvd_graph::{Activation, Role, RopePairing};
+use anedvd_graph::{Activation, Gating, Role, RopePairing};
 
 /// A hyperparameter read from metadata. Names follow `docs/glossary.md`.
 #[allow(missing_docs)]
@@ -79,6 +79,12 @@ pub enum Param {
     EnableMoeBlock,
     /// HF's "proportional" RoPE: the share of pairs that rotate.
     RopeProportionalFactor,
+    /// llama.cpp's router score function (1 softmax, 2 sigmoid).
+    ExpertGatingFunc,
+    /// The first `n` layers keep a dense FFN (LFM2-MoE).
+    LeadingDenseLayers,
+    /// Multiplier on the routed experts' weights.
+    ExpertWeightsScale,
 }
 
 /// Where a hyperparameter lives in each format. The first key present wins.
@@ -319,6 +325,17 @@ pub const COMMON_KEYS: &[KeySpec] = &[
         &["hidden_size_per_layer_input"],
     ),
     key(Param::AttnKEqV, &[], &["attention_k_eq_v"]),
+    key(Param::ExpertGatingFunc, &["{arch}.expert_gating_func"], &[]),
+    key(
+        Param::LeadingDenseLayers,
+        &["{arch}.leading_dense_block_count"],
+        &["num_dense_layers"],
+    ),
+    key(
+        Param::ExpertWeightsScale,
+        &["{arch}.expert_weights_scale"],
+        &["routed_scaling_factor"],
+    ),
     key(Param::EnableMoeBlock, &[], &["enable_moe_block"]),
     key(
         Param::RopeProportionalFactor,
@@ -737,6 +754,8 @@ pub struct Quirks {
     pub fixed_attn_scale: Option<f32>,
     /// Values get a weightless per-head RMS norm (Gemma 4).
     pub v_norm: bool,
+    /// MoE router scores when the metadata does not say (LFM2-MoE: sigmoid).
+    pub expert_gating: Gating,
 }
 
 /// A model family: names, keys, tensor names and quirks.

@@ -367,7 +367,10 @@ fn moe_ffn(names: &Names<'_>, moe: &MoeConfig, activation: Activation) -> Result
         n_ff_expert: moe.n_ff_expert,
         activation,
         router: names.required(Role::FfnGateInp)?,
+        gating: moe.gating,
+        selection_bias: names.optional(Role::FfnExpProbsB),
         normalize_top_k: moe.normalize_top_k,
+        weights_scale: moe.weights_scale,
         experts,
         shared,
     })

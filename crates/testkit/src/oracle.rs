@@ -8,8 +8,8 @@
 //! of every position are kept for the layers that read them.
 
 use anedvd_graph::{
-    Activation, Attention, DecoderProgram, DenseFfn, ExpertTensors, FeedForward, Mixer, MoeFfn,
-    NormPlacement, PerLayerEmbedding, RopePairing, ShortConv,
+    Activation, Attention, DecoderProgram, DenseFfn, ExpertTensors, FeedForward, Gating, Mixer,
+    MoeFfn, NormPlacement, PerLayerEmbedding, RopePairing, ShortConv,
 };
 
 /// A layer's keys (after their norm and RoPE) and values (after theirs) of
@@ -276,19 +276,34 @@ fn gated_ffn(
 fn moe(p: &DecoderProgram, m: &MoeFfn, h: &[Vec<f64>]) -> Vec<Vec<f64>> {
     let logits = linear(p, &m.router, h);
     let mut out = vec![vec![0.0; p.n_embd]; h.len()];
+    let bias = m.selection_bias.as_ref().map(|b| tensor(p, b).0);
     for (t, l) in logits.iter().enumerate() {
-        let mx = l.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let e: Vec<f64> = l.iter().map(|v| (v - mx).exp()).collect();
-        let z: f64 = e.iter().sum();
-        let mut order: Vec<usize> = (0..e.len()).collect();
-        order.sort_by(|a, b| e[*b].total_cmp(&e[*a]).then(a.cmp(b)));
+        // scores: softmax, or independent sigmoids
+        let score: Vec<f64> = match m.gating {
+            Gating::Softmax => {
+                let mx = l.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = l.iter().map(|v| (v - mx).exp()).collect();
+                let z: f64 = e.iter().sum();
+                e.iter().map(|v| v / z).collect()
+            }
+            Gating::Sigmoid => l.iter().map(|v| 1.0 / (1.0 + (-v).exp())).collect(),
+        };
+        // chosen by score plus bias, weighted by the score
+        let key = |i: usize| score[i] + bias.as_ref().map_or(0.0, |b| b[i]);
+        let mut order: Vec<usize> = (0..score.len()).collect();
+        order.sort_by(|a, b| key(*b).total_cmp(&key(*a)).then(a.cmp(b)));
         let picked = &order[..m.n_expert_used];
-        let total: f64 = picked.iter().map(|i| e[*i] / z).sum();
+        let total: f64 = picked.iter().map(|i| score[*i]).sum();
+        let total = match m.gating {
+            Gating::Softmax => total,
+            Gating::Sigmoid => total + 1e-6,
+        };
         for &x in picked {
-            let mut w = e[x] / z;
+            let mut w = score[x];
             if m.normalize_top_k {
                 w /= total;
             }
+            w *= f64::from(m.weights_scale);
             let y = match &m.experts {
                 ExpertTensors::Stacked { gate, up, down } => {
                     gated_ffn(p, m.activation, (gate, up, down), Some(x), &h[t..t + 1])

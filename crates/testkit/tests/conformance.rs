@@ -9,8 +9,8 @@
 use anedvd_ane::backend::check::pseudo_random;
 use anedvd_graph::{
     Activation, Attention, AttentionBias, Block, DecoderProgram, DenseFfn, Error, ExpertTensors,
-    FeedForward, LogitsMode, MemorySource, Mixer, MoeFfn, NormPlacement, NormSpec, PerLayerInput,
-    Rope, RopePairing, SharedExpert, ShortConv,
+    FeedForward, Gating, LogitsMode, MemorySource, Mixer, MoeFfn, NormPlacement, NormSpec,
+    PerLayerInput, Rope, RopePairing, SharedExpert, ShortConv,
 };
 use anedvd_testkit::backends::TestBackend;
 use anedvd_testkit::fixtures::{self, Format};
@@ -342,7 +342,10 @@ fn shared_moe(s: &mut MemorySource, r: &mut Lcg) -> FeedForward {
         n_ff_expert: 32,
         activation: Activation::Silu,
         router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
+        gating: Gating::Softmax,
+        selection_bias: None,
         normalize_top_k: false,
+        weights_scale: 1.0,
         experts: experts(s, r, true),
         shared: Some(SharedExpert {
             ffn: DenseFfn {
@@ -416,11 +419,33 @@ fn cases() -> Vec<Case> {
                 n_ff_expert: 32,
                 activation: Activation::Silu,
                 router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
+                gating: Gating::Softmax,
+                selection_bias: None,
                 normalize_top_k: true,
+                weights_scale: 1.0,
                 experts: experts(s, r, false),
                 shared: None,
             })
         }),
+        one_layer(
+            "moe sigmoid scores, selection bias, weights scale (lfm2_moe)",
+            |b, s, r| {
+                b.ffn = FeedForward::Moe(MoeFfn {
+                    n_expert: 4,
+                    n_expert_used: 2,
+                    n_ff_expert: 32,
+                    activation: Activation::Silu,
+                    router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
+                    gating: Gating::Sigmoid,
+                    // large enough to overturn some choices
+                    selection_bias: Some(insert(s, r, "ebias", &[4], 0.5, 0.0)),
+                    normalize_top_k: true,
+                    weights_scale: 1.5,
+                    experts: experts(s, r, true),
+                    shared: None,
+                })
+            },
+        ),
         Case {
             // On the fused variant the next layer then starts from its own
             // entry program (the host holds the residual).

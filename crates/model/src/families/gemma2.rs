@@ -3,7 +3,7 @@
 //! soft-caps, sliding window on even layers, `query_pre_attn_scalar`.
 
 use crate::family::{Family, Quirks, SlidingDefault, GEMMA_TENSORS};
-use anedvd_graph::{Activation, RopePairing};
+use anedvd_graph::{Activation, Gating, RopePairing};
 
 /// The gemma2 table.
 pub const FAMILY: Family = Family {
@@ -31,5 +31,6 @@ pub const FAMILY: Family = Family {
         default_expert_weights_norm: false,
         fixed_attn_scale: None,
         v_norm: false,
+        expert_gating: Gating::Softmax,
     },
 };

@@ -10,7 +10,7 @@
 
 use crate::family::{key, Family, KeySpec, Param, Quirks, SlidingDefault, TensorName};
 use crate::family::{GEMMA4_TENSORS, GEMMA_TENSORS};
-use anedvd_graph::{Activation, RopePairing};
+use anedvd_graph::{Activation, Gating, RopePairing};
 
 /// Where HF and GGUF put the two head dims (they disagree on which one
 /// `head_dim`/`key_length` means).
@@ -58,5 +58,6 @@ pub const FAMILY: Family = Family {
         default_expert_weights_norm: false,
         fixed_attn_scale: Some(1.0),
         v_norm: true,
+        expert_gating: Gating::Softmax,
     },
 };

@@ -3,7 +3,7 @@
 //! GGUF files of this family load through the llama table.
 
 use crate::family::{Family, Quirks, SlidingDefault, LLAMA_TENSORS};
-use anedvd_graph::{Activation, RopePairing};
+use anedvd_graph::{Activation, Gating, RopePairing};
 
 /// The mistral table.
 pub const FAMILY: Family = Family {
@@ -31,5 +31,6 @@ pub const FAMILY: Family = Family {
         default_expert_weights_norm: false,
         fixed_attn_scale: None,
         v_norm: false,
+        expert_gating: Gating::Softmax,
     },
 };

@@ -4,7 +4,7 @@
 //! (short factors), untied output.
 
 use crate::family::{Family, Quirks, SlidingDefault, LLAMA_TENSORS, PHI3_FUSED_TENSORS};
-use anedvd_graph::{Activation, RopePairing};
+use anedvd_graph::{Activation, Gating, RopePairing};
 
 /// The phi3 table.
 pub const FAMILY: Family = Family {
@@ -35,5 +35,6 @@ pub const FAMILY: Family = Family {
         default_expert_weights_norm: false,
         fixed_attn_scale: None,
         v_norm: false,
+        expert_gating: Gating::Softmax,
     },
 };

@@ -2,7 +2,7 @@
 //! explicit `head_dim`; half-split RoPE in both formats.
 
 use crate::family::{Family, Quirks, SlidingDefault, LLAMA_TENSORS};
-use anedvd_graph::{Activation, RopePairing};
+use anedvd_graph::{Activation, Gating, RopePairing};
 
 /// The qwen3 table.
 pub const FAMILY: Family = Family {
@@ -30,5 +30,6 @@ pub const FAMILY: Family = Family {
         default_expert_weights_norm: false,
         fixed_attn_scale: None,
         v_norm: false,
+        expert_gating: Gating::Softmax,
     },
 };

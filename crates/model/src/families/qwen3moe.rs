@@ -3,7 +3,7 @@
 //! (llama.cpp hard-codes the renormalisation for this architecture).
 
 use crate::family::{Family, Quirks, SlidingDefault, LLAMA_TENSORS, QWEN_MOE_TENSORS};
-use anedvd_graph::{Activation, RopePairing};
+use anedvd_graph::{Activation, Gating, RopePairing};
 
 /// The qwen3_moe table.
 pub const FAMILY: Family = Family {
@@ -31,5 +31,6 @@ pub const FAMILY: Family = Family {
         default_expert_weights_norm: true,
         fixed_attn_scale: None,
         v_norm: false,
+        expert_gating: Gating::Softmax,
     },
 };

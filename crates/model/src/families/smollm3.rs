@@ -5,7 +5,7 @@
 //! `nope_interval` reproduces. The converter permutes q/k rows like llama's.
 
 use crate::family::{Family, Quirks, SlidingDefault, LLAMA_TENSORS};
-use anedvd_graph::{Activation, RopePairing};
+use anedvd_graph::{Activation, Gating, RopePairing};
 
 /// The smollm3 table.
 pub const FAMILY: Family = Family {
@@ -33,5 +33,6 @@ pub const FAMILY: Family = Family {
         default_expert_weights_norm: false,
         fixed_attn_scale: None,
         v_norm: false,
+        expert_gating: Gating::Softmax,
     },
 };
