@@ -246,12 +246,14 @@ fn layer_runs(p: &anedvd_graph::DecoderProgram) -> Vec<String> {
     let kind = |b: &anedvd_graph::Block| {
         let mixer = match &b.mixer {
             Mixer::Attention(a) => format!(
-                "attention ({} heads, {} KV, head dim {}{}{})",
+                "attention ({} heads, {} KV, head dim {}{}{}{})",
                 a.n_head,
                 a.n_head_kv,
                 a.head_dim,
                 a.window.map_or(String::new(), |w| format!(", window {w}")),
-                if a.rope.is_none() { ", no RoPE" } else { "" }
+                if a.rope.is_none() { ", no RoPE" } else { "" },
+                a.kv_source
+                    .map_or(String::new(), |l| format!(", K/V of layer {l}"))
             ),
             Mixer::ShortConv(c) => format!("short_conv ({} taps)", c.kernel),
         };
@@ -274,7 +276,13 @@ fn layer_runs(p: &anedvd_graph::DecoderProgram) -> Vec<String> {
                 }
             ),
         };
-        format!("{mixer} + {ffn}")
+        let extras = match (&b.per_layer_input, &b.layer_scale) {
+            (Some(pl), Some(_)) => format!(" + per-layer input ({}), scaled", pl.width),
+            (Some(pl), None) => format!(" + per-layer input ({})", pl.width),
+            (None, Some(_)) => ", scaled".to_string(),
+            (None, None) => String::new(),
+        };
+        format!("{mixer} + {ffn}{extras}")
     };
     let mut runs: Vec<(usize, usize, String)> = Vec::new();
     for (i, b) in p.layers.iter().enumerate() {
@@ -581,6 +589,17 @@ mod tests {
         assert_eq!(
             r.layers,
             ["0-1: attention (4 heads, 2 KV, head dim 16) + moe (4 experts of 32, top 2, shared expert)"]
+        );
+        let r = report(&dir.join("gemma4/model-f32.gguf"), &options).unwrap();
+        let pl = "per-layer input (16), scaled";
+        assert_eq!(
+            r.layers,
+            [
+                format!("0-2: attention (4 heads, 2 KV, head dim 16, window 8) + dense (32) + {pl}"),
+                format!("3: attention (4 heads, 2 KV, head dim 32) + dense (32) + {pl}"),
+                format!("4: attention (4 heads, 2 KV, head dim 16, window 8, K/V of layer 2) + dense (64) + {pl}"),
+                format!("5: attention (4 heads, 2 KV, head dim 32, K/V of layer 3) + dense (64) + {pl}"),
+            ]
         );
         // A family this build does not know: no layers, the reason instead.
         let mut w = anedvd_gguf::GgufWriter::new();
