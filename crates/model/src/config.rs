@@ -193,6 +193,10 @@ pub struct DecoderConfig {
     pub sliding_window: Option<usize>,
     /// Per layer: true when it uses the sliding window.
     pub sliding_layers: Vec<bool>,
+    /// Per layer: true for the sliding layer type (its own RoPE base and,
+    /// in Gemma 4, head dim and K/V source), whether or not a window is
+    /// applied.
+    pub local_layers: Vec<bool>,
     /// Per layer: true when it applies RoPE (false: NoPE, SmolLM3's every
     /// fourth layer).
     pub rope_layers: Vec<bool>,
@@ -439,6 +443,16 @@ pub(crate) fn resolve(
         None
     };
     let moe = moe_config(&r)?;
+    if moe.is_some()
+        && tensor_names(family, format, Role::FfnGateInp, 0)
+            .next()
+            .is_none()
+    {
+        return Err(Error::Unsupported(format!(
+            "experts in a {} model (the family has no expert tensors, e.g. Gemma 4 26B-A4B)",
+            family.name
+        )));
+    }
     let moe_layers = moe_layers(&r, n_layer, moe.is_some())?;
     let mut n_ff_layers = match (r.per_layer_usize(Param::NFf, n_layer)?, &moe) {
         (Some(n), _) => n
@@ -513,21 +527,31 @@ pub(crate) fn resolve(
             .filter(|w| *w > 0)
             .or(q.default_sliding_window),
     };
+    // The layer types decide head dims, K/V sources and RoPE whether or not
+    // a window is applied (`--sliding-window 0` only drops the mask).
+    let local_layers = local_layers(&r, n_layer)?;
     let sliding_layers = sliding_layers(&r, n_layer, sliding_window.is_some())?;
-    let head_dim_layers = head_dims(&r, head_dim, head_dim_swa, &sliding_layers)?;
+    let head_dim_layers = head_dims(&r, head_dim, head_dim_swa, &local_layers)?;
     // Global layers' RoPE width from theirs, sliding layers' from theirs.
     let full_hd = (0..n_layer)
-        .find(|i| !sliding_layers[*i])
+        .find(|i| !local_layers[*i])
         .map_or(head_dim, |i| head_dim_layers[i]);
     // The scalar names the global layers' (HF Gemma 4's `head_dim` key is
     // the sliding layers').
     let head_dim = full_hd;
     let swa_hd = (0..n_layer)
-        .find(|i| sliding_layers[*i])
+        .find(|i| local_layers[*i])
         .map(|i| head_dim_layers[i]);
+    let scaling = rope_scaling(&r, source)?;
     let partial = r.f64(Param::PartialRotaryFactor)?;
     let rotated = |hd: usize| partial.map_or(hd, |f| ((hd as f64) * f).round() as usize);
-    let n_rot = r.usize(Param::NRot)?.unwrap_or(rotated(full_hd));
+    // Proportional RoPE spans the whole head dim (its fraction picks the
+    // rotating pairs, see `RopeScaling::Proportional`).
+    let n_rot = match (r.usize(Param::NRot)?, &scaling) {
+        (Some(n), _) => n,
+        (None, RopeScaling::Proportional { .. }) => full_hd,
+        (None, _) => rotated(full_hd),
+    };
     let n_rot_local = match (r.usize(Param::NRotSwa)?, swa_hd) {
         (Some(n), _) => Some(n),
         (None, Some(hd)) if hd != full_hd => Some(rotated(hd)),
@@ -546,7 +570,7 @@ pub(crate) fn resolve(
             _ => {}
         }
     }
-    let kv_sources = kv_sources(&r, shared_kv, &sliding_layers)?;
+    let kv_sources = kv_sources(&r, shared_kv, &local_layers)?;
     if r.bool(Param::UseDoubleWideMlp)? == Some(true) {
         for (ff, src) in n_ff_layers.iter_mut().zip(&kv_sources) {
             if src.is_some() {
@@ -554,8 +578,12 @@ pub(crate) fn resolve(
             }
         }
     }
+    if let Some(ff) = n_ff_layers.iter().find(|ff| **ff > MAX_DIM) {
+        return Err(Error::Invalid(format!(
+            "n_ff = {ff} exceeds the limit {MAX_DIM}"
+        )));
+    }
     let n_ff = n_ff_layers[0];
-    let scaling = rope_scaling(&r, source)?;
     let theta = r.f64(Param::RopeTheta)?.unwrap_or(q.default_rope_theta);
     let theta_local = r.f64(Param::RopeThetaLocal)?.or(q.default_rope_theta_local);
     let pairing = overrides.rope_pairing.unwrap_or(match format {
@@ -632,6 +660,7 @@ pub(crate) fn resolve(
         final_softcap: positive(r.f64(Param::FinalSoftcap)?),
         sliding_window,
         sliding_layers,
+        local_layers,
         rope_layers,
         sandwich_norm: q.sandwich_norm || has(Role::PostAttnNorm),
         tied_output: !has(Role::Output),
@@ -912,6 +941,20 @@ fn rope_scaling(r: &Reader<'_>, source: &dyn WeightSource) -> Result<RopeScaling
             })
         }
         Some(other) => Err(Error::Unsupported(format!("rope scaling type `{other}`"))),
+    }
+}
+
+/// The sliding (local) layer type of each layer, whether or not a window
+/// is applied: the metadata's per-layer list or the family's period
+/// (Gemma). Families whose window, when set, covers every layer (Mistral)
+/// have no local type.
+fn local_layers(r: &Reader<'_>, n_layer: usize) -> Result<Vec<bool>> {
+    let listed =
+        r.array(Param::LayerTypes).is_some() || r.array(Param::SlidingWindowPattern).is_some();
+    match r.family.quirks.sliding {
+        SlidingDefault::Pattern(_) => sliding_layers(r, n_layer, true),
+        _ if listed => sliding_layers(r, n_layer, true),
+        _ => Ok(vec![false; n_layer]),
     }
 }
 

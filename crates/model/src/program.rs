@@ -396,7 +396,8 @@ pub(crate) fn build(
     for i in 0..cfg.n_layer {
         let sliding =
             cfg.sliding_layers.get(i).copied().unwrap_or(false) && cfg.sliding_window.is_some();
-        let (inv_freq, attn_factor, n_rot) = match (&local, sliding) {
+        let local_type = cfg.local_layers.get(i).copied().unwrap_or(false);
+        let (inv_freq, attn_factor, n_rot) = match (&local, local_type) {
             (Some(l), true) => (l.clone(), 1.0, local_n_rot),
             _ => (global.clone(), global_attn_factor, cfg.rope.n_rot),
         };

@@ -85,6 +85,13 @@ fn bad_per_layer_metadata_is_refused_by_key() {
             && e.contains("layer 5 shares K/V, but no earlier layer has its type (full)"),
         "{e}"
     );
+    // the 26B-A4B expert block is not in the family's tables
+    let e = error(edited(Format::GgufF32, |m| {
+        m.insert("gemma4.expert_count", V::U32(4));
+        m.insert("gemma4.expert_used_count", V::U32(2));
+        m.insert("gemma4.expert_feed_forward_length", V::U32(32));
+    }));
+    assert!(e.contains("experts in a gemma4 model"), "{e}");
     let e = gguf("gemma4.embedding_length_per_layer_input", V::U32(1 << 21));
     assert!(e.contains("per-layer input width"), "{e}");
 }
@@ -142,4 +149,25 @@ fn multimodal_checkpoints_resolve_their_text_stack() {
         "{}",
         p.token_embd
     );
+}
+
+/// `--sliding-window 0` drops the mask only: head dims, K/V sources and the
+/// sliding layers' RoPE follow the layer types still.
+#[test]
+fn disabling_the_window_keeps_the_layer_types() {
+    for format in [Format::Hf, Format::GgufF32] {
+        let plain = fixtures::program("gemma4", format);
+        let o = ConfigOverrides {
+            sliding_window: Some(0),
+            ..Default::default()
+        };
+        let (cfg, p) = load(edited(format, |_| {}), &o).unwrap();
+        assert!(cfg.sliding_window.is_none());
+        for (a, b) in p.layers.iter().zip(&plain.layers) {
+            let (a, b) = (a.attention().unwrap(), b.attention().unwrap());
+            assert_eq!(a.window, None);
+            assert_eq!((a.head_dim, a.kv_source), (b.head_dim, b.kv_source));
+            assert_eq!(a.rope, b.rope);
+        }
+    }
 }

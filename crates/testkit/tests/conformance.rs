@@ -447,6 +447,30 @@ fn cases() -> Vec<Case> {
             },
         ),
         Case {
+            // The fused variant finishes this layer on the host, scale too.
+            name: "moe and a layer output scale on layer 0 of 2",
+            layers: 2,
+            edit: Box::new(|p, s, r| {
+                p.layers[0].ffn = shared_moe(s, r);
+                p.layers[0].layer_scale = Some(insert(s, r, "scale", &[1], 0.1, 0.4));
+            }),
+        },
+        Case {
+            // A residual of ~1e5 (beyond fp16) reaches layer 1's per-layer
+            // gate: the ANE programs take it divided by the residual scale.
+            name: "per-layer inputs over a residual beyond fp16 range",
+            layers: 2,
+            edit: Box::new(|p, s, r| {
+                per_layer_inputs(p, s, r);
+                p.embd_scale = 100.0;
+                p.layers[0].layer_scale = Some(insert(s, r, "scale", &[1], 0.0, 1000.0));
+                let gate = insert(s, r, "pl_gate_small", &[D as u64, 8], 0.0005, 0.0);
+                if let Some(pl) = &mut p.layers[1].per_layer_input {
+                    pl.gate = gate;
+                }
+            }),
+        },
+        Case {
             // On the fused variant the next layer then starts from its own
             // entry program (the host holds the residual).
             name: "moe with shared expert on layer 0 of 2",
@@ -631,19 +655,30 @@ fn every_op_case_changes_the_oracle() {
 fn unsupported_variants_are_refused_by_name() {
     // (variant, the layer refused, edit of a two-layer program: layer 1,
     // behind a supported layer 0, where it can)
-    let edits: Vec<(&str, usize, Edit)> = vec![(
-        // the ANE lowering's depthwise conv is at most 13 wide
-        "mixer short_conv of 14 taps (at most 13)",
-        1,
-        Box::new(|p, s, r| {
-            p.layers[1].mixer = Mixer::ShortConv(ShortConv {
-                kernel: 14,
-                in_proj: insert(s, r, "in", &[64, 192], 0.1, 0.0),
-                conv: insert(s, r, "cv", &[14, 64], 0.1, 0.0),
-                out_proj: insert(s, r, "out", &[64, 64], 0.1, 0.0),
-            })
-        }),
-    )];
+    let edits: Vec<(&str, usize, Edit)> = vec![
+        (
+            // the ANE lowering's depthwise conv is at most 13 wide
+            "mixer short_conv of 14 taps (at most 13)",
+            1,
+            Box::new(|p, s, r| {
+                p.layers[1].mixer = Mixer::ShortConv(ShortConv {
+                    kernel: 14,
+                    in_proj: insert(s, r, "in", &[64, 192], 0.1, 0.0),
+                    conv: insert(s, r, "cv", &[14, 64], 0.1, 0.0),
+                    out_proj: insert(s, r, "out", &[64, 64], 0.1, 0.0),
+                })
+            }),
+        ),
+        (
+            // the fused variant finishes a MoE layer on the host
+            "feed-forward moe with per-layer inputs",
+            0,
+            Box::new(|p, s, r| {
+                per_layer_inputs(p, s, r);
+                p.layers[0].ffn = shared_moe(s, r);
+            }),
+        ),
+    ];
     for (what, layer, edit) in &edits {
         let p = synthetic(9, 2, |p, s, r| edit(p, s, r));
         p.validate().unwrap();

@@ -238,7 +238,21 @@ impl Ref<'_> {
                 y.iter_mut().for_each(|v| *v *= e.model_proj_scale);
                 Ok(y)
             }
-            KernelKind::PerLayer { layer } => self.per_layer(layer, x),
+            KernelKind::PerLayer { layer } => {
+                // `[residual / s; e]`
+                let w = self.layers[layer].per_layer.map_or(0, |pl| pl.width);
+                let xe: Vec<f32> = x
+                    .chunks_exact(d + w)
+                    .flat_map(|row| {
+                        let (r, e) = row.split_at(d);
+                        r.iter()
+                            .map(|v| v * s)
+                            .chain(e.iter().copied())
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                self.per_layer(layer, &xe)
+            }
             KernelKind::Layer {
                 layer: i,
                 next_qkv,

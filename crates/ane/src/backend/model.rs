@@ -87,7 +87,8 @@ pub(crate) struct CpuLayer {
     /// Gemma 4: the per-layer input's width and the norm after its
     /// projection (split variant: the host norms and adds it).
     pub per_layer: Option<(usize, Vec<f32>)>,
-    /// Gemma 4: the residual scale after the layer (split variant).
+    /// Gemma 4: the residual scale after the layer (split variant, and a
+    /// fused mixture-of-experts layer, which the host finishes).
     pub scale: Option<f32>,
 }
 

@@ -134,9 +134,11 @@ impl AneSession {
                     Dump::put_opt(dump, li, names::FFN_OUT, &f, n);
                     add(&mut x, &f);
                     if let Some((_, post)) = &l.per_layer {
+                        // the residual crosses as x / s (fp16 range)
+                        let s = m.options.residual_scale;
                         let mut packed = Vec::new();
                         for t in 0..n {
-                            packed.extend_from_slice(&x[t * d..(t + 1) * d]);
+                            packed.extend(x[t * d..(t + 1) * d].iter().map(|v| v / s));
                             packed.extend_from_slice(e_l(i, t));
                         }
                         let k = m.find(|k| *k == KernelKind::PerLayer { layer: i })?;
@@ -189,6 +191,9 @@ impl AneSession {
                             f = norm(&f, g, m.eps);
                         }
                         x.iter_mut().zip(&f).for_each(|(r, f)| *r += f / s);
+                        if let Some(k) = m.layers[i].scale {
+                            x.iter_mut().for_each(|v| *v *= k);
+                        }
                         qkv.clear();
                         if i + 1 < m.layers.len() {
                             qkv = m.dispatch(entry(i + 1)?, &x, n)?;

@@ -299,8 +299,9 @@ fn emit_per_layer(
     e.projection(&format!("l{i}_pl_proj"), &m, &proj, p.n_embd, None)
 }
 
-/// `blk.i.ple` (split): `[residual; e_l]` → the per-layer input's
-/// projection (the host norms and adds it).
+/// `blk.i.ple` (split): `[residual / s; e_l]` → the per-layer input's
+/// projection (the host norms and adds it); the residual crosses divided by
+/// the residual scale, like the fused variant's, so it fits fp16.
 pub fn per_layer(
     p: &DecoderProgram,
     o: &LowerOptions,
@@ -318,7 +319,7 @@ pub fn per_layer(
         &[0, d, 0, 0],
         &[1, pl.width, 1, w],
     )?;
-    let y = emit_per_layer(&mut e, p, i, pl, (&x, &e_l), 1.0)?;
+    let y = emit_per_layer(&mut e, p, i, pl, (&x, &e_l), o.residual_scale)?;
     let kind = KernelKind::PerLayer { layer: i };
     Ok(finish(format!("blk.{i}.ple"), kind, e, &y, d + pl.width))
 }

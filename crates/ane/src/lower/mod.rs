@@ -137,7 +137,9 @@ pub struct LowerOptions {
     /// outputs are multiplied by `1/s` before the residual adds and every norm
     /// of the residual undoes the scale (`eps·(r/s)²`). The caller scales the
     /// embeddings by `1/s` before `entry` and reads `[residual/s; …]` back.
-    /// Default 32. Unused by the split variant (residual kept in f32 on the CPU).
+    /// Default 32. The split variant keeps the residual in f32 on the CPU
+    /// and hands it over divided by `s` only where a program takes it raw
+    /// (Gemma 4's `blk.i.ple`).
     pub residual_scale: f32,
 }
 
@@ -417,6 +419,16 @@ pub fn layer_views<'a>(
         };
         let ffn = match ffn {
             FeedForward::Dense(f) => FfnView::Dense(f),
+            // The fused variant finishes such a layer on the host, which
+            // holds no per-layer input program.
+            FeedForward::Moe(_) if per_layer_input.is_some() => {
+                return Err(E::unsupported(
+                    backend,
+                    "feed-forward",
+                    "moe with per-layer inputs",
+                    i,
+                ))
+            }
             FeedForward::Moe(m) => FfnView::Moe(m),
         };
         let (attn_norm, post_attn_norm, ffn_norm, post_ffn_norm) = split_norms(norms);
