@@ -28,7 +28,7 @@ pub struct ModelArgs {
     #[arg(long, value_name = "norm|neox")]
     pub rope_pairing: Option<String>,
     /// Treat the model as this family (llama, mistral, qwen2, qwen3, gemma2, gemma3,
-    /// smollm3, qwen2_moe, qwen3_moe, lfm2, phi3, gemma4).
+    /// smollm3, qwen2_moe, qwen3_moe, lfm2, lfm2_moe, phi3, gemma4).
     #[arg(long, value_name = "NAME")]
     pub family: Option<String>,
     /// Replace the sliding window (0 disables it). Mistral GGUFs lose the window

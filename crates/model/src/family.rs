@@ -680,6 +680,37 @@ pub const LFM2_TENSORS: &[TensorName] = &[
     ),
 ];
 
+/// LFM2-MoE's router, experts and selection bias (GGUF: the stacked
+/// `ffn_*_exps` of every MoE; HF: one tensor per expert, `w1` gate, `w3`
+/// up, `w2` down); the family searches this table, then [`LFM2_TENSORS`].
+pub const LFM2_MOE_TENSORS: &[TensorName] = &[
+    t(
+        Role::FfnGateInp,
+        "blk.{i}.ffn_gate_inp.weight",
+        "model.layers.{i}.feed_forward.gate.weight",
+    ),
+    t(
+        Role::FfnGateExps,
+        "blk.{i}.ffn_gate_exps.weight",
+        "model.layers.{i}.feed_forward.experts.{e}.w1.weight",
+    ),
+    t(
+        Role::FfnUpExps,
+        "blk.{i}.ffn_up_exps.weight",
+        "model.layers.{i}.feed_forward.experts.{e}.w3.weight",
+    ),
+    t(
+        Role::FfnDownExps,
+        "blk.{i}.ffn_down_exps.weight",
+        "model.layers.{i}.feed_forward.experts.{e}.w2.weight",
+    ),
+    t(
+        Role::FfnExpProbsB,
+        "blk.{i}.exp_probs_b.bias",
+        "model.layers.{i}.feed_forward.expert_bias",
+    ),
+];
+
 /// Phi-3's fused tensors (q/k/v rows in one matrix, gate then up rows in
 /// another), split into the llama roles by the loader; the rest of a Phi-3
 /// checkpoint uses llama names.

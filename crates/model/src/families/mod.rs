@@ -6,6 +6,7 @@ mod gemma2;
 mod gemma3;
 mod gemma4;
 mod lfm2;
+mod lfm2moe;
 mod llama;
 mod mistral;
 mod phi3;
@@ -27,6 +28,7 @@ pub const ALL: &[&Family] = &[
     &qwen2moe::FAMILY,
     &qwen3moe::FAMILY,
     &lfm2::FAMILY,
+    &lfm2moe::FAMILY,
     &phi3::FAMILY,
     &gemma4::FAMILY,
 ];
