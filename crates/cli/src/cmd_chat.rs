@@ -1,7 +1,7 @@
 //! `anedvd chat`: an interactive conversation that keeps the KV cache across
 //! turns and prefills only what is new.
 
-use crate::common::{BackendArgs, ModelArgs, SamplingArgs};
+use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
 use anedvd_engine::stats::{current_rss_bytes, format_bytes};
 use anedvd_engine::{generate, Engine, EngineSession, GenerateParams, Message, TemplateOrigin};
 use anyhow::{bail, Result};
@@ -24,6 +24,8 @@ pub struct ChatArgs {
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    spec: SpecArgs,
     /// Context size in tokens for the whole conversation.
     #[arg(long, default_value_t = 4096)]
     max_seq: usize,
@@ -43,6 +45,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let mut params = GenerateParams {
         max_tokens: args.max_tokens,
         sampling: args.sampling.params()?,
+        speculative: args.spec.params()?,
         ..Default::default()
     };
     let engine = args.model.load(&args.backend, false)?;

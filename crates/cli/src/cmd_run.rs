@@ -1,6 +1,6 @@
 //! `anedvd run`: one prompt in, streamed text out, stats on stderr.
 
-use crate::common::{BackendArgs, ModelArgs, SamplingArgs};
+use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
 use anedvd_engine::stats::{format_bytes, peak_rss_bytes};
 use anedvd_engine::{generate, Engine, GenerateParams, Generation, Message};
 use anyhow::{bail, Context, Result};
@@ -38,6 +38,8 @@ pub struct RunArgs {
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    spec: SpecArgs,
     /// Keep generating through end-of-generation tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -61,6 +63,7 @@ pub struct RunArgs {
 /// Runs `anedvd run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     let sampling = args.sampling.params()?;
+    let speculative = args.spec.params()?;
     let engine = args.model.load(&args.backend, args.json)?;
     let mut prompt = build_prompt(&engine, args)?;
     let max_seq = args.max_seq.min(engine.n_ctx_train().max(1));
@@ -81,6 +84,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         sampling: sampling.clone(),
         ignore_eos: args.ignore_eos,
         top_logprobs: args.top_logprobs,
+        speculative,
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -197,6 +201,13 @@ fn json_report(engine: &Engine, g: &Generation, seed: u64) -> serde_json::Value 
     if !g.top_logprobs.is_empty() {
         v["top_logprobs"] = json!(top);
     }
+    if t.verify_passes > 0 {
+        v["speculative"] = json!({
+            "verify_passes": t.verify_passes,
+            "drafted": t.drafted_tokens,
+            "accepted": t.accepted_tokens,
+        });
+    }
     v
 }
 
@@ -225,6 +236,15 @@ fn print_stats(engine: &Engine, g: &Generation, seed: u64, max_seq: usize) {
         t.decode.as_secs_f64() * 1e3,
         t.decode_tps()
     );
+    if t.verify_passes > 0 {
+        eprintln!(
+            "spec     {} drafted, {} accepted ({:.0}%) in {} verify passes",
+            t.drafted_tokens,
+            t.accepted_tokens,
+            100.0 * t.acceptance(),
+            t.verify_passes
+        );
+    }
     eprintln!(
         "finish   {} · context {}/{} · seed {} · peak RSS {}",
         g.finish_reason.as_str(),

@@ -247,6 +247,46 @@ pub fn default_threads() -> usize {
         .unwrap_or(1)
 }
 
+/// Speculative decoding flags shared by `run` and `chat`.
+#[derive(Debug, Args, Clone)]
+pub struct SpecArgs {
+    /// Speculative decoding. `ngram` (llama.cpp's ngram-simple): after each
+    /// token, the tokens that followed the latest earlier occurrence of the
+    /// last --spec-n tokens are drafted, and one batched forward pass checks
+    /// up to --spec-m of them. The output is unchanged (greedy: the same
+    /// tokens; sampling: the same distribution); copying and editing text is
+    /// where it is faster.
+    #[arg(long, value_name = "ngram")]
+    pub spec: Option<String>,
+    /// Tokens matched in the history (with --spec).
+    #[arg(long, value_name = "N", default_value_t = anedvd_engine::speculative::DEFAULT_N)]
+    pub spec_n: usize,
+    /// Most tokens drafted per verify pass (with --spec).
+    #[arg(long, value_name = "M", default_value_t = anedvd_engine::speculative::DEFAULT_M)]
+    pub spec_m: usize,
+}
+
+impl SpecArgs {
+    /// The speculation settings, if --spec is given.
+    pub fn params(&self) -> Result<Option<anedvd_engine::speculative::SpecParams>> {
+        let p = anedvd_engine::speculative::SpecParams {
+            n: self.spec_n,
+            m: self.spec_m,
+        };
+        match self.spec.as_deref() {
+            None => Ok(None),
+            Some("ngram") => {
+                p.validate().map_err(anyhow::Error::msg)?;
+                Ok(Some(p))
+            }
+            Some("draft") => bail!(
+                "--spec draft (a second, smaller model) is not available in this build; use --spec ngram"
+            ),
+            Some(other) => bail!("unknown --spec `{other}`: expected ngram"),
+        }
+    }
+}
+
 /// Sampling flags shared by `run` and `chat`.
 #[derive(Debug, Args, Clone)]
 pub struct SamplingArgs {

@@ -3,6 +3,7 @@
 
 use crate::sampler::{token_logprob, top_logprobs, Sampler, SamplingParams};
 use crate::session::EngineSession;
+use crate::speculative::{NgramProposer, Proposer, SpecParams};
 use crate::{Error, Result};
 use anedvd_graph::LogitsMode;
 use anedvd_tokenizer::{StreamDecoder, Tokenizer};
@@ -24,6 +25,8 @@ pub struct GenerateParams {
     pub ignore_eos: bool,
     /// Report the `k` most likely tokens at every step (0 = off).
     pub top_logprobs: usize,
+    /// Speculative decoding with the n-gram proposer, if set.
+    pub speculative: Option<SpecParams>,
 }
 
 impl Default for GenerateParams {
@@ -33,6 +36,7 @@ impl Default for GenerateParams {
             sampling: SamplingParams::default(),
             ignore_eos: false,
             top_logprobs: 0,
+            speculative: None,
         }
     }
 }
@@ -74,6 +78,12 @@ pub struct Timings {
     pub decode_tokens: usize,
     /// Time spent on decode steps.
     pub decode: Duration,
+    /// Speculation: batched passes that verified drafts.
+    pub verify_passes: usize,
+    /// Speculation: tokens drafted.
+    pub drafted_tokens: usize,
+    /// Speculation: drafted tokens accepted.
+    pub accepted_tokens: usize,
 }
 
 impl Timings {
@@ -84,6 +94,14 @@ impl Timings {
     /// Decode throughput in tokens per second.
     pub fn decode_tps(&self) -> f64 {
         rate(self.decode_tokens, self.decode)
+    }
+    /// Share of drafted tokens accepted (0 without drafts).
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted_tokens == 0 {
+            0.0
+        } else {
+            self.accepted_tokens as f64 / self.drafted_tokens as f64
+        }
     }
 }
 
@@ -133,6 +151,9 @@ pub fn check_request(prompt: &[u32], params: &GenerateParams, max_seq: usize) ->
         return Err(Error::EmptyPrompt);
     }
     params.sampling.validate().map_err(Error::BadParams)?;
+    if let Some(s) = &params.speculative {
+        s.validate().map_err(Error::BadParams)?;
+    }
     if prompt.len() > max_seq {
         return Err(Error::PromptTooLong {
             prompt: prompt.len(),
@@ -179,6 +200,20 @@ pub fn generate(
 
     let mut decoding = Decoding::new(tokenizer, prompt, params, timings);
     let decode_start = Instant::now();
+    if let Some(spec) = params.speculative {
+        let mut proposer = NgramProposer::new(spec);
+        let finish = speculate(
+            session,
+            &mut decoding,
+            &mut logits,
+            &mut proposer,
+            &mut on_token,
+        )?;
+        let t = &mut decoding.out.timings;
+        t.decode = decode_start.elapsed();
+        t.decode_tokens = decoding.out.tokens.len().saturating_sub(1);
+        return Ok(decoding.finish(finish, on_token));
+    }
     let finish = loop {
         let room = session.position() < max_seq;
         match decoding.step(&mut logits, room, &mut on_token)? {
@@ -193,6 +228,92 @@ pub fn generate(
     };
     decoding.out.timings.decode = decode_start.elapsed();
     Ok(decoding.finish(finish, on_token))
+}
+
+/// The decode loop with speculation: after each sampled token the proposer
+/// drafts continuations, one forward pass runs the token and its drafts
+/// (one logits row each), and each draft is checked in order
+/// ([`Sampler::verify`]) until one is replaced; the cache then keeps what
+/// was emitted and the replacement (or, all accepted, the bonus token
+/// sampled from the last row) is fed next.
+fn speculate(
+    session: &mut EngineSession,
+    decoding: &mut Decoding<'_>,
+    logits: &mut [f32],
+    proposer: &mut dyn Proposer,
+    on_token: &mut impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
+) -> Result<FinishReason> {
+    let max_seq = session.max_seq();
+    let mut pending = match decoding.step(logits, session.position() < max_seq, &mut *on_token)? {
+        Step::Finished(r) => return Ok(r),
+        Step::Next(id) => id,
+    };
+    let mut draft = Vec::new();
+    loop {
+        let pos0 = session.position();
+        // room for the pending token and the drafts in the context, and no
+        // more drafts than tokens left to generate
+        let left = decoding
+            .params
+            .max_tokens
+            .saturating_sub(decoding.out.tokens.len());
+        let room = max_seq.saturating_sub(pos0 + 1);
+        draft.clear();
+        proposer.draft(&decoding.history, left.min(room), &mut draft);
+        if draft.is_empty() {
+            let out = session.forward(&[pending], LogitsMode::Last)?;
+            let mut row = out.to_vec();
+            match decoding.step(&mut row, session.position() < max_seq, &mut *on_token)? {
+                Step::Finished(r) => return Ok(r),
+                Step::Next(id) => pending = id,
+            }
+            continue;
+        }
+        let mut feed = Vec::with_capacity(draft.len() + 1);
+        feed.push(pending);
+        feed.extend_from_slice(&draft);
+        let rows = session.forward(&feed, LogitsMode::All)?.to_vec();
+        let vocab = rows.len() / feed.len();
+        let t = &mut decoding.out.timings;
+        t.verify_passes += 1;
+        t.drafted_tokens += draft.len();
+        // row j: the distribution of the token after feed[j]
+        for (j, row) in rows.chunks_exact(vocab).enumerate() {
+            let mut row = row.to_vec();
+            // the token chosen here would be fed at position pos0 + j + 1
+            let room = pos0 + j + 1 < max_seq;
+            let (step, accepted) = match draft.get(j) {
+                Some(&d) => decoding.step_verified(&mut row, d, room, &mut *on_token)?,
+                None => (decoding.step(&mut row, room, &mut *on_token)?, false),
+            };
+            if accepted {
+                decoding.out.timings.accepted_tokens += 1;
+            }
+            match step {
+                Step::Finished(r) => {
+                    // the cache keeps the tokens before the one that ended
+                    session.truncate(pos0 + j + 1);
+                    return Ok(r);
+                }
+                // an accepted draft is in the cache already: check the next
+                Step::Next(_) if accepted => continue,
+                Step::Next(id) => {
+                    let keep = pos0 + j + 1;
+                    let kept = session.truncate(keep);
+                    if kept < keep {
+                        // recurrent state without a snapshot there: run the
+                        // dropped tokens again
+                        let redo = decoding.history[decoding.history.len() - 1 - (keep - kept)
+                            ..decoding.history.len() - 1]
+                            .to_vec();
+                        session.forward(&redo, LogitsMode::None)?;
+                    }
+                    pending = id;
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// What [`Decoding::step`] decided.
@@ -251,7 +372,7 @@ impl<'t> Decoding<'t> {
         &mut self,
         logits: &mut [f32],
         room: bool,
-        mut on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
+        on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
     ) -> Result<Step> {
         let params = &self.params;
         if self.out.tokens.len() >= params.max_tokens {
@@ -265,6 +386,44 @@ impl<'t> Decoding<'t> {
         let raw = (params.top_logprobs > 0).then(|| logits.to_vec());
         let id = self.sampler.sample(logits, &self.history);
         let logprob = raw.as_deref().map(|l| token_logprob(l, id));
+        self.emit(id, top, logprob, room, on_token)
+    }
+
+    /// [`Decoding::step`] for a position whose token was drafted: the
+    /// token comes from [`Sampler::verify`]; also says whether it is the
+    /// draft.
+    pub fn step_verified(
+        &mut self,
+        logits: &mut [f32],
+        draft: u32,
+        room: bool,
+        on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
+    ) -> Result<(Step, bool)> {
+        let params = &self.params;
+        if self.out.tokens.len() >= params.max_tokens {
+            return Ok((Step::Finished(FinishReason::Length), false));
+        }
+        let top = if params.top_logprobs > 0 {
+            top_logprobs(logits, params.top_logprobs)
+        } else {
+            Vec::new()
+        };
+        let raw = (params.top_logprobs > 0).then(|| logits.to_vec());
+        let (id, accepted) = self.sampler.verify(logits, &self.history, draft);
+        let logprob = raw.as_deref().map(|l| token_logprob(l, id));
+        Ok((self.emit(id, top, logprob, room, on_token)?, accepted))
+    }
+
+    /// Records `id` and reports it; decides whether generation goes on.
+    fn emit(
+        &mut self,
+        id: u32,
+        top: Vec<(u32, f32)>,
+        logprob: Option<f32>,
+        room: bool,
+        mut on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
+    ) -> Result<Step> {
+        let params = &self.params;
         self.out.tokens.push(id);
         self.history.push(id);
         let eog = self.tokenizer.is_eog(id) && !params.ignore_eos;

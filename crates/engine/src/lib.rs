@@ -30,6 +30,7 @@ mod load;
 pub mod sampler;
 pub mod scheduler;
 mod session;
+pub mod speculative;
 pub mod stats;
 pub mod tools;
 

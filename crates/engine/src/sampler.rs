@@ -246,6 +246,54 @@ impl Sampler {
         c
     }
 
+    /// Speculative verification of a drafted token `draft` (a deterministic
+    /// draft: the n-gram proposer's) against the model's `logits` at that
+    /// position, after penalties over `history`: returns the token to emit
+    /// and whether it is the draft. Greedy: the argmax, accepted iff it is
+    /// the draft (so the output equals plain greedy decoding). Sampling:
+    /// the draft is accepted with the filtered distribution's probability
+    /// `p(draft)`, otherwise a token is drawn from the residual `p` without
+    /// the draft, renormalised, so every token `x` comes out with
+    /// probability `p(x)`, as from [`Sampler::sample`].
+    pub fn verify(&mut self, logits: &mut [f32], history: &[u32], draft: u32) -> (u32, bool) {
+        self.apply_penalties(logits, history);
+        if self.params.temperature <= 0.0 {
+            let t = argmax(logits);
+            return (t, t == draft);
+        }
+        self.filter(logits);
+        let c = &self.candidates;
+        let Some(first) = c.first() else {
+            return (0, false);
+        };
+        let max = first.logit;
+        let weights: Vec<f64> = c.iter().map(|x| f64::from(x.logit - max).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        let p_draft = c
+            .iter()
+            .zip(&weights)
+            .find(|(x, _)| x.id == draft)
+            .map_or(0.0, |(_, w)| w / total);
+        if self.rng.next_f64() < p_draft {
+            return (draft, true);
+        }
+        // the residual: the draft's weight taken out
+        let rest = total * (1.0 - p_draft);
+        let mut r = self.rng.next_f64() * rest;
+        let mut last = None;
+        for (x, w) in c.iter().zip(&weights) {
+            if x.id == draft {
+                continue;
+            }
+            last = Some(x.id);
+            if r < *w {
+                return (x.id, false);
+            }
+            r -= w;
+        }
+        (last.unwrap_or(draft), last.is_none())
+    }
+
     fn draw(&mut self) -> u32 {
         let c = &self.candidates;
         let Some(first) = c.first() else { return 0 };
@@ -342,6 +390,97 @@ pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pearson's chi-square of `counts` against probabilities `p` (`n`
+    /// draws).
+    fn chi_square(counts: &[u64], p: &[f64], n: u64) -> f64 {
+        counts
+            .iter()
+            .zip(p)
+            .map(|(&c, &q)| {
+                let e = q * n as f64;
+                (c as f64 - e).powi(2) / e
+            })
+            .sum()
+    }
+
+    /// Speculative verification keeps the sampling distribution: the
+    /// tokens it emits (accepted drafts and residual draws) have the
+    /// filtered distribution's probabilities, for a likely, an unlikely and
+    /// a filtered-out draft, with penalties, temperature and top-k. The
+    /// probabilities are computed here directly from the logits (softmax of
+    /// the top-k at the temperature), not by the sampler.
+    #[test]
+    fn verification_draws_from_the_plain_distribution() {
+        let logits = [2.0f32, 1.0, 0.5, 0.0, -0.5, -1.0, 1.5, -3.0];
+        let history = [1u32, 1];
+        let params = SamplingParams {
+            temperature: 0.8,
+            top_k: 5,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.3,
+            repeat_last_n: 64,
+            ..SamplingParams::default()
+        };
+        // the expected distribution: token 1 penalised (1.0 / 1.3), the top
+        // 5 kept, softmax at temperature 0.8
+        let mut pen = logits;
+        pen[1] /= 1.3;
+        let mut order: Vec<usize> = (0..8).collect();
+        order.sort_by(|a, b| pen[*b].total_cmp(&pen[*a]));
+        let kept = &order[..5];
+        let z: f64 = kept.iter().map(|&i| (f64::from(pen[i]) / 0.8).exp()).sum();
+        let p: Vec<f64> = (0..8)
+            .map(|i| {
+                if kept.contains(&i) {
+                    (f64::from(pen[i]) / 0.8).exp() / z
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let n = 40_000u64;
+        for draft in [0u32, 4, 7] {
+            let mut s = Sampler::new(SamplingParams {
+                seed: 11 + u64::from(draft),
+                ..params.clone()
+            });
+            let mut counts = [0u64; 8];
+            let mut accepted = 0u64;
+            for _ in 0..n {
+                let mut l = logits;
+                let (t, ok) = s.verify(&mut l, &history, draft);
+                counts[t as usize] += 1;
+                accepted += u64::from(ok);
+                assert_eq!(ok, t == draft);
+            }
+            // acceptance rate is p(draft)
+            let rate = accepted as f64 / n as f64;
+            assert!(
+                (rate - p[draft as usize]).abs() < 0.01,
+                "draft {draft}: {rate}"
+            );
+            let support: Vec<usize> = kept.to_vec();
+            let c: Vec<u64> = support.iter().map(|&i| counts[i]).collect();
+            let q: Vec<f64> = support.iter().map(|&i| p[i]).collect();
+            // 4 degrees of freedom: 18.47 is the 0.999 quantile
+            let x2 = chi_square(&c, &q, n);
+            assert!(
+                x2 < 18.47,
+                "draft {draft}: chi-square {x2}, counts {counts:?}"
+            );
+            let outside: u64 = (0..8)
+                .filter(|i| !kept.contains(i))
+                .map(|i| counts[i])
+                .sum();
+            assert_eq!(outside, 0, "draft {draft}: filtered-out tokens emitted");
+        }
+        // greedy: the argmax, accepted only when it is the draft
+        let mut g = Sampler::new(SamplingParams::greedy());
+        assert_eq!(g.verify(&mut logits.clone(), &[], 0), (0, true));
+        assert_eq!(g.verify(&mut logits.clone(), &[], 6), (0, false));
+    }
 
     /// The plain scan the lane-wise `argmax` must equal.
     fn argmax_scan(logits: &[f32]) -> u32 {

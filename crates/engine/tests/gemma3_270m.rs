@@ -68,6 +68,7 @@ fn prompt_ids_and_next_token_match_llamacpp() {
             sampling: SamplingParams::greedy(),
             ignore_eos: true,
             top_logprobs: 10,
+            speculative: None,
         };
         let mut session = engine.new_session(128).unwrap();
         let g = generate(&mut session, &engine.tokenizer, &prompt, &params, |_| {

@@ -171,6 +171,8 @@ pub fn generate_params(
         sampling: p,
         ignore_eos: false,
         top_logprobs,
+        // the server's batched scheduler does not speculate yet
+        speculative: None,
     })
 }
 
