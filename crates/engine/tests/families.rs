@@ -281,3 +281,45 @@ fn speculation_keeps_greedy_output_token_for_token() {
         "drafted {drafted}, accepted {accepted}"
     );
 }
+
+/// The same on the ANE path (ane-sim: the verify pass is the W-column
+/// program; its greedy output is compared with its own plain decoding).
+#[test]
+fn speculation_on_ane_sim_keeps_greedy_output() {
+    use anedvd_engine::speculative::SpecParams;
+    use anedvd_engine::BackendChoice;
+    for family in ["qwen2", "lfm2"] {
+        let r = reference(family);
+        let once = ids(&r["prompt_ids"]);
+        let mut prompt = once.clone();
+        prompt.extend_from_slice(&once[1..]);
+        let options = LoadOptions {
+            backend_options: anedvd_engine::BackendOptions::with_threads(1),
+            backend: BackendChoice::AneSim,
+            ..Default::default()
+        };
+        let engine =
+            Engine::load(&fixtures::path(family, Format::GgufF32), &options, |_| {}).unwrap();
+        let run = |spec: Option<SpecParams>| {
+            let mut session = engine.new_session(200).unwrap();
+            let params = GenerateParams {
+                max_tokens: 100,
+                sampling: SamplingParams::greedy(),
+                ignore_eos: true,
+                top_logprobs: 0,
+                speculative: spec,
+            };
+            generate(&mut session, &engine.tokenizer, &prompt, &params, |_| {
+                ControlFlow::Continue(())
+            })
+            .unwrap()
+        };
+        let plain = run(None);
+        let spec = run(Some(SpecParams { n: 2, m: 6 }));
+        assert_eq!(spec.tokens, plain.tokens, "{family} on ane-sim");
+        assert!(
+            spec.timings.verify_passes > 0,
+            "{family}: no draft was verified"
+        );
+    }
+}
