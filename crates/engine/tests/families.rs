@@ -299,7 +299,7 @@ fn speculation_on_ane_sim_keeps_greedy_output() {
             ..Default::default()
         };
         let engine =
-            Engine::load(&fixtures::path(family, Format::GgufF32), &options, |_| {}).unwrap();
+            Engine::load(fixtures::path(family, Format::GgufF32), &options, |_| {}).unwrap();
         let run = |spec: Option<SpecParams>| {
             let mut session = engine.new_session(200).unwrap();
             let params = GenerateParams {
