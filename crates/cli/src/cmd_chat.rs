@@ -1,7 +1,7 @@
 //! `anedvd chat`: an interactive conversation that keeps the KV cache across
 //! turns and prefills only what is new.
 
-use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
+use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs, Speculation};
 use anedvd_engine::stats::{current_rss_bytes, format_bytes};
 use anedvd_engine::{generate, Engine, EngineSession, GenerateParams, Message, TemplateOrigin};
 use anyhow::{bail, Result};
@@ -45,7 +45,11 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let mut params = GenerateParams {
         max_tokens: args.max_tokens,
         sampling: args.sampling.params()?,
-        speculative: args.spec.params()?,
+        speculative: match args.spec.resolve(&args.model, &args.backend, false)? {
+            Speculation::Off => None,
+            Speculation::Ngram(p) => Some(p),
+            Speculation::Draft { .. } => bail!("chat speculates with --spec ngram only for now"),
+        },
         ..Default::default()
     };
     let engine = args.model.load(&args.backend, false)?;

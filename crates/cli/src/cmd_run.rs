@@ -1,8 +1,9 @@
 //! `anedvd run`: one prompt in, streamed text out, stats on stderr.
 
-use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
+use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs, Speculation};
+use anedvd_engine::speculative::{DraftProposer, Proposer};
 use anedvd_engine::stats::{format_bytes, peak_rss_bytes};
-use anedvd_engine::{generate, Engine, GenerateParams, Generation, Message};
+use anedvd_engine::{generate_speculative, Engine, GenerateParams, Generation, Message};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
@@ -63,8 +64,8 @@ pub struct RunArgs {
 /// Runs `anedvd run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     let sampling = args.sampling.params()?;
-    let speculative = args.spec.params()?;
     let engine = args.model.load(&args.backend, args.json)?;
+    let speculation = args.spec.resolve(&args.model, &args.backend, args.json)?;
     let mut prompt = build_prompt(&engine, args)?;
     let max_seq = args.max_seq.min(engine.n_ctx_train().max(1));
     if args.max_seq > max_seq {
@@ -79,6 +80,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let mut session = engine.new_session(max_seq)?;
     session.set_dump(args.dump_activations.clone());
+    let (speculative, mut draft) = match &speculation {
+        Speculation::Off => (None, None),
+        Speculation::Ngram(p) => (Some(*p), None),
+        Speculation::Draft {
+            engine: d,
+            m,
+            p_min,
+        } => (
+            None,
+            Some(DraftProposer::new(
+                d,
+                &engine.tokenizer,
+                max_seq,
+                *m,
+                *p_min,
+            )?),
+        ),
+    };
     let params = GenerateParams {
         max_tokens: args.max_tokens,
         sampling: sampling.clone(),
@@ -89,21 +108,29 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut write_failed = false;
-    let generation = generate(&mut session, &engine.tokenizer, &prompt, &params, |ev| {
-        if args.json {
-            return ControlFlow::Continue(());
-        }
-        // A closed pipe (`| head`) ends generation quietly.
-        if out
-            .write_all(ev.text.as_bytes())
-            .and_then(|_| out.flush())
-            .is_err()
-        {
-            write_failed = true;
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(())
-    })?;
+    let proposer = draft.as_mut().map(|d| d as &mut dyn Proposer);
+    let generation = generate_speculative(
+        &mut session,
+        &engine.tokenizer,
+        &prompt,
+        &params,
+        proposer,
+        |ev| {
+            if args.json {
+                return ControlFlow::Continue(());
+            }
+            // A closed pipe (`| head`) ends generation quietly.
+            if out
+                .write_all(ev.text.as_bytes())
+                .and_then(|_| out.flush())
+                .is_err()
+            {
+                write_failed = true;
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        },
+    )?;
     if args.json {
         println!(
             "{}",

@@ -252,12 +252,21 @@ pub fn default_threads() -> usize {
 pub struct SpecArgs {
     /// Speculative decoding. `ngram` (llama.cpp's ngram-simple): after each
     /// token, the tokens that followed the latest earlier occurrence of the
-    /// last --spec-n tokens are drafted, and one batched forward pass checks
-    /// up to --spec-m of them. The output is unchanged (greedy: the same
-    /// tokens; sampling: the same distribution); copying and editing text is
-    /// where it is faster.
-    #[arg(long, value_name = "ngram")]
+    /// last --spec-n tokens are drafted; `draft`: --draft-model, a smaller
+    /// model with the same vocabulary, drafts greedily (stopping when its
+    /// top probability drops below --draft-p-min). One batched forward pass checks up
+    /// to --spec-m drafts. The output is unchanged (greedy: the same tokens;
+    /// sampling: the same distribution); copying and editing text is where
+    /// the n-gram proposer is faster.
+    #[arg(long, value_name = "ngram|draft")]
     pub spec: Option<String>,
+    /// The draft model of --spec draft (a .gguf file or a HF directory).
+    #[arg(long, value_name = "PATH")]
+    pub draft_model: Option<PathBuf>,
+    /// --spec draft: stop drafting when the draft model's top probability
+    /// is below this.
+    #[arg(long, value_name = "P", default_value_t = anedvd_engine::speculative::DRAFT_P_MIN)]
+    pub draft_p_min: f32,
     /// Tokens matched in the history (with --spec).
     #[arg(long, value_name = "N", default_value_t = anedvd_engine::speculative::DEFAULT_N)]
     pub spec_n: usize,
@@ -266,23 +275,59 @@ pub struct SpecArgs {
     pub spec_m: usize,
 }
 
+/// What `--spec` asks for.
+pub enum Speculation {
+    /// No speculation.
+    Off,
+    /// The n-gram proposer.
+    Ngram(anedvd_engine::speculative::SpecParams),
+    /// A draft model drafting up to `m` tokens.
+    Draft {
+        /// The loaded draft model.
+        engine: Box<Engine>,
+        /// Most drafts per verify pass.
+        m: usize,
+        /// Its probability floor.
+        p_min: f32,
+    },
+}
+
 impl SpecArgs {
-    /// The speculation settings, if --spec is given.
-    pub fn params(&self) -> Result<Option<anedvd_engine::speculative::SpecParams>> {
+    /// Resolves the flags; a draft model is loaded like the model (same
+    /// backend, threads, no overrides).
+    pub fn resolve(
+        &self,
+        model: &ModelArgs,
+        backend: &BackendArgs,
+        quiet: bool,
+    ) -> Result<Speculation> {
         let p = anedvd_engine::speculative::SpecParams {
             n: self.spec_n,
             m: self.spec_m,
         };
-        match self.spec.as_deref() {
-            None => Ok(None),
-            Some("ngram") => {
+        match (self.spec.as_deref(), &self.draft_model) {
+            (Some("draft"), None) => bail!("--spec draft needs --draft-model PATH"),
+            (Some("ngram") | None, Some(_)) => bail!("--draft-model is for --spec draft"),
+            (None, None) => Ok(Speculation::Off),
+            (Some("ngram"), None) => {
                 p.validate().map_err(anyhow::Error::msg)?;
-                Ok(Some(p))
+                Ok(Speculation::Ngram(p))
             }
-            Some("draft") => bail!(
-                "--spec draft (a second, smaller model) is not available in this build; use --spec ngram"
-            ),
-            Some(other) => bail!("unknown --spec `{other}`: expected ngram"),
+            (Some("draft"), Some(path)) => {
+                p.validate().map_err(anyhow::Error::msg)?;
+                let options = LoadOptions {
+                    overrides: ConfigOverrides::default(),
+                    ..model.load_options(backend)?
+                };
+                let engine = load_engine(path, &options, quiet)
+                    .with_context(|| format!("loading the draft model {}", path.display()))?;
+                Ok(Speculation::Draft {
+                    engine: Box::new(engine),
+                    m: p.m,
+                    p_min: self.draft_p_min,
+                })
+            }
+            (Some(other), _) => bail!("unknown --spec `{other}`: expected ngram or draft"),
         }
     }
 }

@@ -74,6 +74,9 @@ pub enum Error {
     /// A sampling parameter is out of range.
     #[error("invalid sampling parameters: {0}")]
     BadParams(String),
+    /// Speculative decoding cannot run as asked (sizes, draft model).
+    #[error("speculative decoding: {0}")]
+    BadSpeculation(String),
     /// The model has no chat template and none is built in for its family.
     #[error("the model has no chat template and no built-in template matches it; use --raw")]
     NoTemplate,

@@ -152,7 +152,7 @@ pub fn check_request(prompt: &[u32], params: &GenerateParams, max_seq: usize) ->
     }
     params.sampling.validate().map_err(Error::BadParams)?;
     if let Some(s) = &params.speculative {
-        s.validate().map_err(Error::BadParams)?;
+        s.validate().map_err(Error::BadSpeculation)?;
     }
     if prompt.len() > max_seq {
         return Err(Error::PromptTooLong {
@@ -166,11 +166,26 @@ pub fn check_request(prompt: &[u32], params: &GenerateParams, max_seq: usize) ->
 /// Runs `prompt` through `session` (reusing its cached prefix) and generates.
 /// `on_token` sees every token as it is produced; returning
 /// `ControlFlow::Break(())` stops generation (finish reason `Cancelled`).
+/// With `params.speculative` set, the n-gram proposer drafts.
 pub fn generate(
     session: &mut EngineSession,
     tokenizer: &Tokenizer,
     prompt: &[u32],
     params: &GenerateParams,
+    on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
+) -> Result<Generation> {
+    generate_speculative(session, tokenizer, prompt, params, None, on_token)
+}
+
+/// [`generate`] with drafts from `proposer` (e.g. a
+/// [`crate::speculative::DraftProposer`]) when given, else from the n-gram
+/// proposer when `params.speculative` is set, else none.
+pub fn generate_speculative(
+    session: &mut EngineSession,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    params: &GenerateParams,
+    proposer: Option<&mut dyn Proposer>,
     mut on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
 ) -> Result<Generation> {
     let max_seq = session.max_seq();
@@ -200,15 +215,13 @@ pub fn generate(
 
     let mut decoding = Decoding::new(tokenizer, prompt, params, timings);
     let decode_start = Instant::now();
-    if let Some(spec) = params.speculative {
-        let mut proposer = NgramProposer::new(spec);
-        let finish = speculate(
-            session,
-            &mut decoding,
-            &mut logits,
-            &mut proposer,
-            &mut on_token,
-        )?;
+    let mut ngram = params.speculative.map(NgramProposer::new);
+    let proposer: Option<&mut dyn Proposer> = match proposer {
+        Some(p) => Some(p),
+        None => ngram.as_mut().map(|p| p as &mut dyn Proposer),
+    };
+    if let Some(proposer) = proposer {
+        let finish = speculate(session, &mut decoding, &mut logits, proposer, &mut on_token)?;
         let t = &mut decoding.out.timings;
         t.decode = decode_start.elapsed();
         t.decode_tokens = decoding.out.tokens.len().saturating_sub(1);
@@ -259,7 +272,7 @@ fn speculate(
             .saturating_sub(decoding.out.tokens.len());
         let room = max_seq.saturating_sub(pos0 + 1);
         draft.clear();
-        proposer.draft(&decoding.history, left.min(room), &mut draft);
+        proposer.draft(&decoding.history, left.min(room), &mut draft)?;
         if draft.is_empty() {
             let out = session.forward(&[pending], LogitsMode::Last)?;
             let mut row = out.to_vec();

@@ -49,8 +49,8 @@ pub use backends::{build_backend, BackendChoice, BackendOptions};
 pub use batch::EngineBatch;
 pub use error::{Error, Result};
 pub use generate::{
-    check_request, generate, Decoding, FinishReason, GenerateParams, Generation, Step, Timings,
-    TokenEvent,
+    check_request, generate, generate_speculative, Decoding, FinishReason, GenerateParams,
+    Generation, Step, Timings, TokenEvent,
 };
 pub use load::{Engine, LoadOptions, LoadStage, TemplateOrigin};
 pub use sampler::{Sampler, SamplingParams};

@@ -3,9 +3,17 @@
 //! (one logits row per position), and exact rejection sampling keeps the
 //! output distribution that of plain sampling (greedy: identical tokens).
 //!
-//! Proposers sit behind [`Proposer`]; today the n-gram one
-//! ([`NgramProposer`], llama.cpp's "ngram-simple"). Verification is
-//! [`crate::Sampler::verify`]; the loop is in [`crate::generate`].
+//! Proposers sit behind [`Proposer`]: the n-gram one ([`NgramProposer`],
+//! llama.cpp's "ngram-simple") and a smaller draft model with the same
+//! vocabulary ([`DraftProposer`]). Both draft deterministically (the draft
+//! model greedily), so verification is [`crate::Sampler::verify`]'s
+//! point-mass rule; the loop is [`crate::generate_speculative`].
+
+use crate::sampler::argmax;
+use crate::session::EngineSession;
+use crate::{Engine, Error, Result};
+use anedvd_graph::LogitsMode;
+use anedvd_tokenizer::Tokenizer;
 
 /// Default n-gram length looked up in the history (llama.cpp
 /// `common_params_speculative::ngram_simple.size_n`, 12).
@@ -51,7 +59,7 @@ pub trait Proposer: Send {
     /// Appends at most `max` draft tokens continuing `history` (prompt and
     /// generated tokens; the last one is sampled but not yet run) to `out`
     /// (left empty when there is nothing to propose).
-    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>);
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
 }
 
 /// llama.cpp's "ngram-simple" proposer (`common_ngram_simple_draft` in
@@ -78,7 +86,14 @@ impl NgramProposer {
 }
 
 impl Proposer for NgramProposer {
-    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) {
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        self.draft_into(history, max, out);
+        Ok(())
+    }
+}
+
+impl NgramProposer {
+    fn draft_into(&self, history: &[u32], max: usize, out: &mut Vec<u32>) {
         let (n, m) = (self.n, self.m);
         // llama.cpp's `tokens` is the history without the sampled token.
         let cur_len = history.len().saturating_sub(1);
@@ -108,13 +123,110 @@ impl Proposer for NgramProposer {
     }
 }
 
+/// A draft model stops when its most likely next token is less likely than
+/// this (llama.cpp's `--draft-p-min`, default 0 there; a draft the small
+/// model itself doubts is mostly rejected and costs its verify row).
+pub const DRAFT_P_MIN: f32 = 0.5;
+
+/// A second, smaller model with the target's vocabulary, drafting greedily
+/// with its own cache: up to `m` tokens per call, stopping early when its
+/// top probability falls below a floor.
+pub struct DraftProposer {
+    session: EngineSession,
+    m: usize,
+    p_min: f32,
+}
+
+impl DraftProposer {
+    /// A proposer over `draft` (a fresh session of `max_seq` positions)
+    /// drafting up to `m` tokens while its top probability is at least
+    /// `p_min` ([`DRAFT_P_MIN`] by default), after checking that its
+    /// vocabulary is the target's token for token.
+    pub fn new(
+        draft: &Engine,
+        target: &Tokenizer,
+        max_seq: usize,
+        m: usize,
+        p_min: f32,
+    ) -> Result<Self> {
+        if !(0.0..=1.0).contains(&p_min) {
+            return Err(Error::BadSpeculation(format!(
+                "the draft model's probability floor {p_min} is not in 0..=1"
+            )));
+        }
+        let (a, b) = (draft.tokenizer.vocab_size(), target.vocab_size());
+        if a != b || draft.vocab_size() != target.vocab_size() {
+            return Err(Error::BadSpeculation(format!(
+                "the draft model's vocabulary has {a} tokens, the model's {b}: a draft model needs the same vocabulary"
+            )));
+        }
+        if let Some(id) =
+            (0..a as u32).find(|&i| draft.tokenizer.token_text(i) != target.token_text(i))
+        {
+            return Err(Error::BadSpeculation(format!(
+                "the draft model's token {id} is {:?}, the model's {:?}: a draft model needs the same vocabulary",
+                draft.tokenizer.token_text(id).unwrap_or(""),
+                target.token_text(id).unwrap_or("")
+            )));
+        }
+        if m == 0 {
+            return Err(Error::BadSpeculation(
+                "speculation draft length (--spec-m) must be at least 1".into(),
+            ));
+        }
+        Ok(Self {
+            session: draft.new_session(max_seq)?,
+            m,
+            p_min,
+        })
+    }
+}
+
+impl Proposer for DraftProposer {
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        let max = self
+            .m
+            .min(max)
+            .min(self.session.max_seq().saturating_sub(history.len() + 1));
+        if max == 0 || history.is_empty() {
+            return Ok(());
+        }
+        // Catch the draft cache up with the history (it holds the previous
+        // call's drafts, of which a prefix was accepted).
+        let reused = self.session.reuse_prefix(history);
+        let mut logits = self
+            .session
+            .forward(&history[reused..], LogitsMode::Last)?
+            .to_vec();
+        while out.len() < max {
+            let t = argmax(&logits);
+            if top_probability(&logits, t) < self.p_min {
+                break;
+            }
+            out.push(t);
+            if out.len() == max {
+                break;
+            }
+            logits = self.session.forward(&[t], LogitsMode::Last)?.to_vec();
+        }
+        Ok(())
+    }
+}
+
+/// The softmax probability of token `t` in `logits`.
+fn top_probability(logits: &[f32], t: u32) -> f32 {
+    let max = logits[t as usize];
+    let z: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    (1.0 / z) as f32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn draft(p: &mut NgramProposer, h: &[u32], max: usize) -> Vec<u32> {
         let mut out = Vec::new();
-        p.draft(h, max, &mut out);
+        p.draft_into(h, max, &mut out);
         out
     }
 
