@@ -369,9 +369,7 @@ fn draft_model_speculation_keeps_greedy_output() {
         let t = spec.timings;
         // (Gemma 4's Q8_0 file disagrees with its F32 one most: 28 of 69)
         assert!(
-            t.verify_passes > 0
-                && t.accepted_tokens > 0
-                && t.accepted_tokens < t.drafted_tokens + 1,
+            t.verify_passes > 0 && t.accepted_tokens > 0 && t.accepted_tokens <= t.drafted_tokens,
             "{family}: {} of {} accepted",
             t.accepted_tokens,
             t.drafted_tokens
