@@ -2,8 +2,11 @@
 //! turns and prefills only what is new.
 
 use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs, Speculation};
+use anedvd_engine::speculative::{DraftProposer, Proposer};
 use anedvd_engine::stats::{current_rss_bytes, format_bytes};
-use anedvd_engine::{generate, Engine, EngineSession, GenerateParams, Message, TemplateOrigin};
+use anedvd_engine::{
+    generate_speculative, Engine, EngineSession, GenerateParams, Message, TemplateOrigin,
+};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::io::{BufRead, Write};
@@ -42,13 +45,13 @@ const HELP: &str = "commands:
 
 /// Runs `anedvd chat`.
 pub fn run(args: &ChatArgs) -> Result<()> {
+    let speculation = args.spec.resolve(&args.model, &args.backend, false)?;
     let mut params = GenerateParams {
         max_tokens: args.max_tokens,
         sampling: args.sampling.params()?,
-        speculative: match args.spec.resolve(&args.model, &args.backend, false)? {
-            Speculation::Off => None,
-            Speculation::Ngram(p) => Some(p),
-            Speculation::Draft { .. } => bail!("chat speculates with --spec ngram only for now"),
+        speculative: match &speculation {
+            Speculation::Ngram(p) => Some(*p),
+            Speculation::Off | Speculation::Draft { .. } => None,
         },
         ..Default::default()
     };
@@ -61,6 +64,20 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     };
     let max_seq = args.max_seq.min(engine.n_ctx_train().max(1));
     let mut session = engine.new_session(max_seq)?;
+    let mut draft = match &speculation {
+        Speculation::Draft {
+            engine: d,
+            m,
+            p_min,
+        } => Some(DraftProposer::new(
+            d,
+            &engine.tokenizer,
+            max_seq,
+            *m,
+            *p_min,
+        )?),
+        Speculation::Off | Speculation::Ngram(_) => None,
+    };
     let template_note = match origin {
         TemplateOrigin::File => "the model's own template".to_string(),
         TemplateOrigin::Builtin(name) => format!("built-in `{name}` template"),
@@ -97,9 +114,10 @@ pub fn run(args: &ChatArgs) -> Result<()> {
             continue;
         }
         history.push(Message::user(input));
+        let proposer = draft.as_mut().map(|d| d as &mut dyn Proposer);
         if let Err(e) = turn(
             &engine,
-            &mut session,
+            (&mut session, proposer),
             &params,
             &system,
             &mut history,
@@ -165,7 +183,7 @@ fn render(engine: &Engine, system: &Option<String>, history: &[Message]) -> Resu
 
 fn turn(
     engine: &Engine,
-    session: &mut EngineSession,
+    (session, proposer): (&mut EngineSession, Option<&mut dyn Proposer>),
     params: &GenerateParams,
     system: &Option<String>,
     history: &mut Vec<Message>,
@@ -193,10 +211,17 @@ fn turn(
     params.max_tokens = params.max_tokens.min(max_seq - prompt.len());
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let g = generate(session, &engine.tokenizer, &prompt, &params, |ev| {
-        let _ = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush());
-        ControlFlow::Continue(())
-    })?;
+    let g = generate_speculative(
+        session,
+        &engine.tokenizer,
+        &prompt,
+        &params,
+        proposer,
+        |ev| {
+            let _ = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush());
+            ControlFlow::Continue(())
+        },
+    )?;
     let _ = writeln!(out);
     history.push(Message::assistant(g.text.trim()));
     let t = &g.timings;
