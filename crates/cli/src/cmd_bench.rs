@@ -7,12 +7,23 @@
 //! (untimed) and measures the test on top of it. `--parallel N` runs N
 //! sequences together through the batched forward pass (as the server does
 //! with `--parallel`) and reports their aggregate tokens per second.
+//!
+//! `--spec ngram|draft --spec-prompt FILE` measures speculative decoding
+//! instead: greedy generation of `-n` tokens after the file's text, plain
+//! and speculative runs interleaved, with the drafts' acceptance rate and
+//! the tokens each verify pass produced (the outputs must be identical).
 
-use crate::common::{BackendArgs, ModelArgs};
-use anedvd_engine::{BatchItem, Engine, EngineBatch, EngineSession, LogitsMode};
+use crate::common::{BackendArgs, ModelArgs, SpecArgs, Speculation};
+use anedvd_engine::speculative::{DraftProposer, Proposer};
+use anedvd_engine::{
+    generate_speculative, BatchItem, Engine, EngineBatch, EngineSession, GenerateParams,
+    Generation, LogitsMode, SamplingParams,
+};
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Arguments of `anedvd bench`.
@@ -61,6 +72,11 @@ pub struct BenchArgs {
     /// Skip the warm-up run.
     #[arg(long)]
     no_warmup: bool,
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// With --spec: the prompt text (a workload, e.g. scripts/spec-workloads/copy.txt).
+    #[arg(long, value_name = "FILE")]
+    spec_prompt: Option<PathBuf>,
 }
 
 struct TestResult {
@@ -231,6 +247,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         bail!("--repetitions must be at least 1");
     }
     let engine = args.model.load(&args.backend, true)?;
+    let speculation = args.spec.resolve(&args.model, &args.backend, true)?;
+    if !matches!(speculation, Speculation::Off) {
+        return run_spec(args, &engine, &speculation);
+    }
+    if args.spec_prompt.is_some() {
+        bail!("--spec-prompt is for --spec ngram|draft");
+    }
     let mut tests = Vec::new();
     for &d in &args.n_depth {
         tests.extend(args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0, d)));
@@ -286,6 +309,141 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         print_json(&engine, &model_type, threads, &results)?;
     } else {
         print_md(&engine, &model_type, threads, &results);
+    }
+    Ok(())
+}
+
+/// One speculative run and its plain twin.
+struct SpecSample {
+    plain_ts: f64,
+    spec: Generation,
+}
+
+/// `bench --spec`: plain and speculative greedy generation after the
+/// `--spec-prompt` text, interleaved, `-r` times.
+fn run_spec(args: &BenchArgs, engine: &Engine, speculation: &Speculation) -> Result<()> {
+    let Some(path) = &args.spec_prompt else {
+        bail!("--spec needs --spec-prompt FILE (the workload's prompt text)");
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    let prompt = engine.raw_prompt(text.trim_end_matches('\n'))?;
+    let n_gen = match args.n_gen.as_slice() {
+        [n] if *n > 0 => *n,
+        _ => bail!("--spec takes one generation length (-n N)"),
+    };
+    let max_seq = prompt.len() + n_gen + 1;
+    if max_seq > engine.n_ctx_train() {
+        bail!(
+            "the prompt ({} tokens) and -n {n_gen} need {max_seq} positions; the model's context is {}",
+            prompt.len(),
+            engine.n_ctx_train()
+        );
+    }
+    let (ngram, mut draft) = match speculation {
+        Speculation::Ngram(p) => (Some(*p), None),
+        Speculation::Draft {
+            engine: d,
+            m,
+            p_min,
+        } => (
+            None,
+            Some(DraftProposer::new(
+                d,
+                &engine.tokenizer,
+                max_seq,
+                *m,
+                *p_min,
+            )?),
+        ),
+        Speculation::Off => (None, None),
+    };
+    let params = |spec| GenerateParams {
+        max_tokens: n_gen,
+        sampling: SamplingParams::greedy(),
+        ignore_eos: true,
+        top_logprobs: 0,
+        speculative: spec,
+    };
+    let mut once = |spec: bool| -> Result<Generation> {
+        // a fresh session each time: nothing reused from the previous run
+        let mut session = engine.new_session(max_seq)?;
+        let proposer = if spec {
+            draft.as_mut().map(|d| d as &mut dyn Proposer)
+        } else {
+            None
+        };
+        let p = params(if spec { ngram } else { None });
+        Ok(generate_speculative(
+            &mut session,
+            &engine.tokenizer,
+            &prompt,
+            &p,
+            proposer,
+            |_| ControlFlow::Continue(()),
+        )?)
+    };
+    if !args.no_warmup {
+        once(false)?;
+        once(true)?;
+    }
+    let mut samples = Vec::with_capacity(args.repetitions);
+    for _ in 0..args.repetitions {
+        let plain = once(false)?;
+        let spec = once(true)?;
+        if spec.tokens != plain.tokens {
+            bail!("speculation changed the greedy output (a bug: please report it)");
+        }
+        samples.push(SpecSample {
+            plain_ts: plain.timings.decode_tps(),
+            spec,
+        });
+    }
+    let plain: Vec<f64> = samples.iter().map(|s| s.plain_ts).collect();
+    let spec: Vec<f64> = samples
+        .iter()
+        .map(|s| s.spec.timings.decode_tps())
+        .collect();
+    let t = &samples[0].spec.timings;
+    let per_pass = if t.verify_passes == 0 {
+        0.0
+    } else {
+        (t.accepted_tokens + t.verify_passes) as f64 / t.verify_passes as f64
+    };
+    let (pm, ps) = mean_sd(&plain);
+    let (sm, ss) = mean_sd(&spec);
+    let kind = args.spec.spec.as_deref().unwrap_or("");
+    if args.json {
+        let row = json!({
+            "model_filename": engine.path.display().to_string(),
+            "spec": kind,
+            "spec_prompt": path.display().to_string(),
+            "n_prompt": prompt.len(),
+            "n_gen": n_gen,
+            "plain_avg_ts": pm,
+            "plain_stddev_ts": ps,
+            "spec_avg_ts": sm,
+            "spec_stddev_ts": ss,
+            "speedup": if pm > 0.0 { sm / pm } else { 0.0 },
+            "drafted": t.drafted_tokens,
+            "accepted": t.accepted_tokens,
+            "acceptance": t.acceptance(),
+            "verify_passes": t.verify_passes,
+            "tokens_per_pass": per_pass,
+            "samples_plain_ts": plain,
+            "samples_spec_ts": spec,
+        });
+        println!("{}", serde_json::to_string_pretty(&row)?);
+    } else {
+        println!("| test | t/s | acceptance | tokens / verify pass |");
+        println!("| ---: | ---: | ---: | ---: |");
+        println!("| tg{n_gen} | {pm:.2} ± {ps:.2} | | |");
+        println!(
+            "| tg{n_gen} --spec {kind} | {sm:.2} ± {ss:.2} | {}/{} ({:.0}%) | {per_pass:.2} |",
+            t.accepted_tokens,
+            t.drafted_tokens,
+            100.0 * t.acceptance()
+        );
     }
     Ok(())
 }
@@ -414,6 +572,35 @@ mod tests {
         );
         let e = chain(bench(&["--sliding-window", "x", "-r", "1"]).unwrap_err());
         assert!(e.contains("--sliding-window"), "{e}");
+        // speculation: a workload is needed, and sane sizes
+        let e = chain(bench(&["--spec", "ngram", "-n", "8", "-r", "1"]).unwrap_err());
+        assert!(e.contains("--spec-prompt"), "{e}");
+        let e = chain(bench(&["--spec", "ngram", "--spec-m", "0", "-r", "1"]).unwrap_err());
+        assert!(e.contains("--spec-m"), "{e}");
+        let e = chain(bench(&["--spec", "tree", "-r", "1"]).unwrap_err());
+        assert!(e.contains("unknown --spec `tree`"), "{e}");
+        // A speculative run on a prompt that repeats itself.
+        let prompt = std::env::temp_dir().join(format!("anedvd-spec-{}.txt", std::process::id()));
+        std::fs::write(
+            &prompt,
+            "one two three four five six one two three four five six one two",
+        )
+        .unwrap();
+        let p = prompt.to_string_lossy().to_string();
+        let spec = [
+            "--spec",
+            "ngram",
+            "--spec-n",
+            "2",
+            "--spec-prompt",
+            &p,
+            "-n",
+            "16",
+            "-r",
+            "2",
+        ];
+        bench(&spec).unwrap();
+        std::fs::remove_file(&prompt).unwrap();
         // The same model runs batched, with a depth fill.
         bench(&[
             "--parallel",
