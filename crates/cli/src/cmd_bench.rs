@@ -14,7 +14,7 @@
 //! the tokens each verify pass produced (the outputs must be identical).
 
 use crate::common::{BackendArgs, ModelArgs, SpecArgs, Speculation};
-use anedvd_engine::speculative::{DraftProposer, Proposer};
+use anedvd_engine::speculative::Proposer;
 use anedvd_engine::{
     generate_speculative, BatchItem, Engine, EngineBatch, EngineSession, GenerateParams,
     Generation, LogitsMode, SamplingParams,
@@ -340,24 +340,7 @@ fn run_spec(args: &BenchArgs, engine: &Engine, speculation: &Speculation) -> Res
             engine.n_ctx_train()
         );
     }
-    let (ngram, mut draft) = match speculation {
-        Speculation::Ngram(p) => (Some(*p), None),
-        Speculation::Draft {
-            engine: d,
-            m,
-            p_min,
-        } => (
-            None,
-            Some(DraftProposer::new(
-                d,
-                &engine.tokenizer,
-                max_seq,
-                *m,
-                *p_min,
-            )?),
-        ),
-        Speculation::Off => (None, None),
-    };
+    let (ngram, mut draft) = speculation.parts(&engine.tokenizer, max_seq)?;
     let params = |spec| GenerateParams {
         max_tokens: n_gen,
         sampling: SamplingParams::greedy(),

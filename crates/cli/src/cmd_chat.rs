@@ -1,8 +1,8 @@
 //! `anedvd chat`: an interactive conversation that keeps the KV cache across
 //! turns and prefills only what is new.
 
-use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs, Speculation};
-use anedvd_engine::speculative::{DraftProposer, Proposer};
+use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
+use anedvd_engine::speculative::Proposer;
 use anedvd_engine::stats::{current_rss_bytes, format_bytes};
 use anedvd_engine::{
     generate_speculative, Engine, EngineSession, GenerateParams, Message, TemplateOrigin,
@@ -49,10 +49,6 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let mut params = GenerateParams {
         max_tokens: args.max_tokens,
         sampling: args.sampling.params()?,
-        speculative: match &speculation {
-            Speculation::Ngram(p) => Some(*p),
-            Speculation::Off | Speculation::Draft { .. } => None,
-        },
         ..Default::default()
     };
     let engine = args.model.load(&args.backend, false)?;
@@ -64,20 +60,8 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     };
     let max_seq = args.max_seq.min(engine.n_ctx_train().max(1));
     let mut session = engine.new_session(max_seq)?;
-    let mut draft = match &speculation {
-        Speculation::Draft {
-            engine: d,
-            m,
-            p_min,
-        } => Some(DraftProposer::new(
-            d,
-            &engine.tokenizer,
-            max_seq,
-            *m,
-            *p_min,
-        )?),
-        Speculation::Off | Speculation::Ngram(_) => None,
-    };
+    let (ngram, mut draft) = speculation.parts(&engine.tokenizer, max_seq)?;
+    params.speculative = ngram;
     let template_note = match origin {
         TemplateOrigin::File => "the model's own template".to_string(),
         TemplateOrigin::Builtin(name) => format!("built-in `{name}` template"),

@@ -1,7 +1,7 @@
 //! `anedvd run`: one prompt in, streamed text out, stats on stderr.
 
-use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs, Speculation};
-use anedvd_engine::speculative::{DraftProposer, Proposer};
+use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
+use anedvd_engine::speculative::Proposer;
 use anedvd_engine::stats::{format_bytes, peak_rss_bytes};
 use anedvd_engine::{generate_speculative, Engine, GenerateParams, Generation, Message};
 use anyhow::{bail, Context, Result};
@@ -80,24 +80,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let mut session = engine.new_session(max_seq)?;
     session.set_dump(args.dump_activations.clone());
-    let (speculative, mut draft) = match &speculation {
-        Speculation::Off => (None, None),
-        Speculation::Ngram(p) => (Some(*p), None),
-        Speculation::Draft {
-            engine: d,
-            m,
-            p_min,
-        } => (
-            None,
-            Some(DraftProposer::new(
-                d,
-                &engine.tokenizer,
-                max_seq,
-                *m,
-                *p_min,
-            )?),
-        ),
-    };
+    let (speculative, mut draft) = speculation.parts(&engine.tokenizer, max_seq)?;
     let params = GenerateParams {
         max_tokens: args.max_tokens,
         sampling: sampling.clone(),

@@ -292,6 +292,31 @@ pub enum Speculation {
     },
 }
 
+impl Speculation {
+    /// What generation takes: the n-gram settings (for
+    /// `GenerateParams::speculative`) or a draft proposer for a session of
+    /// `max_seq` positions of the model with `tokenizer`.
+    pub fn parts(
+        &self,
+        tokenizer: &anedvd_engine::Tokenizer,
+        max_seq: usize,
+    ) -> Result<(
+        Option<anedvd_engine::speculative::SpecParams>,
+        Option<anedvd_engine::speculative::DraftProposer>,
+    )> {
+        Ok(match self {
+            Speculation::Off => (None, None),
+            Speculation::Ngram(p) => (Some(*p), None),
+            Speculation::Draft { engine, m, p_min } => (
+                None,
+                Some(anedvd_engine::speculative::DraftProposer::new(
+                    engine, tokenizer, max_seq, *m, *p_min,
+                )?),
+            ),
+        })
+    }
+}
+
 impl SpecArgs {
     /// Resolves the flags; a draft model is loaded like the model (same
     /// backend, threads, no overrides).

@@ -230,6 +230,35 @@ fn ane_backend_through_the_simulated_driver_generates_like_transformers() {
     }
 }
 
+/// Greedy generation of `max_tokens` after `prompt` (through end tokens)
+/// in a fresh session of `max_tokens + prompt + 40` positions, drafted by
+/// `proposer` or, with `spec`, the n-gram proposer.
+fn greedy(
+    engine: &Engine,
+    prompt: &[u32],
+    max_tokens: usize,
+    spec: Option<anedvd_engine::speculative::SpecParams>,
+    proposer: Option<&mut dyn anedvd_engine::speculative::Proposer>,
+) -> anedvd_engine::Generation {
+    let mut session = engine.new_session(prompt.len() + max_tokens + 40).unwrap();
+    let params = GenerateParams {
+        max_tokens,
+        sampling: SamplingParams::greedy(),
+        ignore_eos: true,
+        top_logprobs: 0,
+        speculative: spec,
+    };
+    anedvd_engine::generate_speculative(
+        &mut session,
+        &engine.tokenizer,
+        prompt,
+        &params,
+        proposer,
+        |_| ControlFlow::Continue(()),
+    )
+    .unwrap()
+}
+
 /// Speculative decoding with the n-gram proposer changes no greedy token,
 /// on every family (LFM2's recurrent state rewinds to the accepted prefix),
 /// with a prompt that repeats itself so drafts are made, accepted and
@@ -248,22 +277,8 @@ fn speculation_keeps_greedy_output_token_for_token() {
             &fixtures::path(family, Format::GgufF32),
             fixtures::overrides(family, Format::GgufF32),
         );
-        let run = |spec: Option<SpecParams>| {
-            let mut session = engine.new_session(240).unwrap();
-            let params = GenerateParams {
-                max_tokens: 160,
-                sampling: SamplingParams::greedy(),
-                ignore_eos: true,
-                top_logprobs: 0,
-                speculative: spec,
-            };
-            generate(&mut session, &engine.tokenizer, &prompt, &params, |_| {
-                ControlFlow::Continue(())
-            })
-            .unwrap()
-        };
-        let plain = run(None);
-        let spec = run(Some(SpecParams { n: 2, m: 6 }));
+        let plain = greedy(&engine, &prompt, 160, None, None);
+        let spec = greedy(&engine, &prompt, 160, Some(SpecParams { n: 2, m: 6 }), None);
         assert_eq!(spec.tokens, plain.tokens, "{family}");
         assert_eq!(spec.text, plain.text, "{family}");
         let t = spec.timings;
@@ -300,22 +315,8 @@ fn speculation_on_ane_sim_keeps_greedy_output() {
         };
         let engine =
             Engine::load(fixtures::path(family, Format::GgufF32), &options, |_| {}).unwrap();
-        let run = |spec: Option<SpecParams>| {
-            let mut session = engine.new_session(200).unwrap();
-            let params = GenerateParams {
-                max_tokens: 100,
-                sampling: SamplingParams::greedy(),
-                ignore_eos: true,
-                top_logprobs: 0,
-                speculative: spec,
-            };
-            generate(&mut session, &engine.tokenizer, &prompt, &params, |_| {
-                ControlFlow::Continue(())
-            })
-            .unwrap()
-        };
-        let plain = run(None);
-        let spec = run(Some(SpecParams { n: 2, m: 6 }));
+        let plain = greedy(&engine, &prompt, 100, None, None);
+        let spec = greedy(&engine, &prompt, 100, Some(SpecParams { n: 2, m: 6 }), None);
         assert_eq!(spec.tokens, plain.tokens, "{family} on ane-sim");
         assert!(
             spec.timings.verify_passes > 0,
@@ -330,7 +331,6 @@ fn speculation_on_ane_sim_keeps_greedy_output() {
 #[test]
 fn draft_model_speculation_keeps_greedy_output() {
     use anedvd_engine::speculative::DraftProposer;
-    use anedvd_engine::{generate_speculative, speculative::Proposer};
     for family in ["qwen2", "lfm2", "gemma4"] {
         let r = reference(family);
         let prompt = ids(&r["prompt_ids"]);
@@ -342,29 +342,10 @@ fn draft_model_speculation_keeps_greedy_output() {
             &fixtures::path(family, Format::GgufQ8),
             ConfigOverrides::default(),
         );
-        let params = GenerateParams {
-            max_tokens: 40,
-            sampling: SamplingParams::greedy(),
-            ignore_eos: true,
-            top_logprobs: 0,
-            speculative: None,
-        };
-        let run = |proposer: Option<&mut dyn Proposer>| {
-            let mut session = target.new_session(128).unwrap();
-            generate_speculative(
-                &mut session,
-                &target.tokenizer,
-                &prompt,
-                &params,
-                proposer,
-                |_| ControlFlow::Continue(()),
-            )
-            .unwrap()
-        };
-        let plain = run(None);
+        let plain = greedy(&target, &prompt, 40, None, None);
         // no probability floor: these random models are never sure
         let mut d = DraftProposer::new(&draft, &target.tokenizer, 128, 6, 0.0).unwrap();
-        let spec = run(Some(&mut d));
+        let spec = greedy(&target, &prompt, 40, None, Some(&mut d));
         assert_eq!(spec.tokens, plain.tokens, "{family}");
         let t = spec.timings;
         // (Gemma 4's Q8_0 file disagrees with its F32 one most: 28 of 69)
