@@ -529,8 +529,14 @@ pub(crate) fn resolve(
     };
     // The layer types decide head dims, K/V sources and RoPE whether or not
     // a window is applied (`--sliding-window 0` only drops the mask).
-    let local_layers = local_layers(&r, n_layer)?;
-    let sliding_layers = sliding_layers(&r, n_layer, sliding_window.is_some())?;
+    let mut local_layers = local_layers(&r, n_layer)?;
+    let mut sliding_layers = sliding_layers(&r, n_layer, sliding_window.is_some())?;
+    // transformers' Gemma4TextConfig makes the last layer full attention
+    // whatever `layer_types` says (`model::notes` tells the user)
+    if last_layer_forced(&r, &local_layers) {
+        local_layers[n_layer - 1] = false;
+        sliding_layers[n_layer - 1] = false;
+    }
     let head_dim_layers = head_dims(&r, head_dim, head_dim_swa, &local_layers)?;
     // Global layers' RoPE width from theirs, sliding layers' from theirs.
     let full_hd = (0..n_layer)
@@ -948,7 +954,7 @@ fn rope_scaling(r: &Reader<'_>, source: &dyn WeightSource) -> Result<RopeScaling
 /// is applied: the metadata's per-layer list or the family's period
 /// (Gemma). Families whose window, when set, covers every layer (Mistral)
 /// have no local type.
-fn local_layers(r: &Reader<'_>, n_layer: usize) -> Result<Vec<bool>> {
+pub(crate) fn local_layers(r: &Reader<'_>, n_layer: usize) -> Result<Vec<bool>> {
     let listed =
         r.array(Param::LayerTypes).is_some() || r.array(Param::SlidingWindowPattern).is_some();
     match r.family.quirks.sliding {
@@ -956,6 +962,14 @@ fn local_layers(r: &Reader<'_>, n_layer: usize) -> Result<Vec<bool>> {
         _ if listed => sliding_layers(r, n_layer, true),
         _ => Ok(vec![false; n_layer]),
     }
+}
+
+/// Whether the family's HF configs force the last layer to full attention
+/// and these layer types say otherwise.
+pub(crate) fn last_layer_forced(r: &Reader<'_>, types: &[bool]) -> bool {
+    r.format == SourceFormat::HuggingFace
+        && r.family.quirks.hf_last_layer_full
+        && types.last() == Some(&true)
 }
 
 fn sliding_layers(r: &Reader<'_>, n_layer: usize, has_window: bool) -> Result<Vec<bool>> {

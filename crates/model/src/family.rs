@@ -787,6 +787,9 @@ pub struct Quirks {
     pub v_norm: bool,
     /// MoE router scores when the metadata does not say (LFM2-MoE: sigmoid).
     pub expert_gating: Gating,
+    /// HF configs: the last layer is full attention whatever `layer_types`
+    /// says (transformers' `Gemma4TextConfig` forces it, with a warning).
+    pub hf_last_layer_full: bool,
 }
 
 /// A model family: names, keys, tensor names and quirks.

@@ -187,6 +187,25 @@ pub fn notes(source: &dyn WeightSource, overrides: &ConfigOverrides) -> Vec<Stri
     .iter()
     .any(|k| text(k) == "longrope")
         || source.tensor("rope_factors_long.weight").is_some();
+    if let Ok((family, format, arch)) = detect(source, overrides) {
+        let r = config::Reader {
+            md,
+            family,
+            format,
+            arch,
+        };
+        let forced = r
+            .require_usize(family::Param::NLayer)
+            .and_then(|n| config::local_layers(&r, n))
+            .is_ok_and(|types| config::last_layer_forced(&r, &types));
+        if forced {
+            notes.push(
+                "the config's `layer_types` makes the last layer sliding; transformers runs \
+                 it with full attention (and a warning), and so does anedvd"
+                    .to_string(),
+            );
+        }
+    }
     if longrope {
         notes.push(
             "LongRoPE: the short factors are used at every position (exact while a \

@@ -171,3 +171,27 @@ fn disabling_the_window_keeps_the_layer_types() {
         }
     }
 }
+
+/// transformers forces a Gemma 4 config's last layer to full attention
+/// whatever `layer_types` says; so do we, and `notes` says so.
+#[test]
+fn the_last_layer_is_full_attention_whatever_layer_types_says() {
+    let src = edited(Format::Hf, |m| {
+        // the fixture's types with the last layer sliding
+        let (s, f) = ("sliding_attention", "full_attention");
+        let types = anedvd_base::PackedStrings::from_strs([s, s, s, f, s, s]).unwrap();
+        m.insert("layer_types", V::Array(types.into()))
+    });
+    let notes = anedvd_model::notes(src.as_ref(), &ConfigOverrides::default());
+    assert!(notes.iter().any(|n| n.contains("last layer")), "{notes:?}");
+    let (cfg, p) = load(src, &ConfigOverrides::default()).unwrap();
+    assert_eq!(cfg.local_layers, [true, true, true, false, true, false]);
+    let last = p.layers[5].attention().unwrap();
+    assert_eq!(
+        (last.window, last.head_dim, last.kv_source),
+        (None, 32, Some(3))
+    );
+    // the unedited fixture (its last layer is already full): no note
+    let plain = edited(Format::Hf, |_| {});
+    assert!(anedvd_model::notes(plain.as_ref(), &ConfigOverrides::default()).is_empty());
+}

@@ -59,5 +59,6 @@ pub const FAMILY: Family = Family {
         fixed_attn_scale: Some(1.0),
         v_norm: true,
         expert_gating: Gating::Softmax,
+        hf_last_layer_full: true,
     },
 };

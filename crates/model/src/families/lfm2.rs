@@ -56,4 +56,5 @@ pub(crate) const QUIRKS: Quirks = Quirks {
     fixed_attn_scale: None,
     v_norm: false,
     expert_gating: Gating::Softmax,
+    hf_last_layer_full: false,
 };

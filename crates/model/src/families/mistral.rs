@@ -32,5 +32,6 @@ pub const FAMILY: Family = Family {
         fixed_attn_scale: None,
         v_norm: false,
         expert_gating: Gating::Softmax,
+        hf_last_layer_full: false,
     },
 };
