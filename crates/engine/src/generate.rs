@@ -274,9 +274,8 @@ fn speculate(
         draft.clear();
         proposer.draft(&decoding.history, left.min(room), &mut draft)?;
         if draft.is_empty() {
-            let out = session.forward(&[pending], LogitsMode::Last)?;
-            let mut row = out.to_vec();
-            match decoding.step(&mut row, session.position() < max_seq, &mut *on_token)? {
+            logits.copy_from_slice(session.forward(&[pending], LogitsMode::Last)?);
+            match decoding.step(logits, session.position() < max_seq, &mut *on_token)? {
                 Step::Finished(r) => return Ok(r),
                 Step::Next(id) => pending = id,
             }
@@ -285,19 +284,18 @@ fn speculate(
         let mut feed = Vec::with_capacity(draft.len() + 1);
         feed.push(pending);
         feed.extend_from_slice(&draft);
-        let rows = session.forward(&feed, LogitsMode::All)?.to_vec();
+        let mut rows = session.forward(&feed, LogitsMode::All)?.to_vec();
         let vocab = rows.len() / feed.len();
         let t = &mut decoding.out.timings;
         t.verify_passes += 1;
         t.drafted_tokens += draft.len();
         // row j: the distribution of the token after feed[j]
-        for (j, row) in rows.chunks_exact(vocab).enumerate() {
-            let mut row = row.to_vec();
+        for (j, row) in rows.chunks_exact_mut(vocab).enumerate() {
             // the token chosen here would be fed at position pos0 + j + 1
             let room = pos0 + j + 1 < max_seq;
             let (step, accepted) = match draft.get(j) {
-                Some(&d) => decoding.step_verified(&mut row, d, room, &mut *on_token)?,
-                None => (decoding.step(&mut row, room, &mut *on_token)?, false),
+                Some(&d) => decoding.step_verified(row, d, room, &mut *on_token)?,
+                None => (decoding.step(row, room, &mut *on_token)?, false),
             };
             if accepted {
                 decoding.out.timings.accepted_tokens += 1;
@@ -387,19 +385,7 @@ impl<'t> Decoding<'t> {
         room: bool,
         on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
     ) -> Result<Step> {
-        let params = &self.params;
-        if self.out.tokens.len() >= params.max_tokens {
-            return Ok(Step::Finished(FinishReason::Length));
-        }
-        let top = if params.top_logprobs > 0 {
-            top_logprobs(logits, params.top_logprobs)
-        } else {
-            Vec::new()
-        };
-        let raw = (params.top_logprobs > 0).then(|| logits.to_vec());
-        let id = self.sampler.sample(logits, &self.history);
-        let logprob = raw.as_deref().map(|l| token_logprob(l, id));
-        self.emit(id, top, logprob, room, on_token)
+        Ok(self.choose(logits, None, room, on_token)?.0)
     }
 
     /// [`Decoding::step`] for a position whose token was drafted: the
@@ -409,6 +395,18 @@ impl<'t> Decoding<'t> {
         &mut self,
         logits: &mut [f32],
         draft: u32,
+        room: bool,
+        on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
+    ) -> Result<(Step, bool)> {
+        self.choose(logits, Some(draft), room, on_token)
+    }
+
+    /// Samples (or, for a drafted position, verifies) the next token from
+    /// `logits` and emits it.
+    fn choose(
+        &mut self,
+        logits: &mut [f32],
+        draft: Option<u32>,
         room: bool,
         on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
     ) -> Result<(Step, bool)> {
@@ -422,7 +420,10 @@ impl<'t> Decoding<'t> {
             Vec::new()
         };
         let raw = (params.top_logprobs > 0).then(|| logits.to_vec());
-        let (id, accepted) = self.sampler.verify(logits, &self.history, draft);
+        let (id, accepted) = match draft {
+            Some(d) => self.sampler.verify(logits, &self.history, d),
+            None => (self.sampler.sample(logits, &self.history), false),
+        };
         let logprob = raw.as_deref().map(|l| token_logprob(l, id));
         Ok((self.emit(id, top, logprob, room, on_token)?, accepted))
     }

@@ -262,14 +262,10 @@ impl Sampler {
             return (t, t == draft);
         }
         self.filter(logits);
-        let c = &self.candidates;
-        let Some(first) = c.first() else {
-            return (0, false);
-        };
-        let max = first.logit;
-        let weights: Vec<f64> = c.iter().map(|x| f64::from(x.logit - max).exp()).collect();
+        let weights = self.weights();
         let total: f64 = weights.iter().sum();
-        let p_draft = c
+        let p_draft = self
+            .candidates
             .iter()
             .zip(&weights)
             .find(|(x, _)| x.id == draft)
@@ -277,37 +273,52 @@ impl Sampler {
         if self.rng.next_f64() < p_draft {
             return (draft, true);
         }
-        // the residual: the draft's weight taken out
-        let rest = total * (1.0 - p_draft);
-        let mut r = self.rng.next_f64() * rest;
+        // the residual: the draft's weight taken out (nothing else left:
+        // the draft was the only candidate)
+        match self.draw_from(&weights, Some(draft)) {
+            Some(t) => (t, false),
+            None => (draft, true),
+        }
+    }
+
+    /// The candidates' weights, `exp(logit - max)` (temperature applied).
+    fn weights(&self) -> Vec<f64> {
+        let max = self.candidates.first().map_or(0.0, |c| c.logit);
+        self.candidates
+            .iter()
+            .map(|x| f64::from(x.logit - max).exp())
+            .collect()
+    }
+
+    /// A candidate drawn in proportion to `weights`, leaving out `skip`;
+    /// `None` when no other candidate is left.
+    fn draw_from(&mut self, weights: &[f64], skip: Option<u32>) -> Option<u32> {
+        let kept = |id: u32| Some(id) != skip;
+        let total: f64 = self
+            .candidates
+            .iter()
+            .zip(weights)
+            .filter(|(x, _)| kept(x.id))
+            .map(|(_, w)| w)
+            .sum();
+        let mut r = self.rng.next_f64() * total;
         let mut last = None;
-        for (x, w) in c.iter().zip(&weights) {
-            if x.id == draft {
+        for (x, w) in self.candidates.iter().zip(weights) {
+            if !kept(x.id) {
                 continue;
             }
             last = Some(x.id);
             if r < *w {
-                return (x.id, false);
+                return last;
             }
             r -= w;
         }
-        (last.unwrap_or(draft), last.is_none())
+        last
     }
 
     fn draw(&mut self) -> u32 {
-        let c = &self.candidates;
-        let Some(first) = c.first() else { return 0 };
-        let max = first.logit;
-        let weights: Vec<f64> = c.iter().map(|x| f64::from(x.logit - max).exp()).collect();
-        let total: f64 = weights.iter().sum();
-        let mut r = self.rng.next_f64() * total;
-        for (x, w) in c.iter().zip(&weights) {
-            if r < *w {
-                return x.id;
-            }
-            r -= w;
-        }
-        c[c.len() - 1].id
+        let weights = self.weights();
+        self.draw_from(&weights, None).unwrap_or(0)
     }
 }
 
