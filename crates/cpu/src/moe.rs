@@ -17,14 +17,6 @@ use crate::qkernels::Kernels;
 use anedvd_base::WeightSource;
 use anedvd_graph::{ExpertTensors, Gating, MoeFfn, Result, SharedExpert};
 
-/// Input width of the router `name` (its first ggml dimension).
-fn m_in(src: &dyn WeightSource, name: &str) -> Result<usize> {
-    src.tensor(name)
-        .and_then(|t| t.info.shape.first().copied())
-        .map(|d| d as usize)
-        .ok_or_else(|| anedvd_graph::Error::MissingTensor(name.to_string()))
-}
-
 /// The shared expert and its optional scalar gate.
 pub struct Shared {
     /// The expert.
@@ -169,7 +161,10 @@ impl MoeLayer {
                 })
                 .collect::<Result<Vec<_>>>()?,
         };
-        let d = m_in(src, router)?;
+        // The router runs in f32 whatever the file stores; its input width
+        // is the shared expert gate's.
+        let router = Matrix::new(src, router, k)?;
+        let d = router.n_in;
         let shared = match shared {
             None => None,
             Some(SharedExpert { ffn, gate_inp }) => Some(Shared {
@@ -188,7 +183,7 @@ impl MoeLayer {
                 normalize: *normalize_top_k,
                 scale: *weights_scale,
             },
-            router: Matrix::new(src, router, k)?,
+            router,
             experts,
             shared,
         })
