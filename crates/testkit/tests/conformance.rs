@@ -334,9 +334,10 @@ fn one_layer(
     }
 }
 
-/// Top-2 of 4 stacked experts plus a shared expert with its sigmoid gate.
-fn shared_moe(s: &mut MemorySource, r: &mut Lcg) -> FeedForward {
-    FeedForward::Moe(MoeFfn {
+/// Top-2 of 4 SiLU experts of width 32 (stacked or per-expert), softmax
+/// scores as they are, no shared expert: what the MoE cases vary.
+fn moe(s: &mut MemorySource, r: &mut Lcg, stacked: bool) -> MoeFfn {
+    MoeFfn {
         n_expert: 4,
         n_expert_used: 2,
         n_ff_expert: 32,
@@ -346,7 +347,15 @@ fn shared_moe(s: &mut MemorySource, r: &mut Lcg) -> FeedForward {
         selection_bias: None,
         normalize_top_k: false,
         weights_scale: 1.0,
-        experts: experts(s, r, true),
+        experts: experts(s, r, stacked),
+        shared: None,
+    }
+}
+
+/// Top-2 of 4 stacked experts plus a shared expert with its sigmoid gate.
+fn shared_moe(s: &mut MemorySource, r: &mut Lcg) -> FeedForward {
+    let base = moe(s, r, true);
+    FeedForward::Moe(MoeFfn {
         shared: Some(SharedExpert {
             ffn: DenseFfn {
                 n_ff: 32,
@@ -357,6 +366,7 @@ fn shared_moe(s: &mut MemorySource, r: &mut Lcg) -> FeedForward {
             },
             gate_inp: Some(insert(s, r, "sgi", &[64], 0.5, 0.0)),
         }),
+        ..base
     })
 }
 
@@ -414,35 +424,21 @@ fn cases() -> Vec<Case> {
         ),
         one_layer("moe top-2 of 4, per-expert, renormalised", |b, s, r| {
             b.ffn = FeedForward::Moe(MoeFfn {
-                n_expert: 4,
-                n_expert_used: 2,
-                n_ff_expert: 32,
-                activation: Activation::Silu,
-                router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
-                gating: Gating::Softmax,
-                selection_bias: None,
                 normalize_top_k: true,
-                weights_scale: 1.0,
-                experts: experts(s, r, false),
-                shared: None,
+                ..moe(s, r, false)
             })
         }),
         one_layer(
             "moe sigmoid scores, selection bias, weights scale (lfm2_moe)",
             |b, s, r| {
+                let base = moe(s, r, true);
                 b.ffn = FeedForward::Moe(MoeFfn {
-                    n_expert: 4,
-                    n_expert_used: 2,
-                    n_ff_expert: 32,
-                    activation: Activation::Silu,
-                    router: insert(s, r, "router", &[64, 4], 1.0, 0.0),
                     gating: Gating::Sigmoid,
                     // large enough to overturn some choices
                     selection_bias: Some(insert(s, r, "ebias", &[4], 0.5, 0.0)),
                     normalize_top_k: true,
                     weights_scale: 1.5,
-                    experts: experts(s, r, true),
-                    shared: None,
+                    ..base
                 })
             },
         ),
