@@ -562,6 +562,31 @@ mod tests {
         assert!(e.contains("--spec-m"), "{e}");
         let e = chain(bench(&["--spec", "tree", "-r", "1"]).unwrap_err());
         assert!(e.contains("unknown --spec `tree`"), "{e}");
+        let e = chain(bench(&["--spec", "ngram", "--spec-n", "0", "-r", "1"]).unwrap_err());
+        assert!(e.contains("--spec-n"), "{e}");
+        let e = chain(bench(&["--spec", "draft", "-r", "1"]).unwrap_err());
+        assert!(e.contains("--spec draft needs --draft-model"), "{e}");
+        let draft = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/models/qwen2/model-q8_0.gguf"
+        );
+        let e = chain(bench(&["--draft-model", draft, "-r", "1"]).unwrap_err());
+        assert!(e.contains("--draft-model is for --spec draft"), "{e}");
+        let missing = "/nonexistent/workload.txt";
+        let e = chain(
+            bench(&[
+                "--spec",
+                "ngram",
+                "--spec-prompt",
+                missing,
+                "-n",
+                "4",
+                "-r",
+                "1",
+            ])
+            .unwrap_err(),
+        );
+        assert!(e.contains("reading /nonexistent/workload.txt"), "{e}");
         // A speculative run on a prompt that repeats itself.
         let prompt = std::env::temp_dir().join(format!("anedvd-spec-{}.txt", std::process::id()));
         std::fs::write(
@@ -583,6 +608,16 @@ mod tests {
             "2",
         ];
         bench(&spec).unwrap();
+        let draft = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/models/qwen2/model-q8_0.gguf"
+        );
+        let mut drafted = vec!["--spec", "draft", "--draft-model", draft];
+        drafted.extend_from_slice(&["--spec-prompt", &p, "-n", "8", "-r", "1"]);
+        bench(&drafted).unwrap();
+        drafted.extend_from_slice(&["--draft-p-min", "2"]);
+        let e = format!("{:#}", bench(&drafted).unwrap_err());
+        assert!(e.contains("probability floor 2 is not in 0..=1"), "{e}");
         std::fs::remove_file(&prompt).unwrap();
         // The same model runs batched, with a depth fill.
         bench(&[

@@ -228,6 +228,17 @@ fn every_variant_checks_its_tensor_shapes() {
         .validate()
         .unwrap_err();
     assert!(e.to_string().contains("3 of 2 experts"), "{e}");
+    // a selection bias must have one entry per expert
+    let e = program(|s, l| {
+        moe(s, l, stacked(), 1);
+        s.insert_f32("bias", &[3], &[0.0; 3]);
+        if let FeedForward::Moe(m) = &mut l.ffn {
+            m.selection_bias = Some("bias".into());
+        }
+    })
+    .validate()
+    .unwrap_err();
+    assert_eq!(e.to_string(), "tensor bias: expected [2], found [3]");
     let swapped = || ExpertTensors::Stacked {
         gate: "de".into(),
         up: "ue".into(),

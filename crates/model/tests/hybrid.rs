@@ -266,6 +266,18 @@ fn moe_bad_expert_counts_are_refused_by_key() {
         "qwen2moe.expert_used_count",
         "0 experts per token",
     );
+    // Router options (LFM2-MoE's keys): an unknown gating function, a bad
+    // weights scale.
+    let e = with("qwen2moe.expert_gating_func", V::U32(7)).unwrap_err();
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("gating function 7") && m.contains("expert_gating_func")),
+        "{e}"
+    );
+    bad_value(
+        with("qwen2moe.expert_weights_scale", V::F32(-1.0)),
+        "qwen2moe.expert_weights_scale",
+        "-1",
+    );
     // A router whose width disagrees with the expert count.
     let mut s = gguf_qwen2moe();
     s.metadata_mut().insert("qwen2moe.expert_count", V::U32(3));
