@@ -8,6 +8,7 @@ use crate::conv::ConvHistory;
 use crate::kernels::{add, gated, rms_norm, rms_norm_inplace, softcap};
 use crate::matmul::{matmul_group, Acts};
 use crate::moe::MoeBuffers;
+use crate::norms::finish_per_layer_inputs;
 pub use crate::state::{LayerCache, SeqState};
 use anedvd_graph::dump::Dump;
 use anedvd_graph::intermediate as names;
@@ -325,19 +326,19 @@ fn per_layer_embeddings(
     acts.prepare(x, n, &[&t.model_proj])?;
     t.model_proj.matmul(src, x, n, acts, ple, tmp)?;
     ple.iter_mut().for_each(|v| *v *= t.model_proj_scale);
-    // `proj_norm` is `width` long: the norm runs over each layer's slice.
-    rms_norm_inplace(ple, &t.proj_norm, m.eps);
+    let tokens = segs.iter().flat_map(|s| s.tokens.iter().copied());
     let mut row = std::mem::take(tmp);
-    row.resize(lw, 0.0);
-    let tokens = segs.iter().flat_map(|s| s.tokens.iter());
-    for (out, &tok) in ple.chunks_exact_mut(lw).zip(tokens) {
-        t.token_table.row(src, tok as usize, &mut row)?;
-        for (o, r) in out.iter_mut().zip(&row) {
-            *o = (*o + r * t.token_scale) * t.combine_scale;
-        }
-    }
+    let done = finish_per_layer_inputs(
+        ple,
+        lw,
+        tokens,
+        (&t.proj_norm, m.eps),
+        (t.token_scale, t.combine_scale),
+        |tok, dst| t.token_table.row(src, tok as usize, dst),
+        &mut row,
+    );
     *tmp = row;
-    Ok(())
+    done
 }
 
 /// Attention of every segment against its own cache (layer `il`'s, or the

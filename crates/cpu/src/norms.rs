@@ -77,3 +77,31 @@ impl LayerNorms {
         (self.q.as_deref(), self.k.as_deref())
     }
 }
+
+/// Finishes Gemma 4's per-layer input embeddings in place: `e` holds each
+/// token's projection of its embedding (`row_len = n_layer · width` values,
+/// the projection scale already applied); each layer's `width`-wide slice is
+/// RMS-normed with `proj_norm`, the token's table row (from `table_row`:
+/// token, destination) added times `token_scale`, all times
+/// `combine_scale`. Shared by this crate's decoder and the ANE backend's
+/// host side.
+pub fn finish_per_layer_inputs(
+    e: &mut [f32],
+    row_len: usize,
+    tokens: impl Iterator<Item = u32>,
+    (proj_norm, eps): (&[f32], f32),
+    (token_scale, combine_scale): (f32, f32),
+    mut table_row: impl FnMut(u32, &mut [f32]) -> Result<()>,
+    row: &mut Vec<f32>,
+) -> Result<()> {
+    // `proj_norm` is `width` long: the norm runs over each layer's slice.
+    crate::kernels::rms_norm_inplace(e, proj_norm, eps);
+    row.resize(row_len, 0.0);
+    for (out, tok) in e.chunks_exact_mut(row_len).zip(tokens) {
+        table_row(tok, row)?;
+        for (o, r) in out.iter_mut().zip(row.iter()) {
+            *o = (*o + r * token_scale) * combine_scale;
+        }
+    }
+    Ok(())
+}

@@ -6,9 +6,8 @@ use super::Error;
 use crate::lower::{self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Variant};
 use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
-use anedvd_cpu::kernels::rms_norm_inplace;
 use anedvd_cpu::moe::{MoeLayer, Shared};
-use anedvd_cpu::norms::{norm_weights, LayerNorms};
+use anedvd_cpu::norms::{finish_per_layer_inputs, norm_weights, LayerNorms};
 use anedvd_cpu::qkernels::Kernels;
 use anedvd_cpu::IsaCap;
 use anedvd_graph::{Attention, DecoderProgram, Executable, Result, Session};
@@ -337,16 +336,22 @@ impl Model {
         };
         let n = tokens.len();
         let mut e = self.dispatch(self.find(|k| *k == KernelKind::PleProj)?, x, n)?;
-        rms_norm_inplace(&mut e, &t.proj_norm, self.eps);
         let lw = t.width * self.layers.len();
-        for (row, &tok) in e.chunks_exact_mut(lw).zip(tokens) {
-            let r = tok as usize;
-            let (table, _) = tensors::rows(self.source.as_ref(), &t.token_table, r, r + 1)
-                .map_err(Error::from)?;
-            for (o, v) in row.iter_mut().zip(&table) {
-                *o = (*o + v * t.token_scale) * t.combine_scale;
-            }
-        }
+        finish_per_layer_inputs(
+            &mut e,
+            lw,
+            tokens.iter().copied(),
+            (&t.proj_norm, self.eps),
+            (t.token_scale, t.combine_scale),
+            |tok, dst| {
+                let r = tok as usize;
+                let (table, _) = tensors::rows(self.source.as_ref(), &t.token_table, r, r + 1)
+                    .map_err(Error::from)?;
+                dst.copy_from_slice(&table);
+                Ok(())
+            },
+            &mut Vec::new(),
+        )?;
         Ok(Some(e))
     }
 
