@@ -198,7 +198,7 @@ fn run_once_batched(
     for seq in 0..n {
         batch.truncate(seq, 0);
     }
-    let step = |batch: &mut EngineBatch, inputs: &[Vec<u32>], logits: bool| {
+    let step = |batch: &mut EngineBatch, inputs: &[Vec<u32>], logits: LogitsMode| {
         let items: Vec<BatchItem<'_>> = inputs
             .iter()
             .enumerate()
@@ -217,7 +217,7 @@ fn run_once_batched(
         for start in (0..n_depth).step_by(512) {
             let end = (start + 512).min(n_depth);
             let part: Vec<Vec<u32>> = fill.iter().map(|f| f[start..end].to_vec()).collect();
-            step(batch, &part, false)?;
+            step(batch, &part, LogitsMode::None)?;
         }
     }
     let start = Instant::now();
@@ -225,14 +225,14 @@ fn run_once_batched(
         let prompts: Vec<Vec<u32>> = (0..n)
             .map(|_| random_tokens(engine, rng, n_prompt, n_depth == 0))
             .collect();
-        step(batch, &prompts, true)?;
+        step(batch, &prompts, LogitsMode::Last)?;
     }
     if n_gen > 0 {
         let mut tokens: Vec<Vec<u32>> = (0..n)
             .map(|_| random_tokens(engine, rng, 1, n_depth == 0))
             .collect();
         for _ in 0..n_gen {
-            step(batch, &tokens, true)?;
+            step(batch, &tokens, LogitsMode::Last)?;
             for t in &mut tokens {
                 t[0] = rng.next(engine.vocab_size());
             }

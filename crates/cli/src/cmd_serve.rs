@@ -1,9 +1,12 @@
 //! `anedvd serve`: the OpenAI/Anthropic-compatible HTTP server with its WebUI.
 
-use crate::common::{load_engine, BackendArgs, ModelArgs, SamplingArgs};
+use crate::common::{load_engine, BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
+use anedvd_engine::scheduler::DraftModel;
+use anedvd_engine::Engine;
 use anedvd_server::{router, AppState, ServerConfig};
 use anyhow::{Context, Result};
 use clap::Args;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Arguments of `anedvd serve`.
@@ -46,6 +49,10 @@ pub struct ServeArgs {
     /// Default sampling for fields a request leaves out.
     #[command(flatten)]
     sampling: SamplingArgs,
+    /// Default speculation for requests without a `speculative` field (a
+    /// request may also turn it on, off, or change n and m).
+    #[command(flatten)]
+    spec: SpecArgs,
 }
 
 /// Runs `anedvd serve` until SIGINT or SIGTERM.
@@ -67,6 +74,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         max_body_bytes: args.max_body,
         sampling,
         fixed_seed: args.sampling.seed.is_some(),
+        speculative: args.spec.params()?,
     };
     let state = AppState::new(config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -90,13 +98,24 @@ async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
     let loader_state = state.clone();
     let path = args.model.path()?;
     let options = args.model.load_options(&args.backend)?;
+    let (spec, model, backend) = (args.spec.clone(), args.model.clone(), args.backend.clone());
+    let load = move || -> Result<(Engine, Option<DraftModel>)> {
+        let engine = load_engine(&path, &options, true)?;
+        let draft = spec
+            .load_draft(&model, &backend, true)?
+            .map(|d| DraftModel {
+                engine: Arc::new(d),
+                p_min: spec.draft_p_min,
+            });
+        Ok((engine, draft))
+    };
     std::thread::Builder::new()
         .name("anedvd-load".into())
-        .spawn(move || match load_engine(&path, &options, true) {
-            Ok(engine) => {
+        .spawn(move || match load() {
+            Ok((engine, draft)) => {
                 let name = engine.name.clone();
                 let secs = engine.load_time.as_secs_f64();
-                match loader_state.set_engine(engine) {
+                match loader_state.set_engine(engine, draft) {
                     Ok(()) => {
                         eprintln!("anedvd: model {name} ready ({secs:.2} s); open http://{local}/")
                     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 const DEFAULT_MODEL_FILE: &str = "gemma3-270m-q4_k_m.gguf";
 
 /// Which model to load and how.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct ModelArgs {
     /// Model: a .gguf file or a Hugging Face directory (config.json + safetensors).
     /// Default: $ANEDVD_MODEL, else ~/.cache/models/gemma3-270m-q4_k_m.gguf
@@ -247,7 +247,7 @@ pub fn default_threads() -> usize {
         .unwrap_or(1)
 }
 
-/// Speculative decoding flags shared by `run` and `chat`.
+/// Speculative decoding flags shared by `run`, `chat`, `bench` and `serve`.
 #[derive(Debug, Args, Clone)]
 pub struct SpecArgs {
     /// Speculative decoding. `ngram` (llama.cpp's ngram-simple): after each
@@ -281,12 +281,12 @@ pub enum Speculation {
     Off,
     /// The n-gram proposer.
     Ngram(anedvd_engine::speculative::SpecParams),
-    /// A draft model drafting up to `m` tokens.
+    /// A draft model drafting up to `params.m` tokens.
     Draft {
         /// The loaded draft model.
         engine: Box<Engine>,
-        /// Most drafts per verify pass.
-        m: usize,
+        /// Its settings (proposer `draft`).
+        params: anedvd_engine::speculative::SpecParams,
         /// Its probability floor.
         p_min: f32,
     },
@@ -307,10 +307,14 @@ impl Speculation {
         Ok(match self {
             Speculation::Off => (None, None),
             Speculation::Ngram(p) => (Some(*p), None),
-            Speculation::Draft { engine, m, p_min } => (
+            Speculation::Draft {
+                engine,
+                params,
+                p_min,
+            } => (
                 None,
                 Some(anedvd_engine::speculative::DraftProposer::new(
-                    engine, tokenizer, max_seq, *m, *p_min,
+                    engine, tokenizer, max_seq, params.m, *p_min,
                 )?),
             ),
         })
@@ -318,42 +322,70 @@ impl Speculation {
 }
 
 impl SpecArgs {
-    /// Resolves the flags; a draft model is loaded like the model (same
-    /// backend, threads, no overrides).
+    /// Checks the flags without loading anything: the speculation they ask
+    /// for, if any.
+    pub fn params(&self) -> Result<Option<anedvd_engine::speculative::SpecParams>> {
+        use anedvd_engine::speculative::{DraftProposer, ProposerKind, SpecParams};
+        let proposer = match (self.spec.as_deref(), &self.draft_model) {
+            (Some("draft"), None) => bail!("--spec draft needs --draft-model PATH"),
+            (Some("ngram") | None, Some(_)) => bail!("--draft-model is for --spec draft"),
+            (None, None) => return Ok(None),
+            (Some("ngram"), None) => ProposerKind::Ngram,
+            (Some("draft"), Some(_)) => {
+                DraftProposer::check_p_min(self.draft_p_min)?;
+                ProposerKind::Draft
+            }
+            (Some(other), _) => bail!("unknown --spec `{other}`: expected ngram or draft"),
+        };
+        let p = SpecParams {
+            proposer,
+            n: self.spec_n,
+            m: self.spec_m,
+        };
+        p.validate().map_err(anyhow::Error::msg)?;
+        Ok(Some(p))
+    }
+
+    /// Loads the draft model of `--spec draft` (like the model: same
+    /// backend and threads, no config overrides), if asked for.
+    pub fn load_draft(
+        &self,
+        model: &ModelArgs,
+        backend: &BackendArgs,
+        quiet: bool,
+    ) -> Result<Option<Engine>> {
+        let Some(path) = self.draft_model.as_ref().filter(|_| self.spec.is_some()) else {
+            return Ok(None);
+        };
+        let options = LoadOptions {
+            overrides: ConfigOverrides::default(),
+            ..model.load_options(backend)?
+        };
+        let engine = load_engine(path, &options, quiet)
+            .with_context(|| format!("loading the draft model {}", path.display()))?;
+        Ok(Some(engine))
+    }
+
+    /// Resolves the flags, loading the draft model if there is one.
     pub fn resolve(
         &self,
         model: &ModelArgs,
         backend: &BackendArgs,
         quiet: bool,
     ) -> Result<Speculation> {
-        let p = anedvd_engine::speculative::SpecParams {
-            n: self.spec_n,
-            m: self.spec_m,
-        };
-        match (self.spec.as_deref(), &self.draft_model) {
-            (Some("draft"), None) => bail!("--spec draft needs --draft-model PATH"),
-            (Some("ngram") | None, Some(_)) => bail!("--draft-model is for --spec draft"),
-            (None, None) => Ok(Speculation::Off),
-            (Some("ngram"), None) => {
-                p.validate().map_err(anyhow::Error::msg)?;
-                Ok(Speculation::Ngram(p))
-            }
-            (Some("draft"), Some(path)) => {
-                p.validate().map_err(anyhow::Error::msg)?;
-                let options = LoadOptions {
-                    overrides: ConfigOverrides::default(),
-                    ..model.load_options(backend)?
-                };
-                let engine = load_engine(path, &options, quiet)
-                    .with_context(|| format!("loading the draft model {}", path.display()))?;
-                Ok(Speculation::Draft {
+        use anedvd_engine::speculative::ProposerKind;
+        Ok(match self.params()? {
+            None => Speculation::Off,
+            Some(p) if p.proposer == ProposerKind::Ngram => Speculation::Ngram(p),
+            Some(params) => match self.load_draft(model, backend, quiet)? {
+                Some(engine) => Speculation::Draft {
                     engine: Box::new(engine),
-                    m: p.m,
+                    params,
                     p_min: self.draft_p_min,
-                })
-            }
-            (Some(other), _) => bail!("unknown --spec `{other}`: expected ngram or draft"),
-        }
+                },
+                None => bail!("--spec draft needs --draft-model PATH"),
+            },
+        })
     }
 }
 

@@ -158,13 +158,14 @@ impl CpuBatch {
     }
 }
 
-/// A pass: its segments and, per segment, whether its last row's logits are
+/// A pass: its segments and, per segment, which of its rows' logits are
 /// wanted.
-type Pass<'a> = Vec<(Segment<'a>, bool)>;
+type Pass<'a> = Vec<(Segment<'a>, LogitsMode)>;
 
 /// Cuts `items` into passes of at most `max_rows` rows, in item order; an
-/// item longer than the room left is split across passes (only its final
-/// piece can ask for logits), so logits rows come out in item order.
+/// item longer than the room left is split across passes (asking for its
+/// last token's logits asks on the final piece only, every token's on every
+/// piece), so logits rows come out in item order.
 fn plan<'a>(items: &[BatchItem<'a>], positions: &[usize], max_rows: usize) -> Vec<Pass<'a>> {
     let mut passes: Vec<Pass<'a>> = vec![Vec::new()];
     let mut room = max_rows;
@@ -177,7 +178,10 @@ fn plan<'a>(items: &[BatchItem<'a>], positions: &[usize], max_rows: usize) -> Ve
                 room = max_rows;
             }
             let (now, later) = rest.split_at(rest.len().min(room));
-            let last = later.is_empty();
+            let mode = match item.logits {
+                LogitsMode::Last if !later.is_empty() => LogitsMode::None,
+                mode => mode,
+            };
             if let Some(pass) = passes.last_mut() {
                 pass.push((
                     Segment {
@@ -185,7 +189,7 @@ fn plan<'a>(items: &[BatchItem<'a>], positions: &[usize], max_rows: usize) -> Ve
                         tokens: now,
                         pos0,
                     },
-                    last && item.logits,
+                    mode,
                 ));
             }
             room -= now.len();
@@ -194,6 +198,15 @@ fn plan<'a>(items: &[BatchItem<'a>], positions: &[usize], max_rows: usize) -> Ve
         }
     }
     passes
+}
+
+/// Logits rows an item returns.
+fn logits_rows(item: &BatchItem<'_>) -> usize {
+    match item.logits {
+        LogitsMode::None => 0,
+        LogitsMode::Last => 1,
+        LogitsMode::All => item.tokens.len(),
+    }
 }
 
 impl BatchSession for CpuBatch {
@@ -229,7 +242,7 @@ impl BatchSession for CpuBatch {
             self.seqs[item.seq].begin_forward(item.tokens.len());
         }
         let passes = plan(items, &starts, MAX_CHUNK);
-        let n_rows = items.iter().filter(|i| i.logits).count();
+        let n_rows: usize = items.iter().map(logits_rows).sum();
         let mut logits = std::mem::take(&mut self.logits);
         logits.resize(n_rows * n_vocab, 0.0);
         let (model, pool) = (self.model.clone(), self.pool.clone());
@@ -243,9 +256,12 @@ impl BatchSession for CpuBatch {
                 logit_rows.clear();
                 let mut row = 0;
                 for (seg, wants) in pass {
+                    let first = row;
                     row += seg.tokens.len();
-                    if *wants {
-                        logit_rows.push(row - 1);
+                    match wants {
+                        LogitsMode::None => {}
+                        LogitsMode::Last => logit_rows.push(row - 1),
+                        LogitsMode::All => logit_rows.extend(first..row),
                     }
                     segs.push(*seg);
                 }
@@ -275,22 +291,29 @@ mod tests {
 
     #[test]
     fn plan_splits_long_items_and_keeps_logits_on_final_pieces() {
+        use LogitsMode::{All, Last, None as No};
         let a: Vec<u32> = (0..5).collect();
         let b: Vec<u32> = vec![9];
+        let c: Vec<u32> = vec![4, 5, 6];
         let items = [
             BatchItem {
                 seq: 1,
                 tokens: &a,
-                logits: true,
+                logits: Last,
             },
             BatchItem {
                 seq: 0,
                 tokens: &b,
-                logits: true,
+                logits: Last,
+            },
+            BatchItem {
+                seq: 2,
+                tokens: &c,
+                logits: All,
             },
         ];
-        let passes = plan(&items, &[10, 3], 4);
-        let shape: Vec<Vec<(usize, usize, usize, bool)>> = passes
+        let passes = plan(&items, &[10, 3, 7], 4);
+        let shape: Vec<Vec<(usize, usize, usize, LogitsMode)>> = passes
             .iter()
             .map(|p| {
                 p.iter()
@@ -301,9 +324,11 @@ mod tests {
         assert_eq!(
             shape,
             vec![
-                vec![(1, 4, 10, false)],
-                vec![(1, 1, 14, true), (0, 1, 3, true)]
+                vec![(1, 4, 10, No)],
+                vec![(1, 1, 14, Last), (0, 1, 3, Last), (2, 2, 7, All)],
+                vec![(2, 1, 9, All)],
             ]
         );
+        assert_eq!(items.iter().map(logits_rows).collect::<Vec<_>>(), [1, 1, 3]);
     }
 }

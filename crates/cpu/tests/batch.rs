@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 use anedvd_cpu::CpuBackend;
-use anedvd_graph::{Backend, BatchItem, Error, Executable};
+use anedvd_graph::{Backend, BatchItem, Error, Executable, LogitsMode};
 use anedvd_testkit::cosine;
 use anedvd_testkit::fixtures::{self, Format};
 
@@ -49,8 +49,13 @@ fn walk(family: &str) {
                 items.push(BatchItem {
                     seq: s,
                     tokens: &prompt[d..d + take],
-                    // Leave one sequence's logits out now and then.
-                    logits: !(s == 3 && step % 3 == 0),
+                    // Leave one sequence's logits out now and then; one
+                    // sequence asks for every row (a verify pass's shape).
+                    logits: match s {
+                        3 if step % 3 == 0 => LogitsMode::None,
+                        1 => LogitsMode::All,
+                        _ => LogitsMode::Last,
+                    },
                 });
             }
         }
@@ -61,14 +66,18 @@ fn walk(family: &str) {
         let mut row = 0;
         for item in &items {
             let end = done[item.seq] + item.tokens.len();
-            if item.logits {
+            let positions = match item.logits {
+                LogitsMode::None => 0..0,
+                LogitsMode::Last => end - 1..end,
+                LogitsMode::All => done[item.seq]..end,
+            };
+            for at in positions {
                 let got = &rows[row * n_vocab..(row + 1) * n_vocab];
-                let c = cosine(got, &all[end - 1]);
+                let c = cosine(got, &all[at]);
                 assert!(
                     c >= 0.99999,
-                    "{family}: seq {} at position {}: cosine {c} vs transformers",
+                    "{family}: seq {} at position {at}: cosine {c} vs transformers",
                     item.seq,
-                    end - 1
                 );
                 row += 1;
                 checked += 1;
@@ -140,7 +149,7 @@ fn bad_batches_are_refused_and_append_nothing() {
         .forward(&[BatchItem {
             seq: 0,
             tokens: &ok,
-            logits: false,
+            logits: LogitsMode::None,
         }])
         .unwrap();
     let too_long = [1u32; 6];
@@ -151,12 +160,12 @@ fn bad_batches_are_refused_and_append_nothing() {
                 BatchItem {
                     seq: 1,
                     tokens: &ok,
-                    logits: true,
+                    logits: LogitsMode::Last,
                 },
                 BatchItem {
                     seq: 0,
                     tokens: &too_long,
-                    logits: true,
+                    logits: LogitsMode::Last,
                 },
             ],
             "overflow",
@@ -165,7 +174,7 @@ fn bad_batches_are_refused_and_append_nothing() {
             &[BatchItem {
                 seq: 2,
                 tokens: &ok,
-                logits: true,
+                logits: LogitsMode::Last,
             }],
             "seq",
         ),
@@ -174,12 +183,12 @@ fn bad_batches_are_refused_and_append_nothing() {
                 BatchItem {
                     seq: 1,
                     tokens: &ok,
-                    logits: true,
+                    logits: LogitsMode::Last,
                 },
                 BatchItem {
                     seq: 1,
                     tokens: &ok,
-                    logits: true,
+                    logits: LogitsMode::Last,
                 },
             ],
             "twice",
@@ -188,7 +197,7 @@ fn bad_batches_are_refused_and_append_nothing() {
             &[BatchItem {
                 seq: 1,
                 tokens: &bad_id,
-                logits: true,
+                logits: LogitsMode::Last,
             }],
             "id",
         ),

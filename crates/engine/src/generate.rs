@@ -3,7 +3,7 @@
 
 use crate::sampler::{token_logprob, top_logprobs, Sampler, SamplingParams};
 use crate::session::EngineSession;
-use crate::speculative::{NgramProposer, Proposer, SpecParams};
+use crate::speculative::{NgramProposer, Proposer, ProposerKind, SpecParams};
 use crate::{Error, Result};
 use anedvd_graph::LogitsMode;
 use anedvd_tokenizer::{StreamDecoder, Tokenizer};
@@ -25,7 +25,8 @@ pub struct GenerateParams {
     pub ignore_eos: bool,
     /// Report the `k` most likely tokens at every step (0 = off).
     pub top_logprobs: usize,
-    /// Speculative decoding with the n-gram proposer, if set.
+    /// Speculative decoding, if set (a draft model is the caller's to
+    /// provide: [`generate_speculative`], the scheduler's draft model).
     pub speculative: Option<SpecParams>,
 }
 
@@ -215,10 +216,18 @@ pub fn generate_speculative(
 
     let mut decoding = Decoding::new(tokenizer, prompt, params, timings);
     let decode_start = Instant::now();
-    let mut ngram = params.speculative.map(NgramProposer::new);
-    let proposer: Option<&mut dyn Proposer> = match proposer {
-        Some(p) => Some(p),
-        None => ngram.as_mut().map(|p| p as &mut dyn Proposer),
+    let mut ngram = None;
+    let proposer: Option<&mut dyn Proposer> = match (proposer, params.speculative) {
+        (Some(p), _) => Some(p),
+        (None, None) => None,
+        (None, Some(p)) if p.proposer == ProposerKind::Ngram => {
+            Some(ngram.insert(NgramProposer::new(p)) as &mut dyn Proposer)
+        }
+        (None, Some(_)) => {
+            return Err(Error::BadSpeculation(
+                "draft-model speculation needs a draft model (--draft-model)".into(),
+            ))
+        }
     };
     if let Some(proposer) = proposer {
         let finish = speculate(session, &mut decoding, &mut logits, proposer, &mut on_token)?;
@@ -266,10 +275,7 @@ fn speculate(
         let pos0 = session.position();
         // room for the pending token and the drafts in the context, and no
         // more drafts than tokens left to generate
-        let left = decoding
-            .params
-            .max_tokens
-            .saturating_sub(decoding.out.tokens.len());
+        let left = decoding.tokens_left();
         let room = max_seq.saturating_sub(pos0 + 1);
         draft.clear();
         proposer.draft(&decoding.history, left.min(room), &mut draft)?;
@@ -285,46 +291,31 @@ fn speculate(
         feed.push(pending);
         feed.extend_from_slice(&draft);
         let mut rows = session.forward(&feed, LogitsMode::All)?.to_vec();
-        let vocab = rows.len() / feed.len();
-        let t = &mut decoding.out.timings;
-        t.verify_passes += 1;
-        t.drafted_tokens += draft.len();
-        // row j: the distribution of the token after feed[j]
-        for (j, row) in rows.chunks_exact_mut(vocab).enumerate() {
-            // the token chosen here would be fed at position pos0 + j + 1
-            let room = pos0 + j + 1 < max_seq;
-            let (step, accepted) = match draft.get(j) {
-                Some(&d) => decoding.step_verified(row, d, room, &mut *on_token)?,
-                None => (decoding.step(row, room, &mut *on_token)?, false),
-            };
-            if accepted {
-                decoding.out.timings.accepted_tokens += 1;
-            }
-            match step {
-                Step::Finished(r) => {
-                    // the cache keeps the tokens before the one that ended
-                    session.truncate(pos0 + j + 1);
-                    return Ok(r);
+        let verdict = decoding.verify_pass(&mut rows, &draft, pos0, max_seq, &mut *on_token)?;
+        let kept = session.truncate(verdict.keep);
+        match verdict.step {
+            Step::Finished(r) => return Ok(r),
+            Step::Next(id) => {
+                if kept < verdict.keep {
+                    // recurrent state without a snapshot there: run the
+                    // dropped tokens again
+                    let redo = decoding.replay(verdict.keep - kept).to_vec();
+                    session.forward(&redo, LogitsMode::None)?;
                 }
-                // an accepted draft is in the cache already: check the next
-                Step::Next(_) if accepted => continue,
-                Step::Next(id) => {
-                    let keep = pos0 + j + 1;
-                    let kept = session.truncate(keep);
-                    if kept < keep {
-                        // recurrent state without a snapshot there: run the
-                        // dropped tokens again
-                        let redo = decoding.history[decoding.history.len() - 1 - (keep - kept)
-                            ..decoding.history.len() - 1]
-                            .to_vec();
-                        session.forward(&redo, LogitsMode::None)?;
-                    }
-                    pending = id;
-                    break;
-                }
+                pending = id;
             }
         }
     }
+}
+
+/// What [`Decoding::verify_pass`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Go on with this token, or stop.
+    pub step: Step,
+    /// Positions the sequence's cache keeps: those of the tokens emitted
+    /// before the one `step` names (accepted drafts stay, the rest go).
+    pub keep: usize,
 }
 
 /// What [`Decoding::step`] decided.
@@ -399,6 +390,73 @@ impl<'t> Decoding<'t> {
         on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
     ) -> Result<(Step, bool)> {
         self.choose(logits, Some(draft), room, on_token)
+    }
+
+    /// Checks a verify pass: the pending token (at position `pos0`) then
+    /// `draft` were fed, `rows` holds one logits row per fed token (row j:
+    /// the distribution after the j-th). Drafts are verified in order
+    /// ([`Sampler::verify`]) until one is replaced; all accepted, a bonus
+    /// token is sampled from the last row. `max_seq` bounds the sequence.
+    pub fn verify_pass(
+        &mut self,
+        rows: &mut [f32],
+        draft: &[u32],
+        pos0: usize,
+        max_seq: usize,
+        mut on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
+    ) -> Result<Verdict> {
+        let n = draft.len() + 1;
+        if rows.is_empty() || rows.len() % n != 0 {
+            return Err(Error::Invalid(format!(
+                "a verify pass of {n} tokens returned {} logits",
+                rows.len()
+            )));
+        }
+        let vocab = rows.len() / n;
+        let t = &mut self.out.timings;
+        t.verify_passes += 1;
+        t.drafted_tokens += draft.len();
+        for (j, row) in rows.chunks_exact_mut(vocab).enumerate() {
+            // the token chosen here would be fed at position pos0 + j + 1
+            let room = pos0 + j + 1 < max_seq;
+            let (step, accepted) = match draft.get(j) {
+                Some(&d) => self.step_verified(row, d, room, &mut on_token)?,
+                None => (self.step(row, room, &mut on_token)?, false),
+            };
+            if accepted {
+                self.out.timings.accepted_tokens += 1;
+            }
+            match step {
+                // an accepted draft is in the cache already: check the next
+                Step::Next(_) if accepted => continue,
+                step => {
+                    return Ok(Verdict {
+                        step,
+                        keep: pos0 + j + 1,
+                    })
+                }
+            }
+        }
+        // unreachable: the last row has no draft, so it always returns
+        Err(Error::Invalid("a verify pass ended without a token".into()))
+    }
+
+    /// Prompt and generated tokens so far (the last one sampled, not yet
+    /// run).
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    /// Tokens still allowed by `max_tokens`.
+    pub fn tokens_left(&self) -> usize {
+        self.params.max_tokens.saturating_sub(self.out.tokens.len())
+    }
+
+    /// The `n` emitted tokens before the last one: what a cache that could
+    /// not keep them (recurrent state without a snapshot) runs again.
+    pub fn replay(&self, n: usize) -> &[u32] {
+        let end = self.history.len().saturating_sub(1);
+        &self.history[end.saturating_sub(n)..end]
     }
 
     /// Samples (or, for a drafted position, verifies) the next token from

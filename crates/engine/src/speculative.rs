@@ -23,10 +23,32 @@ pub const DEFAULT_N: usize = 12;
 /// start to cost more).
 pub const DEFAULT_M: usize = 16;
 
+/// Which proposer drafts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProposerKind {
+    /// [`NgramProposer`] over the request's own history.
+    #[default]
+    Ngram,
+    /// The loaded draft model ([`DraftProposer`]).
+    Draft,
+}
+
+impl ProposerKind {
+    /// `ngram` or `draft`, as the flags and request bodies spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProposerKind::Ngram => "ngram",
+            ProposerKind::Draft => "draft",
+        }
+    }
+}
+
 /// Speculation settings of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpecParams {
-    /// Tokens matched in the history (`--spec-n`).
+    /// Who drafts.
+    pub proposer: ProposerKind,
+    /// Tokens matched in the history (`--spec-n`; n-gram proposer).
     pub n: usize,
     /// Most tokens drafted per verify pass (`--spec-m`).
     pub m: usize,
@@ -35,6 +57,7 @@ pub struct SpecParams {
 impl Default for SpecParams {
     fn default() -> Self {
         Self {
+            proposer: ProposerKind::Ngram,
             n: DEFAULT_N,
             m: DEFAULT_M,
         }
@@ -149,26 +172,8 @@ impl DraftProposer {
         m: usize,
         p_min: f32,
     ) -> Result<Self> {
-        if !(0.0..=1.0).contains(&p_min) {
-            return Err(Error::BadSpeculation(format!(
-                "the draft model's probability floor {p_min} is not in 0..=1"
-            )));
-        }
-        let (a, b) = (draft.tokenizer.vocab_size(), target.vocab_size());
-        if a != b || draft.vocab_size() != target.vocab_size() {
-            return Err(Error::BadSpeculation(format!(
-                "the draft model's vocabulary has {a} tokens, the model's {b}: a draft model needs the same vocabulary"
-            )));
-        }
-        if let Some(id) =
-            (0..a as u32).find(|&i| draft.tokenizer.token_text(i) != target.token_text(i))
-        {
-            return Err(Error::BadSpeculation(format!(
-                "the draft model's token {id} is {:?}, the model's {:?}: a draft model needs the same vocabulary",
-                draft.tokenizer.token_text(id).unwrap_or(""),
-                target.token_text(id).unwrap_or("")
-            )));
-        }
+        Self::check_p_min(p_min)?;
+        check_vocabulary(draft, target)?;
         if m == 0 {
             return Err(Error::BadSpeculation(
                 "speculation draft length (--spec-m) must be at least 1".into(),
@@ -179,6 +184,19 @@ impl DraftProposer {
             m,
             p_min,
         })
+    }
+}
+
+impl DraftProposer {
+    /// Checks a probability floor (`--draft-p-min`) is in 0..=1.
+    pub fn check_p_min(p_min: f32) -> Result<()> {
+        if (0.0..=1.0).contains(&p_min) {
+            Ok(())
+        } else {
+            Err(Error::BadSpeculation(format!(
+                "the draft model's probability floor {p_min} is not in 0..=1"
+            )))
+        }
     }
 }
 
@@ -211,6 +229,26 @@ impl Proposer for DraftProposer {
         }
         Ok(())
     }
+}
+
+/// Checks that `draft`'s vocabulary is `target`'s token for token (what a
+/// draft model needs: its drafts are the target's token ids).
+pub fn check_vocabulary(draft: &Engine, target: &Tokenizer) -> Result<()> {
+    let (a, b) = (draft.tokenizer.vocab_size(), target.vocab_size());
+    if a != b || draft.vocab_size() != target.vocab_size() {
+        return Err(Error::BadSpeculation(format!(
+            "the draft model's vocabulary has {a} tokens, the model's {b}: a draft model needs the same vocabulary"
+        )));
+    }
+    if let Some(id) = (0..a as u32).find(|&i| draft.tokenizer.token_text(i) != target.token_text(i))
+    {
+        return Err(Error::BadSpeculation(format!(
+            "the draft model's token {id} is {:?}, the model's {:?}: a draft model needs the same vocabulary",
+            draft.tokenizer.token_text(id).unwrap_or(""),
+            target.token_text(id).unwrap_or("")
+        )));
+    }
+    Ok(())
 }
 
 /// The softmax probability of token `t` in `logits`.

@@ -278,7 +278,17 @@ fn speculation_keeps_greedy_output_token_for_token() {
             fixtures::overrides(family, Format::GgufF32),
         );
         let plain = greedy(&engine, &prompt, 160, None, None);
-        let spec = greedy(&engine, &prompt, 160, Some(SpecParams { n: 2, m: 6 }), None);
+        let spec = greedy(
+            &engine,
+            &prompt,
+            160,
+            Some(SpecParams {
+                n: 2,
+                m: 6,
+                ..SpecParams::default()
+            }),
+            None,
+        );
         assert_eq!(spec.tokens, plain.tokens, "{family}");
         assert_eq!(spec.text, plain.text, "{family}");
         let t = spec.timings;
@@ -316,7 +326,17 @@ fn speculation_on_ane_sim_keeps_greedy_output() {
         let engine =
             Engine::load(fixtures::path(family, Format::GgufF32), &options, |_| {}).unwrap();
         let plain = greedy(&engine, &prompt, 100, None, None);
-        let spec = greedy(&engine, &prompt, 100, Some(SpecParams { n: 2, m: 6 }), None);
+        let spec = greedy(
+            &engine,
+            &prompt,
+            100,
+            Some(SpecParams {
+                n: 2,
+                m: 6,
+                ..SpecParams::default()
+            }),
+            None,
+        );
         assert_eq!(spec.tokens, plain.tokens, "{family} on ane-sim");
         assert!(
             spec.timings.verify_passes > 0,
@@ -447,7 +467,11 @@ fn speculative_sampling_has_the_plain_distribution() {
                 },
                 ignore_eos: true,
                 top_logprobs: 0,
-                speculative: (proposer_kind == "ngram").then_some(SpecParams { n: 1, m: 2 }),
+                speculative: (proposer_kind == "ngram").then_some(SpecParams {
+                    n: 1,
+                    m: 2,
+                    ..SpecParams::default()
+                }),
             };
             let proposer = (proposer_kind == "draft").then_some(&mut d as &mut dyn Proposer);
             let g = generate_speculative(

@@ -11,8 +11,10 @@ pub struct BatchItem<'a> {
     pub seq: usize,
     /// Tokens appended to it at its current position (non-empty).
     pub tokens: &'a [u32],
-    /// Whether the logits of its last token are wanted.
-    pub logits: bool,
+    /// Which of its tokens' logits are wanted: none, the last token's (a
+    /// decode step, a prompt's end) or every token's (a speculative verify
+    /// pass).
+    pub logits: LogitsMode,
 }
 
 /// `n_seqs` sequences, each with its own KV cache and position, sharing one
@@ -31,8 +33,9 @@ pub trait BatchSession: Send {
     fn reusable(&self, seq: usize, n: usize) -> usize {
         n.min(self.position(seq))
     }
-    /// Appends every item's tokens to its sequence. Returns one `n_vocab` row
-    /// per item with `logits` set, in item order. Everything is checked
+    /// Appends every item's tokens to its sequence. Returns its `n_vocab`
+    /// logits rows per item (none, one, or one per token as its `logits`
+    /// asks), in item order. Everything is checked
     /// before anything is appended: an error leaves every sequence as it was.
     /// The rows are the caller's to modify (sampling penalties work in place,
     /// so a batch of large vocabularies needs no copy).
@@ -101,7 +104,7 @@ pub fn validate_forward(
     let item = BatchItem {
         seq: 0,
         tokens,
-        logits: mode != LogitsMode::None,
+        logits: mode,
     };
     validate_batch(&[item], 1, max_seq, n_vocab, |_| position)?;
     Ok(true)
@@ -161,12 +164,7 @@ impl BatchSession for SequentialBatch {
         self.logits.clear();
         let starts: Vec<usize> = items.iter().map(|i| self.position(i.seq)).collect();
         for (k, item) in items.iter().enumerate() {
-            let mode = if item.logits {
-                LogitsMode::Last
-            } else {
-                LogitsMode::None
-            };
-            match self.sessions[item.seq].forward(item.tokens, mode) {
+            match self.sessions[item.seq].forward(item.tokens, item.logits) {
                 Ok(row) => self.logits.extend_from_slice(row),
                 Err(e) => {
                     // Keep the promise that a failed call appends nothing.

@@ -13,7 +13,7 @@
 //! # async fn demo(engine: anedvd_engine::Engine) -> Result<(), Box<dyn std::error::Error>> {
 //! use anedvd_server::{router, AppState, ServerConfig};
 //! let state = AppState::new(ServerConfig::default());
-//! state.set_engine(engine)?;
+//! state.set_engine(engine, None)?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, router(state)).await?;
 //! # Ok(()) }

@@ -50,7 +50,7 @@ impl Metrics {
                 get(&self.requests[i])
             );
         }
-        let counters: [(&str, &str, u64); 8] = [
+        let counters: [(&str, &str, u64); 11] = [
             (
                 "anedvd_requests_rejected_total",
                 "Requests refused with 503 because the queue was full.",
@@ -90,6 +90,21 @@ impl Metrics {
                 "anedvd_batch_sequences_total",
                 "Sequences summed over batched forward passes (divide by passes for the mean batch).",
                 get(&c.batch_sequences),
+            ),
+            (
+                "anedvd_spec_verify_passes_total",
+                "Speculation: per-sequence passes that verified drafts.",
+                get(&c.verify_passes),
+            ),
+            (
+                "anedvd_spec_drafted_tokens_total",
+                "Speculation: tokens drafted.",
+                get(&c.drafted_tokens),
+            ),
+            (
+                "anedvd_spec_accepted_tokens_total",
+                "Speculation: drafted tokens accepted (divide by drafted for the acceptance rate).",
+                get(&c.accepted_tokens),
             ),
         ];
         for (name, help, v) in counters {

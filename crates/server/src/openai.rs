@@ -177,12 +177,20 @@ pub fn chat_prompt(
 }
 
 fn usage(s: &Summary) -> Value {
-    json!({
+    let mut u = json!({
         "prompt_tokens": s.prompt_tokens,
         "completion_tokens": s.completion_tokens,
         "total_tokens": s.prompt_tokens + s.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
-    })
+    });
+    if s.drafted_tokens > 0 {
+        // OpenAI's names for speculated tokens (its Predicted Outputs).
+        u["completion_tokens_details"] = json!({
+            "accepted_prediction_tokens": s.accepted_tokens,
+            "rejected_prediction_tokens": s.drafted_tokens - s.accepted_tokens,
+        });
+    }
+    u
 }
 
 fn finish_reason(f: Finish) -> &'static str {

@@ -5,6 +5,7 @@
 use crate::error::{ApiError, Dialect, ErrorKind};
 use crate::state::AppState;
 use anedvd_engine::scheduler::{Event, Finish, Summary, TokenInfo};
+use anedvd_engine::speculative::{ProposerKind, SpecParams};
 use anedvd_engine::GenerateParams;
 use axum::body::Body;
 use futures_util::StreamExt;
@@ -107,6 +108,96 @@ pub struct Sampling {
     /// llama.cpp repetition penalty (`repeat_penalty` also accepted).
     #[serde(alias = "repeat_penalty")]
     pub repetition_penalty: Option<f32>,
+    /// Speculative decoding for this request (an extension of both
+    /// dialects; unset = the server's `--spec` default): see [`speculation`].
+    pub speculative: Option<Value>,
+}
+
+/// Resolves a request's `speculative` field against the server default:
+/// `false` or `"off"` (none), `true` (the server's default, else n-gram),
+/// `"ngram"` or `"draft"`, or an object `{"proposer": "ngram"|"draft"|"off",
+/// "n": N, "m": M}` whose unset fields come from the server's default (or,
+/// for another proposer than the default's, the built-in defaults).
+fn speculation(
+    field: Option<&Value>,
+    default: Option<SpecParams>,
+    dialect: Dialect,
+) -> Result<Option<SpecParams>, ApiError> {
+    let bad = |param: &str, message: String| ApiError::invalid(dialect, param, message);
+    let base = default.unwrap_or_default();
+    let named = |param: &str, name: &Value| -> Result<Option<ProposerKind>, ApiError> {
+        match name.as_str() {
+            Some("ngram") => Ok(Some(ProposerKind::Ngram)),
+            Some("draft") => Ok(Some(ProposerKind::Draft)),
+            Some("off" | "none") => Ok(None),
+            _ => Err(bad(
+                param,
+                format!("`{param}` is {name}: expected \"ngram\", \"draft\" or \"off\""),
+            )),
+        }
+    };
+    let with = |kind: ProposerKind| {
+        if kind == base.proposer {
+            base
+        } else {
+            SpecParams {
+                proposer: kind,
+                ..SpecParams::default()
+            }
+        }
+    };
+    let params =
+        match field {
+            None | Some(Value::Null) => return Ok(default),
+            Some(Value::Bool(false)) => return Ok(None),
+            Some(Value::Bool(true)) => base,
+            Some(name @ Value::String(_)) => match named("speculative", name)? {
+                Some(kind) => with(kind),
+                None => return Ok(None),
+            },
+            Some(Value::Object(o)) => {
+                let mut kind = base.proposer;
+                let (mut n, mut m) = (None, None);
+                for (key, v) in o {
+                    let param = format!("speculative.{key}");
+                    match key.as_str() {
+                        "proposer" => match named(&param, v)? {
+                            Some(k) => kind = k,
+                            None => return Ok(None),
+                        },
+                        "n" | "m" => {
+                            let Some(x) = v.as_u64().and_then(|x| usize::try_from(x).ok()) else {
+                                return Err(bad(
+                                    &param,
+                                    format!("`{param}` is {v}: expected a positive integer"),
+                                ));
+                            };
+                            *(if key == "n" { &mut n } else { &mut m }) = Some(x);
+                        }
+                        _ => {
+                            return Err(bad(
+                                &param,
+                                format!("unknown field `{param}` (expected proposer, n or m)"),
+                            ))
+                        }
+                    }
+                }
+                let p = with(kind);
+                SpecParams {
+                    n: n.unwrap_or(p.n),
+                    m: m.unwrap_or(p.m),
+                    ..p
+                }
+            }
+            Some(other) => return Err(bad(
+                "speculative",
+                format!(
+                    "`speculative` is {other}: expected true/false, a proposer name or an object"
+                ),
+            )),
+        };
+    params.validate().map_err(|m| bad("speculative", m))?;
+    Ok(Some(params))
 }
 
 /// Builds generation parameters: server defaults overridden by the request.
@@ -171,8 +262,7 @@ pub fn generate_params(
         sampling: p,
         ignore_eos: false,
         top_logprobs,
-        // the server's batched scheduler does not speculate yet
-        speculative: None,
+        speculative: speculation(s.speculative.as_ref(), c.speculative, dialect)?,
     })
 }
 

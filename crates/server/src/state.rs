@@ -3,7 +3,10 @@
 
 use crate::error::{ApiError, Dialect, Error, ErrorKind};
 use crate::metrics::Metrics;
-use anedvd_engine::scheduler::{Event, EventSink, Gauges, Job, Scheduler, SendError, SubmitError};
+use anedvd_engine::scheduler::{
+    DraftModel, Event, EventSink, Gauges, Job, Scheduler, SendError, SubmitError,
+};
+use anedvd_engine::speculative::{ProposerKind, SpecParams};
 use anedvd_engine::{Engine, GenerateParams, SamplingParams};
 use std::sync::{Arc, RwLock};
 use tokio::sync::mpsc::error::TrySendError;
@@ -51,6 +54,8 @@ pub struct ServerConfig {
     pub sampling: SamplingParams,
     /// Use `sampling.seed` for requests without a seed.
     pub fixed_seed: bool,
+    /// Speculation for requests that do not say (`--spec`).
+    pub speculative: Option<SpecParams>,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +70,7 @@ impl Default for ServerConfig {
             max_body_bytes: 4 * 1024 * 1024,
             sampling: SamplingParams::default(),
             fixed_seed: false,
+            speculative: None,
         }
     }
 }
@@ -116,8 +122,9 @@ impl AppState {
         }
     }
 
-    /// Installs the loaded model: opens the slots and starts their workers.
-    pub fn set_engine(&self, engine: Engine) -> Result<(), Error> {
+    /// Installs the loaded model (and the draft model requests may
+    /// speculate with): opens the slots and starts their workers.
+    pub fn set_engine(&self, engine: Engine, draft: Option<DraftModel>) -> Result<(), Error> {
         let c = &self.inner.config;
         if c.max_seq < 2 {
             return Err(Error::Config("--max-seq must be at least 2".into()));
@@ -133,6 +140,7 @@ impl AppState {
             c.parallel,
             max_seq,
             c.queue_capacity,
+            draft,
         )?;
         let ready = Arc::new(Ready {
             engine,
@@ -229,6 +237,16 @@ impl AppState {
                     prompt.len(),
                     max_seq
                 ),
+            ));
+        }
+        let wants_draft = params
+            .speculative
+            .is_some_and(|p| p.proposer == ProposerKind::Draft);
+        if wants_draft && !ready.scheduler.has_draft_model() {
+            return Err(ApiError::invalid(
+                dialect,
+                "speculative",
+                "this server has no draft model (start it with --spec draft --draft-model PATH)",
             ));
         }
         let (tx, rx) = channel(EVENT_BUFFER);

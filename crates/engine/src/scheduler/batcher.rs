@@ -1,16 +1,25 @@
 //! The batch thread: continuous batching over the slots of one
 //! [`EngineBatch`]. Each step admits queued jobs into free slots, feeds every
-//! decoding sequence its last token and prefilling sequences a share of
-//! their prompts, runs ONE forward pass for all of them, samples each row
-//! and streams the text. A client that disconnects is dropped at the next
-//! step; one that reads slowly pauses only its own sequence.
+//! decoding sequence its last token (and, when it speculates, its drafts)
+//! and prefilling sequences a share of their prompts, runs ONE forward pass
+//! for all of them, samples (or verifies) each row and streams the text. A
+//! client that disconnects is dropped at the next step; one that reads
+//! slowly pauses only its own sequence.
+//!
+//! Speculation composes with batching: a speculating sequence's item asks
+//! for every row's logits, so the drafts of several sequences are verified
+//! in the same pass; its cache then drops the rejected drafts. N-gram
+//! drafts cost nothing; a draft model runs per slot (its own session per
+//! slot, kept across requests for prefix reuse) before the pass.
 
 use super::stop::{StopMatcher, StopOutcome};
 use super::{
     Event, EventSink, Finish, Job, SchedulerCounters, SendError, Shared, Summary, TokenInfo,
 };
+use crate::speculative::{DraftProposer, NgramProposer, Proposer, ProposerKind};
 use crate::{
-    check_request, BatchItem, Decoding, EngineBatch, FinishReason, Step, Timings, TokenEvent,
+    check_request, BatchItem, Decoding, EngineBatch, FinishReason, LogitsMode, Step, Timings,
+    TokenEvent,
 };
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
@@ -95,6 +104,16 @@ impl Stream {
     }
 }
 
+/// How a generation drafts.
+enum Drafting {
+    /// It does not.
+    Off,
+    /// From its own history.
+    Ngram(NgramProposer),
+    /// With the slot's draft-model session, up to `m` tokens.
+    Model { m: usize },
+}
+
 /// A generation holding a slot.
 struct Active<'e> {
     slot: usize,
@@ -102,6 +121,12 @@ struct Active<'e> {
     fed: usize,
     /// The token to feed next once decoding.
     next: Option<u32>,
+    /// Emitted tokens to run again before `next`: those a cache without a
+    /// recurrent-state snapshot dropped when drafts were rejected.
+    replay: Vec<u32>,
+    drafting: Drafting,
+    /// This step's drafts, fed after `next`.
+    drafts: Vec<u32>,
     decoding: Decoding<'e>,
     stream: Stream,
     started: Instant,
@@ -123,6 +148,7 @@ pub(super) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
     let engine = sh.engine.clone();
     let tokenizer = &engine.tokenizer;
     let mut slots: Vec<Option<Active<'_>>> = (0..batch.n_seqs()).map(|_| None).collect();
+    let mut drafters: Vec<Option<DraftProposer>> = (0..slots.len()).map(|_| None).collect();
     let mut draining: Vec<Outbox> = Vec::new();
     let mut tokens: Vec<u32> = Vec::new();
     let mut last_used = vec![0u64; slots.len()];
@@ -138,6 +164,7 @@ pub(super) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
                 finish(&sh, slot, FinishReason::Cancelled, &mut draining);
             }
         }
+        propose(&sh, &batch, &mut slots, &mut drafters);
         let planned = plan(&slots, &mut tokens);
         if planned.is_empty() {
             if slots.iter().any(Option::is_some) || !draining.is_empty() {
@@ -201,6 +228,18 @@ fn admit<'e>(
             let _ = events.try_send(Event::Error(e.to_string()));
             continue;
         }
+        let drafting = match params.speculative {
+            None => Drafting::Off,
+            Some(p) if p.proposer == ProposerKind::Ngram => Drafting::Ngram(NgramProposer::new(p)),
+            Some(_) if sh.draft.is_none() => {
+                let _ = events.try_send(Event::Error(
+                    "this server has no draft model (start it with --spec draft --draft-model PATH)"
+                        .into(),
+                ));
+                continue;
+            }
+            Some(p) => Drafting::Model { m: p.m },
+        };
         let slot = free
             .iter()
             .copied()
@@ -222,6 +261,9 @@ fn admit<'e>(
             decoding: Decoding::new(tokenizer, &prompt, &params, timings),
             fed: reused,
             next: None,
+            replay: Vec::new(),
+            drafting,
+            drafts: Vec::new(),
             stream: Stream {
                 out: Outbox {
                     events,
@@ -239,13 +281,65 @@ fn admit<'e>(
     }
 }
 
-/// One sequence's share of a step: slot, tokens (in the step's token
-/// buffer, from `start`, `len` of them) and whether its logits are wanted.
-type Planned = (usize, usize, usize, bool);
+/// Drafts for every decoding sequence that speculates and waits on no
+/// client, within the step's row budget (drafts are rows of the pass). A
+/// draft model that fails turns drafting off for that generation (its
+/// output does not depend on drafts).
+fn propose(
+    sh: &Shared,
+    batch: &EngineBatch,
+    slots: &mut [Option<Active<'_>>],
+    drafters: &mut [Option<DraftProposer>],
+) {
+    let decoding = slots
+        .iter()
+        .flatten()
+        .filter(|a| a.next.is_some() && a.stream.out.queue.is_empty())
+        .count();
+    let mut budget = PREFILL_BUDGET.saturating_sub(decoding);
+    let max_seq = batch.max_seq();
+    for a in slots.iter_mut().flatten() {
+        a.drafts.clear();
+        if a.next.is_none() || !a.replay.is_empty() || !a.stream.out.queue.is_empty() {
+            continue;
+        }
+        // room for the pending token and the drafts, no more drafts than
+        // tokens left to generate
+        let room = max_seq.saturating_sub(batch.position(a.slot) + 1);
+        let max = a.decoding.tokens_left().min(room).min(budget);
+        if max == 0 {
+            continue;
+        }
+        let history = a.decoding.history();
+        let result = match &mut a.drafting {
+            Drafting::Off => Ok(()),
+            Drafting::Ngram(p) => p.draft(history, max, &mut a.drafts),
+            Drafting::Model { m } => match (&mut drafters[a.slot], &sh.draft) {
+                (Some(p), _) => p.draft(history, max.min(*m), &mut a.drafts),
+                (slot @ None, Some(d)) => {
+                    DraftProposer::new(&d.engine, &sh.engine.tokenizer, max_seq, *m, d.p_min)
+                        .and_then(|p| slot.insert(p).draft(history, max.min(*m), &mut a.drafts))
+                }
+                (None, None) => Ok(()),
+            },
+        };
+        if result.is_err() {
+            a.drafting = Drafting::Off;
+            a.drafts.clear();
+        }
+        a.drafts.truncate(max);
+        budget -= a.drafts.len();
+    }
+}
 
-/// This step's batch: every decoding sequence's next token, then prompt
-/// pieces within [`PREFILL_BUDGET`]; sequences whose client is behind wait.
-/// Tokens are copied into `tokens` so the batch does not borrow the slots.
+/// One sequence's share of a step: slot, tokens (in the step's token
+/// buffer, from `start`, `len` of them) and which logits rows it wants.
+type Planned = (usize, usize, usize, LogitsMode);
+
+/// This step's batch: every decoding sequence's next token (after any
+/// replay, before its drafts), then prompt pieces within
+/// [`PREFILL_BUDGET`]; sequences whose client is behind wait. Tokens are
+/// copied into `tokens` so the batch does not borrow the slots.
 fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>) -> Vec<Planned> {
     tokens.clear();
     let ready = slots
@@ -254,19 +348,35 @@ fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>) -> Vec<Planned> {
         .filter(|a| a.stream.out.queue.is_empty());
     let mut planned = Vec::new();
     // Decode rows count against the budget too: the whole step stays one pass.
-    let decoding = ready.clone().filter(|a| a.next.is_some()).count();
+    let decoding: usize = ready
+        .clone()
+        .filter(|a| a.next.is_some())
+        .map(|a| 1 + a.replay.len() + a.drafts.len())
+        .sum();
     let mut budget = PREFILL_BUDGET.saturating_sub(decoding);
     for a in ready {
         let start = tokens.len();
         if let Some(next) = a.next {
+            tokens.extend_from_slice(&a.replay);
             tokens.push(next);
-            planned.push((a.slot, start, 1, true));
+            tokens.extend_from_slice(&a.drafts);
+            let mode = if a.drafts.is_empty() {
+                LogitsMode::Last
+            } else {
+                LogitsMode::All
+            };
+            planned.push((a.slot, start, tokens.len() - start, mode));
         } else if a.prefilling() && budget > 0 {
             let prompt = a.prompt();
             let take = (prompt.len() - a.fed).min(budget);
             budget -= take;
             tokens.extend_from_slice(&prompt[a.fed..a.fed + take]);
-            planned.push((a.slot, start, take, a.fed + take == prompt.len()));
+            let mode = if a.fed + take == prompt.len() {
+                LogitsMode::Last
+            } else {
+                LogitsMode::None
+            };
+            planned.push((a.slot, start, take, mode));
         }
     }
     planned
@@ -277,10 +387,10 @@ struct Fed {
     seq: usize,
     /// Tokens fed.
     n: usize,
-    /// Whether its logits come back.
-    wants: bool,
-    /// Whether it has positions left after the pass.
-    room: bool,
+    /// Which logits rows come back.
+    wants: LogitsMode,
+    /// Its position before the pass.
+    pos0: usize,
 }
 
 /// Runs one forward pass over `items` and advances every sequence in it.
@@ -292,8 +402,8 @@ fn step(
     draining: &mut Vec<Outbox>,
 ) {
     // Copy what is needed of the plan (`items` borrows the slots), with
-    // whether each sequence still has room after this pass (the rows borrow
-    // `batch` until every sequence is sampled).
+    // each sequence's position (the rows borrow `batch` until every
+    // sequence is sampled).
     let max_seq = batch.max_seq();
     let fed: Vec<Fed> = items
         .iter()
@@ -301,7 +411,7 @@ fn step(
             seq: i.seq,
             n: i.tokens.len(),
             wants: i.logits,
-            room: batch.position(i.seq) + i.tokens.len() < max_seq,
+            pos0: batch.position(i.seq),
         })
         .collect();
     let started = Instant::now();
@@ -317,17 +427,20 @@ fn step(
     account_time(&sh.counters, slots, &fed, elapsed);
     let n_vocab = sh.engine.vocab_size();
     let mut row = 0;
+    // Caches to cut back to the accepted drafts once the rows are done with.
+    let mut keep = Vec::new();
     for &Fed {
         seq,
         n,
         wants,
-        room,
+        pos0,
     } in &fed
     {
         let slot = &mut slots[seq];
         let Some(a) = slot.as_mut() else { continue };
-        if a.next.take().is_some() {
-            a.decoding.out.timings.decode_tokens += 1;
+        let decode = a.next.take().is_some();
+        if decode {
+            a.replay.clear();
         } else {
             a.fed += n;
             if !a.prefilling() {
@@ -335,24 +448,50 @@ fn step(
                 a.decode_started = Some(Instant::now());
             }
         }
-        if !wants {
-            continue;
-        }
-        let logits_row = &mut logits[row * n_vocab..(row + 1) * n_vocab];
-        row += 1;
+        let n_rows = match wants {
+            LogitsMode::None => continue,
+            LogitsMode::Last => 1,
+            LogitsMode::All => n,
+        };
+        let rows = &mut logits[row * n_vocab..(row + n_rows) * n_vocab];
+        row += n_rows;
         let tokenizer = &sh.engine.tokenizer;
         let Active {
-            decoding, stream, ..
+            decoding,
+            stream,
+            drafts,
+            ..
         } = a;
-        let outcome = decoding.step(logits_row, room, |ev| {
-            stream.on_token(ev, tokenizer.is_eog(ev.id))
-        });
+        let emitted = decoding.out.tokens.len();
+        let on_token = |ev: &TokenEvent<'_>| stream.on_token(ev, tokenizer.is_eog(ev.id));
+        let outcome = if drafts.is_empty() {
+            let room = pos0 + n < max_seq;
+            decoding.step(rows, room, on_token)
+        } else {
+            decoding
+                .verify_pass(rows, drafts, pos0, max_seq, on_token)
+                .map(|verdict| {
+                    keep.push((seq, verdict.keep));
+                    verdict.step
+                })
+        };
+        if decode {
+            a.decoding.out.timings.decode_tokens += a.decoding.out.tokens.len() - emitted;
+        }
         match outcome {
             Ok(Step::Next(id)) => a.next = Some(id),
             Ok(Step::Finished(reason)) => finish(sh, slot, reason, draining),
             Err(e) => {
                 a.stream.out.queue.push_back(Event::Error(e.to_string()));
                 finish(sh, slot, FinishReason::Cancelled, draining);
+            }
+        }
+    }
+    for (seq, keep) in keep {
+        let kept = batch.truncate(seq, keep);
+        if let Some(a) = slots[seq].as_mut() {
+            if kept < keep {
+                a.replay = a.decoding.replay(keep - kept).to_vec();
             }
         }
     }
@@ -444,6 +583,12 @@ fn finish(
         .fetch_add(timings.reused_tokens as u64, Ordering::Relaxed);
     m.generated_tokens
         .fetch_add(generation.tokens.len() as u64, Ordering::Relaxed);
+    m.verify_passes
+        .fetch_add(timings.verify_passes as u64, Ordering::Relaxed);
+    m.drafted_tokens
+        .fetch_add(timings.drafted_tokens as u64, Ordering::Relaxed);
+    m.accepted_tokens
+        .fetch_add(timings.accepted_tokens as u64, Ordering::Relaxed);
     let finish = match (&stream.stopped, reason) {
         (Some(_), _) => Finish::StopSequence,
         (None, FinishReason::Stop) => Finish::Eos,
@@ -462,6 +607,8 @@ fn finish(
         completion_tokens: generation.tokens.len(),
         seconds: started.elapsed().as_secs_f64(),
         decode_tps: timings.decode_tps(),
+        drafted_tokens: timings.drafted_tokens,
+        accepted_tokens: timings.accepted_tokens,
     }));
     if stream.out.flush() && !stream.out.queue.is_empty() {
         draining.push(stream.out);

@@ -16,6 +16,7 @@ mod stop;
 
 pub use stop::{StopMatcher, StopOutcome};
 
+use crate::speculative::{check_vocabulary, DraftProposer};
 use crate::{Engine, Error, GenerateParams};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,6 +66,12 @@ pub struct SchedulerCounters {
     pub batch_passes: AtomicU64,
     /// Sequences summed over batched forward passes.
     pub batch_sequences: AtomicU64,
+    /// Speculation: passes that verified drafts (one per sequence and step).
+    pub verify_passes: AtomicU64,
+    /// Speculation: tokens drafted.
+    pub drafted_tokens: AtomicU64,
+    /// Speculation: drafted tokens accepted.
+    pub accepted_tokens: AtomicU64,
 }
 
 impl SchedulerCounters {
@@ -130,6 +137,10 @@ pub struct Summary {
     pub seconds: f64,
     /// Decode tokens per second.
     pub decode_tps: f64,
+    /// Speculation: tokens drafted.
+    pub drafted_tokens: usize,
+    /// Speculation: drafted tokens accepted.
+    pub accepted_tokens: usize,
 }
 
 /// What a slot sends back while serving a job.
@@ -177,6 +188,16 @@ struct State {
     pub busy: usize,
 }
 
+/// A draft model the slots may speculate with (requests whose speculation
+/// names the `draft` proposer): each slot drafts with its own session of it.
+pub struct DraftModel {
+    /// The loaded draft model (its vocabulary is checked against the
+    /// model's when the scheduler starts).
+    pub engine: Arc<Engine>,
+    /// Drafting stops when its top probability is below this.
+    pub p_min: f32,
+}
+
 struct Shared {
     state: Mutex<State>,
     /// Signalled when a job arrives or shutdown starts.
@@ -186,6 +207,7 @@ struct Shared {
     queue_capacity: usize,
     pub slots: usize,
     pub cancel_all: AtomicBool,
+    pub draft: Option<DraftModel>,
 }
 
 impl Shared {
@@ -206,15 +228,21 @@ pub struct Scheduler {
 impl Scheduler {
     /// Opens a batch of `slots` sequences of `max_seq` positions and starts
     /// the batch thread; at most `queue_capacity` jobs wait beyond the slots.
+    /// With `draft`, requests may speculate with that draft model.
     pub fn start(
         engine: Arc<Engine>,
         counters: Arc<SchedulerCounters>,
         slots: usize,
         max_seq: usize,
         queue_capacity: usize,
+        draft: Option<DraftModel>,
     ) -> Result<Scheduler, Error> {
         if slots == 0 {
             return Err(Error::Invalid("--parallel must be at least 1".into()));
+        }
+        if let Some(d) = &draft {
+            DraftProposer::check_p_min(d.p_min)?;
+            check_vocabulary(&d.engine, &engine.tokenizer)?;
         }
         let batch = engine.new_batch(slots, max_seq)?;
         let shared = Arc::new(Shared {
@@ -228,6 +256,7 @@ impl Scheduler {
             queue_capacity,
             slots,
             cancel_all: AtomicBool::new(false),
+            draft,
         });
         let sh = shared.clone();
         std::thread::Builder::new()
@@ -262,6 +291,11 @@ impl Scheduler {
     /// The engine the slots run.
     pub fn engine(&self) -> Arc<Engine> {
         self.shared.engine.clone()
+    }
+
+    /// Whether requests may speculate with a draft model.
+    pub fn has_draft_model(&self) -> bool {
+        self.shared.draft.is_some()
     }
 
     /// Queue depth, busy and total slots.

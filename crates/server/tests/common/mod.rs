@@ -49,7 +49,7 @@ pub fn state_for(family: &str, config: ServerConfig) -> AppState {
     )
     .unwrap();
     let st = AppState::new(config);
-    st.set_engine(engine).unwrap();
+    st.set_engine(engine, None).unwrap();
     st
 }
 
