@@ -406,7 +406,7 @@ impl<'t> Decoding<'t> {
         mut on_token: impl FnMut(&TokenEvent<'_>) -> ControlFlow<()>,
     ) -> Result<Verdict> {
         let n = draft.len() + 1;
-        if rows.is_empty() || rows.len() % n != 0 {
+        if rows.is_empty() || !rows.len().is_multiple_of(n) {
             return Err(Error::Invalid(format!(
                 "a verify pass of {n} tokens returned {} logits",
                 rows.len()

@@ -146,56 +146,57 @@ fn speculation(
             }
         }
     };
-    let params =
-        match field {
-            None | Some(Value::Null) => return Ok(default),
-            Some(Value::Bool(false)) => return Ok(None),
-            Some(Value::Bool(true)) => base,
-            Some(name @ Value::String(_)) => match named("speculative", name)? {
-                Some(kind) => with(kind),
-                None => return Ok(None),
-            },
-            Some(Value::Object(o)) => {
-                let mut kind = base.proposer;
-                let (mut n, mut m) = (None, None);
-                for (key, v) in o {
-                    let param = format!("speculative.{key}");
-                    match key.as_str() {
-                        "proposer" => match named(&param, v)? {
-                            Some(k) => kind = k,
-                            None => return Ok(None),
-                        },
-                        "n" | "m" => {
-                            let Some(x) = v.as_u64().and_then(|x| usize::try_from(x).ok()) else {
-                                return Err(bad(
-                                    &param,
-                                    format!("`{param}` is {v}: expected a positive integer"),
-                                ));
-                            };
-                            *(if key == "n" { &mut n } else { &mut m }) = Some(x);
-                        }
-                        _ => {
+    let params = match field {
+        None | Some(Value::Null) => return Ok(default),
+        Some(Value::Bool(false)) => return Ok(None),
+        Some(Value::Bool(true)) => base,
+        Some(name @ Value::String(_)) => match named("speculative", name)? {
+            Some(kind) => with(kind),
+            None => return Ok(None),
+        },
+        Some(Value::Object(o)) => {
+            let mut kind = base.proposer;
+            let (mut n, mut m) = (None, None);
+            for (key, v) in o {
+                let param = format!("speculative.{key}");
+                match key.as_str() {
+                    "proposer" => match named(&param, v)? {
+                        Some(k) => kind = k,
+                        None => return Ok(None),
+                    },
+                    "n" | "m" => {
+                        let Some(x) = v.as_u64().and_then(|x| usize::try_from(x).ok()) else {
                             return Err(bad(
                                 &param,
-                                format!("unknown field `{param}` (expected proposer, n or m)"),
-                            ))
-                        }
+                                format!("`{param}` is {v}: expected a positive integer"),
+                            ));
+                        };
+                        *(if key == "n" { &mut n } else { &mut m }) = Some(x);
+                    }
+                    _ => {
+                        return Err(bad(
+                            &param,
+                            format!("unknown field `{param}` (expected proposer, n or m)"),
+                        ))
                     }
                 }
-                let p = with(kind);
-                SpecParams {
-                    n: n.unwrap_or(p.n),
-                    m: m.unwrap_or(p.m),
-                    ..p
-                }
             }
-            Some(other) => return Err(bad(
+            let p = with(kind);
+            SpecParams {
+                n: n.unwrap_or(p.n),
+                m: m.unwrap_or(p.m),
+                ..p
+            }
+        }
+        Some(other) => {
+            return Err(bad(
                 "speculative",
                 format!(
                     "`speculative` is {other}: expected true/false, a proposer name or an object"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     params.validate().map_err(|m| bad("speculative", m))?;
     Ok(Some(params))
 }

@@ -38,19 +38,24 @@ pub fn state(config: ServerConfig) -> AppState {
 
 /// A ready state with the tiny fixture of `family`.
 pub fn state_for(family: &str, config: ServerConfig) -> AppState {
-    let path = fixtures::path(family, Format::GgufF32);
-    let engine = Engine::load(
-        &path,
-        &LoadOptions {
-            backend_options: anedvd_engine::BackendOptions::with_threads(1),
-            ..Default::default()
-        },
-        |_| {},
-    )
-    .unwrap();
     let st = AppState::new(config);
-    st.set_engine(engine, None).unwrap();
+    st.set_engine(load(family, Format::GgufF32), None).unwrap();
     st
+}
+
+/// The tiny fixture of `family` in `format`, on one CPU thread.
+pub fn load(family: &str, format: Format) -> Engine {
+    load_on(family, format, anedvd_engine::BackendChoice::Cpu)
+}
+
+/// The tiny fixture of `family` in `format` on `backend` (one CPU thread).
+pub fn load_on(family: &str, format: Format, backend: anedvd_engine::BackendChoice) -> Engine {
+    let options = LoadOptions {
+        backend,
+        backend_options: anedvd_engine::BackendOptions::with_threads(1),
+        overrides: fixtures::overrides(family, format),
+    };
+    Engine::load(fixtures::path(family, format), &options, |_| {}).unwrap()
 }
 
 pub fn app(config: ServerConfig) -> Router {
