@@ -1,6 +1,6 @@
 //! `anedvd serve`: the OpenAI/Anthropic-compatible HTTP server with its WebUI.
 
-use crate::common::{load_engine, BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
+use crate::common::{error_chain, load_engine, BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
 use anedvd_engine::scheduler::DraftModel;
 use anedvd_engine::Engine;
 use anedvd_server::{router, AppState, ServerConfig};
@@ -126,8 +126,9 @@ async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
                 }
             }
             Err(e) => {
-                eprintln!("anedvd: loading failed: {e:#}");
-                loader_state.set_failed(format!("{e:#}"));
+                let message = error_chain(&e);
+                eprintln!("anedvd: loading failed: {message}");
+                loader_state.set_failed(message);
             }
         })
         .context("spawning the loader thread")?;

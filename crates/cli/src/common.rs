@@ -239,6 +239,22 @@ pub fn load_engine(path: &Path, options: &LoadOptions, quiet: bool) -> Result<En
     Ok(engine)
 }
 
+/// The error and its causes joined by `: `, skipping a cause whose text the
+/// message before it already contains (many library errors quote their source).
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
 /// Physical cores are what matter for matrix-vector work; without a portable
 /// way to count them we use the logical CPU count.
 pub fn default_threads() -> usize {

@@ -78,26 +78,10 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", error_chain(&e));
+            eprintln!("error: {}", common::error_chain(&e));
             std::process::ExitCode::FAILURE
         }
     }
-}
-
-/// The error and its causes joined by `: `, skipping a cause whose text the
-/// message before it already contains (many library errors quote their source).
-fn error_chain(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            if !out.is_empty() {
-                out.push_str(": ");
-            }
-            out.push_str(&text);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -115,7 +99,7 @@ mod tests {
             .context("x.gguf: no such file")
             .context("loading x.gguf");
         assert_eq!(
-            super::error_chain(&e),
+            crate::common::error_chain(&e),
             "loading x.gguf: x.gguf: no such file"
         );
     }

@@ -106,9 +106,13 @@ pub fn open(path: impl AsRef<Path>) -> Result<OpenedModel> {
     let kind = detect(path)?;
     let (source, dir): (Box<dyn WeightSource>, _) = match kind {
         ModelFormat::Gguf => {
-            let file = anedvd_gguf::GgufFile::open(path).map_err(|source| Error::Gguf {
-                path: path.to_path_buf(),
-                source,
+            let file = anedvd_gguf::GgufFile::open(path).map_err(|e| match e {
+                // already "PATH: cause": not prefixed with the path again
+                anedvd_gguf::Error::Io { path, source } => Error::Io { path, source },
+                source => Error::Gguf {
+                    path: path.to_path_buf(),
+                    source,
+                },
             })?;
             (Box::new(file), None)
         }
