@@ -723,7 +723,11 @@ fn conv_layers(r: &Reader<'_>, n_layer: usize, heads_kv: &[usize]) -> Result<Vec
 
 /// Each layer's head dim: HF's `per_layer_config.{i}.head_dim` (keys
 /// zero-padded to equal width from 10 layers on) where given, else the
-/// sliding dim (`head_dim_swa`) on sliding layers, else `head_dim`.
+/// sliding dim (`head_dim_swa`) on sliding layers, else `head_dim` — or,
+/// in HF configs of a family with `hf_global_head_dim` (Gemma 4), as
+/// transformers resolves them: with a `per_layer_config`, unlisted layers
+/// take the top-level `head_dim` (`global_head_dim` is ignored); without
+/// one, full-attention layers take `global_head_dim`, else the default.
 fn head_dims(
     r: &Reader<'_>,
     head_dim: usize,
@@ -731,6 +735,23 @@ fn head_dims(
     sliding: &[bool],
 ) -> Result<Vec<usize>> {
     let width = sliding.len().saturating_sub(1).to_string().len();
+    let head_dim = match r.family.quirks.hf_global_head_dim {
+        Some(default) if r.format == SourceFormat::HuggingFace => {
+            let listed = r.md.iter().any(|(k, _)| {
+                k.strip_prefix("text_config.")
+                    .unwrap_or(k)
+                    .starts_with("per_layer_config.")
+            });
+            if listed {
+                head_dim_swa.unwrap_or(head_dim)
+            } else if r.lookup("global_head_dim").is_some() {
+                head_dim
+            } else {
+                default
+            }
+        }
+        _ => head_dim,
+    };
     sliding
         .iter()
         .enumerate()

@@ -790,6 +790,37 @@ pub struct Quirks {
     /// HF configs: the last layer is full attention whatever `layer_types`
     /// says (transformers' `Gemma4TextConfig` forces it, with a warning).
     pub hf_last_layer_full: bool,
+    /// HF configs without `per_layer_config`: full-attention layers take
+    /// `global_head_dim`, this when it is absent (transformers'
+    /// `Gemma4TextConfig`: 512); `None`: they take `head_dim`.
+    pub hf_global_head_dim: Option<usize>,
+}
+
+impl Quirks {
+    /// Llama's: the baseline every other family states its differences
+    /// from (`Quirks { ..., ..Quirks::BASE }`).
+    pub const BASE: Quirks = Quirks {
+        activation: Activation::Silu,
+        gguf_rope_pairing: RopePairing::Norm,
+        hf_rope_pairing: RopePairing::Neox,
+        gguf_norm_offset: 0.0,
+        hf_norm_offset: 0.0,
+        embd_scale_sqrt: false,
+        sliding: SlidingDefault::AllLayersInGguf,
+        default_sliding_window: None,
+        default_rope_theta_local: None,
+        default_rope_theta: 10_000.0,
+        nope_interval: None,
+        qk_norm: false,
+        sandwich_norm: false,
+        gguf_attn_scale_embd_per_head_layers: &[],
+        default_expert_weights_norm: false,
+        fixed_attn_scale: None,
+        v_norm: false,
+        expert_gating: Gating::Softmax,
+        hf_last_layer_full: false,
+        hf_global_head_dim: None,
+    };
 }
 
 /// A model family: names, keys, tensor names and quirks.

@@ -12,6 +12,15 @@ use std::sync::Arc;
 /// The fixture in `format`, copied into memory with `edit` applied to its
 /// metadata.
 fn edited(format: Format, edit: impl Fn(&mut anedvd_base::Metadata)) -> Arc<dyn WeightSource> {
+    filtered(format, |_| true, edit)
+}
+
+/// [`edited`], keeping only the metadata keys `keep` accepts.
+fn filtered(
+    format: Format,
+    keep: impl Fn(&str) -> bool,
+    edit: impl Fn(&mut anedvd_base::Metadata),
+) -> Arc<dyn WeightSource> {
     let src = anedvd_weights::open(fixtures::path("gemma4", format))
         .unwrap()
         .source;
@@ -21,7 +30,7 @@ fn edited(format: Format, edit: impl Fn(&mut anedvd_base::Metadata)) -> Arc<dyn 
         "gguf"
     };
     let mut m = MemorySource::new(name);
-    for (k, v) in src.metadata().iter() {
+    for (k, v) in src.metadata().iter().filter(|(k, _)| keep(k)) {
         m.metadata_mut().insert(k, v.clone());
     }
     for info in src.tensors() {
@@ -115,6 +124,48 @@ fn hf_head_dims_and_unsupported_variants_are_checked() {
         ),
         Err(Error::Unsupported(_))
     ));
+}
+
+/// HF head dims as transformers' `Gemma4TextConfig` resolves them: a
+/// `per_layer_config` wins (an unlisted layer takes `head_dim`, and
+/// `global_head_dim` is ignored); without one, full-attention layers take
+/// `global_head_dim`, 512 when it is absent.
+#[test]
+fn hf_head_dims_follow_transformers_defaults() {
+    let want = fixtures::program("gemma4", Format::Hf);
+    let dims = |p: &anedvd_graph::DecoderProgram| -> Vec<usize> {
+        p.layers
+            .iter()
+            .map(|b| b.attention().unwrap().head_dim)
+            .collect()
+    };
+    // the fixture's full layers are 32 wide, its sliding ones 16
+    assert_eq!(dims(&want), [16, 16, 16, 32, 16, 32]);
+    let with_global = load(
+        edited(Format::Hf, |m| m.insert("global_head_dim", V::I64(999))),
+        &ConfigOverrides::default(),
+    );
+    assert_eq!(dims(&with_global.unwrap().1), dims(&want));
+    let no_list = |global: Option<i64>| {
+        filtered(
+            Format::Hf,
+            |k| !k.starts_with("per_layer_config."),
+            move |m| {
+                if let Some(g) = global {
+                    m.insert("global_head_dim", V::I64(g));
+                }
+            },
+        )
+    };
+    let (_, p) = load(no_list(Some(32)), &ConfigOverrides::default()).unwrap();
+    assert_eq!(dims(&p), dims(&want));
+    // 512-wide full layers (4 heads: 2048 rows): the fixture's 32-wide
+    // projections do not fit
+    let e = error(no_list(None));
+    assert!(
+        e.contains("layers.3.self_attn.q_proj") && e.contains("[64, 2048]"),
+        "{e}"
+    );
 }
 
 /// A multimodal checkpoint (`Gemma4ForConditionalGeneration`): model type

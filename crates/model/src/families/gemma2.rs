@@ -3,7 +3,7 @@
 //! soft-caps, sliding window on even layers, `query_pre_attn_scalar`.
 
 use crate::family::{Family, Quirks, SlidingDefault, GEMMA_TENSORS};
-use anedvd_graph::{Activation, Gating, RopePairing};
+use anedvd_graph::{Activation, RopePairing};
 
 /// The gemma2 table.
 pub const FAMILY: Family = Family {
@@ -16,22 +16,12 @@ pub const FAMILY: Family = Family {
     quirks: Quirks {
         activation: Activation::GeluTanh,
         gguf_rope_pairing: RopePairing::Neox,
-        hf_rope_pairing: RopePairing::Neox,
-        gguf_norm_offset: 0.0,
         hf_norm_offset: 1.0,
         embd_scale_sqrt: true,
         sliding: SlidingDefault::Pattern(2),
         default_sliding_window: Some(4096),
-        default_rope_theta_local: None,
-        default_rope_theta: 10_000.0,
-        nope_interval: None,
-        qk_norm: false,
         sandwich_norm: true,
         gguf_attn_scale_embd_per_head_layers: &[46],
-        default_expert_weights_norm: false,
-        fixed_attn_scale: None,
-        v_norm: false,
-        expert_gating: Gating::Softmax,
-        hf_last_layer_full: false,
+        ..Quirks::BASE
     },
 };

@@ -10,7 +10,7 @@
 
 use crate::family::{key, Family, KeySpec, Param, Quirks, SlidingDefault, TensorName};
 use crate::family::{GEMMA4_TENSORS, GEMMA_TENSORS};
-use anedvd_graph::{Activation, Gating, RopePairing};
+use anedvd_graph::{Activation, RopePairing};
 
 /// Where HF and GGUF put the two head dims (they disagree on which one
 /// `head_dim`/`key_length` means).
@@ -43,22 +43,16 @@ pub const FAMILY: Family = Family {
     quirks: Quirks {
         activation: Activation::GeluTanh,
         gguf_rope_pairing: RopePairing::Neox,
-        hf_rope_pairing: RopePairing::Neox,
-        gguf_norm_offset: 0.0,
-        hf_norm_offset: 0.0,
         embd_scale_sqrt: true,
         sliding: SlidingDefault::Pattern(6),
-        default_sliding_window: None,
         default_rope_theta_local: Some(10_000.0),
         default_rope_theta: 1_000_000.0,
-        nope_interval: None,
         qk_norm: true,
         sandwich_norm: true,
-        gguf_attn_scale_embd_per_head_layers: &[],
-        default_expert_weights_norm: false,
         fixed_attn_scale: Some(1.0),
         v_norm: true,
-        expert_gating: Gating::Softmax,
         hf_last_layer_full: true,
+        hf_global_head_dim: Some(512),
+        ..Quirks::BASE
     },
 };

@@ -9,7 +9,7 @@
 use crate::family::{
     key, Family, KeySpec, Param, Quirks, SlidingDefault, LFM2_TENSORS, LLAMA_TENSORS,
 };
-use anedvd_graph::{Activation, Gating, RopePairing};
+use anedvd_graph::RopePairing;
 
 /// LFM2's HF names for the norm epsilon and the FFN width.
 pub(crate) const KEYS: &[KeySpec] = &[
@@ -38,23 +38,9 @@ pub const FAMILY: Family = Family {
 
 /// LFM2's quirks (shared with LFM2-MoE, which changes the MoE ones).
 pub(crate) const QUIRKS: Quirks = Quirks {
-    activation: Activation::Silu,
     gguf_rope_pairing: RopePairing::Neox,
-    hf_rope_pairing: RopePairing::Neox,
-    gguf_norm_offset: 0.0,
-    hf_norm_offset: 0.0,
-    embd_scale_sqrt: false,
     sliding: SlidingDefault::None,
-    default_sliding_window: None,
-    default_rope_theta_local: None,
     default_rope_theta: 1_000_000.0,
-    nope_interval: None,
     qk_norm: true,
-    sandwich_norm: false,
-    gguf_attn_scale_embd_per_head_layers: &[],
-    default_expert_weights_norm: false,
-    fixed_attn_scale: None,
-    v_norm: false,
-    expert_gating: Gating::Softmax,
-    hf_last_layer_full: false,
+    ..Quirks::BASE
 };

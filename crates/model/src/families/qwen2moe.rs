@@ -3,7 +3,7 @@
 //! without renormalisation, plus a shared expert scaled by a sigmoid gate.
 
 use crate::family::{Family, Quirks, SlidingDefault, LLAMA_TENSORS, QWEN_MOE_TENSORS};
-use anedvd_graph::{Activation, Gating, RopePairing};
+use anedvd_graph::RopePairing;
 
 /// The qwen2_moe table.
 pub const FAMILY: Family = Family {
@@ -14,24 +14,9 @@ pub const FAMILY: Family = Family {
     tensors: &[LLAMA_TENSORS, QWEN_MOE_TENSORS],
     gguf_rope_freqs: None,
     quirks: Quirks {
-        activation: Activation::Silu,
         gguf_rope_pairing: RopePairing::Neox,
-        hf_rope_pairing: RopePairing::Neox,
-        gguf_norm_offset: 0.0,
-        hf_norm_offset: 0.0,
-        embd_scale_sqrt: false,
         sliding: SlidingDefault::None,
-        default_sliding_window: None,
-        default_rope_theta_local: None,
         default_rope_theta: 1_000_000.0,
-        nope_interval: None,
-        qk_norm: false,
-        sandwich_norm: false,
-        gguf_attn_scale_embd_per_head_layers: &[],
-        default_expert_weights_norm: false,
-        fixed_attn_scale: None,
-        v_norm: false,
-        expert_gating: Gating::Softmax,
-        hf_last_layer_full: false,
+        ..Quirks::BASE
     },
 };
