@@ -201,14 +201,14 @@ macro_rules! offset_dot {
 /// Q4_0 weights plus 8, in `[0, 15]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn unsigned_q4_0(x: &[u8]) -> __m256i {
+pub(super) fn unsigned_q4_0(x: &[u8]) -> __m256i {
     nibbles(&x[2..])
 }
 
 /// Q5_0 weights plus 16, in `[0, 31]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn unsigned_q5_0(x: &[u8]) -> __m256i {
+pub(super) fn unsigned_q5_0(x: &[u8]) -> __m256i {
     let hi = _mm256_and_si256(bytes_from_bits(rd32(x, 2)), _mm256_set1_epi8(0x10));
     _mm256_or_si256(nibbles(&x[6..]), hi)
 }
@@ -794,6 +794,8 @@ pub(super) const TABLE: Table = Table {
     x4_iq4_nl: Some(super::avx2_x4::IQ4_NL),
     x4_q4_k: Some(super::avx2_x4::Q4_K),
     x4_q6_k: Some(super::avx2_x4::Q6_K),
+    panel_q4_0: Some(super::avx2_panel::panel_q4_0),
+    panel_q5_0: Some(super::avx2_panel::panel_q5_0),
     axpy_f16,
     wsum_f16,
     dot_f16_multi,

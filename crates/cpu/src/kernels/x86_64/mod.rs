@@ -8,6 +8,7 @@
 #![allow(unsafe_code)]
 
 mod avx2;
+mod avx2_panel;
 mod avx2_x4;
 mod avx512;
 mod avx512_act;
