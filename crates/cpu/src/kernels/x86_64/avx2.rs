@@ -796,6 +796,8 @@ pub(super) const TABLE: Table = Table {
     x4_q6_k: Some(super::avx2_x4::Q6_K),
     panel_q4_0: Some(super::avx2_panel::panel_q4_0),
     panel_q5_0: Some(super::avx2_panel::panel_q5_0),
+    panel_q4_k: Some(super::avx2_panel_k::panel_q4_k),
+    panel_q6_k: Some(super::avx2_panel_k::panel_q6_k),
     axpy_f16,
     wsum_f16,
     dot_f16_multi,

@@ -20,11 +20,11 @@ use super::avx512_panel::quad;
 use std::arch::x86_64::*;
 
 /// Rows per panel (one i32 lane each).
-const PANEL: usize = 8;
+pub(super) const PANEL: usize = 8;
 /// Repacked bytes per panel block: 8 rows × 32 weights.
-const PB: usize = PANEL * 32;
+pub(super) const PB: usize = PANEL * 32;
 /// Tokens per chunk (activations of one chunk stay in L2).
-const TOKEN_CHUNK: usize = 64;
+pub(super) const TOKEN_CHUNK: usize = 64;
 /// Tokens per kernel call (the accumulators of four tokens, the weight
 /// register and the broadcast fit the 16 ymm registers).
 const T: usize = 4;
@@ -59,7 +59,7 @@ impl Kind {
 /// then the halves swapped across).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn transpose8(u: &[__m256i; 8]) -> [__m256i; 8] {
+pub(super) fn transpose8(u: &[__m256i; 8]) -> [__m256i; 8] {
     // t: pairs of rows interleaved by dword; s: quads of rows by qword.
     let t = [
         _mm256_unpacklo_epi32(u[0], u[1]),
@@ -98,7 +98,7 @@ fn transpose8(u: &[__m256i; 8]) -> [__m256i; 8] {
 /// Stores 32 bytes at the start of `d`.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn st256(d: &mut [u8], v: __m256i) {
+pub(super) fn st256(d: &mut [u8], v: __m256i) {
     let d = &mut d[..32];
     // SAFETY: `d` is 32 writable bytes; `storeu` is unaligned.
     unsafe { _mm256_storeu_si256(d.as_mut_ptr().cast(), v) }
@@ -107,7 +107,7 @@ fn st256(d: &mut [u8], v: __m256i) {
 /// Loads 8 f32 from the start of `s`.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn ld256ps(s: &[f32]) -> __m256 {
+pub(super) fn ld256ps(s: &[f32]) -> __m256 {
     let s = &s[..8];
     // SAFETY: `s` is 8 readable f32; `loadu` has no alignment requirement.
     unsafe { _mm256_loadu_ps(s.as_ptr()) }
@@ -152,7 +152,7 @@ fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelSc
 /// `out[t * row_stride + row_offset + p * 8 + r]` (token-major).
 #[target_feature(enable = "avx2")]
 #[inline]
-fn store<const N: usize>(
+pub(super) fn store<const N: usize>(
     res: [__m256; N],
     o: &mut PanelOut<'_>,
     n_rows: usize,

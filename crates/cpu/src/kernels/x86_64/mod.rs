@@ -9,6 +9,7 @@
 
 mod avx2;
 mod avx2_panel;
+mod avx2_panel_k;
 mod avx2_x4;
 mod avx512;
 mod avx512_act;
