@@ -13,16 +13,18 @@
 //!
 //! | weights | activation | x86-64 | aarch64 |
 //! |---|---|---|---|
-//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register); prefill: AVX2 4-token, AVX-512 16-row panels | NEON (Q8_0, Q4_0, Q5_0) |
+//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register); prefill: AVX2 4-token (8-row panels for Q4_0, Q5_0), AVX-512 16-row panels | NEON (Q8_0, Q4_0, Q5_0) |
 //! | Q4_1, Q5_1 | Q8 (with `s`) | AVX2 | generic |
-//! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX-512 16-row panels | NEON (Q4_K, Q6_K) |
+//! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX2 8-row and AVX-512 16-row panels | NEON (Q4_K, Q6_K) |
 //! | Q2_K, Q3_K, IQ4_XS | Q8_K | AVX2 | generic |
 //! | F32, F16, BF16 | f32 | AVX2 | generic |
 //!
-//! Prefill batches of at least `PANEL_MIN_TOKENS` tokens on AVX-512 go
-//! through panel kernels: each call's weight rows are unpacked to unsigned
-//! bytes and interleaved 16 rows per 4-weight chunk, so one `vpdpbusd` with
-//! four broadcast activation bytes advances 16 rows (lane = row). On
+//! Prefill batches of at least `PANEL_MIN_TOKENS` tokens go through panel
+//! kernels where the table has them: each call's weight rows are unpacked
+//! to unsigned bytes and interleaved 16 rows (AVX-512) or 8 rows (AVX2) per
+//! 4-weight chunk, so one `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`) with
+//! four broadcast activation bytes advances every row of the panel (lane =
+//! row). On
 //! AVX-512 VNNI the legacy types (Q8_0, Q4_0, Q5_0, IQ4_NL) are instead
 //! packed once at load into that layout ([`PackedWeights`], `packed.rs`)
 //! and every product of theirs, single-token too, reads the packed panels.
