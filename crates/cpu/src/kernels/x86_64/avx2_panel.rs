@@ -29,16 +29,25 @@ pub(super) const TOKEN_CHUNK: usize = 64;
 /// register and the broadcast fit the 16 ymm registers).
 const T: usize = 4;
 
-/// The weight types these kernels take.
+/// The weight types these kernels (and `avx512_panel`'s) take.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Q4_0,
     Q5_0,
 }
 
 impl Kind {
+    /// The kind numbered `k` (0: Q4_0, else Q5_0), for const-generic
+    /// dispatch.
+    pub(super) const fn from_u8(k: u8) -> Self {
+        match k {
+            0 => Kind::Q4_0,
+            _ => Kind::Q5_0,
+        }
+    }
+
     /// Bytes per block.
-    const fn bytes(self) -> usize {
+    pub(super) const fn bytes(self) -> usize {
         match self {
             Kind::Q4_0 => 18,
             Kind::Q5_0 => 22,
@@ -46,7 +55,7 @@ impl Kind {
     }
 
     /// The weight offset that makes the unpacked bytes unsigned.
-    const fn off(self) -> i32 {
+    pub(super) const fn off(self) -> i32 {
         match self {
             Kind::Q4_0 => 8,
             Kind::Q5_0 => 16,

@@ -21,25 +21,26 @@ use std::arch::x86_64::*;
 /// Repacked bytes per 256-weight block of a panel.
 const KB: usize = 8 * PB;
 
-/// The K-quant types these kernels take.
+/// The K-quant types these kernels (and `avx512_panel_k`'s) take.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Q4K,
     Q6K,
 }
 
 impl Kind {
     /// Bytes per block.
-    const fn bytes(self) -> usize {
+    pub(super) const fn bytes(self) -> usize {
         match self {
             Kind::Q4K => 144,
             Kind::Q6K => 210,
         }
     }
 
-    /// i32 vectors (8 lanes) of per-row integer data per block: Q4_K's 8
-    /// sub-block scales and 4 min pairs; Q6_K's 16 scales and 8 scale pairs.
-    const fn ints(self) -> usize {
+    /// i32 vectors (one lane per panel row) of per-row integer data per
+    /// block: Q4_K's 8 sub-block scales and 4 min pairs; Q6_K's 16 scales
+    /// and 8 scale pairs.
+    pub(super) const fn ints(self) -> usize {
         match self {
             Kind::Q4K => 12,
             Kind::Q6K => 24,
@@ -47,7 +48,7 @@ impl Kind {
     }
 
     /// f32 vectors per block: Q4_K's `d` and `dmin`; Q6_K's `d`.
-    const fn floats(self) -> usize {
+    pub(super) const fn floats(self) -> usize {
         match self {
             Kind::Q4K => 2,
             Kind::Q6K => 1,
@@ -56,14 +57,14 @@ impl Kind {
 }
 
 /// Two i16 in one i32 lane (`lo` in the low half).
-fn pair(lo: i16, hi: i16) -> i32 {
+pub(super) fn pair(lo: i16, hi: i16) -> i32 {
     i32::from(lo as u16) | (i32::from(hi) << 16)
 }
 
 /// The 256 weights of one block as eight 32-weight groups of unsigned bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn unpack(kind: Kind, xb: &[u8]) -> [__m256i; 8] {
+pub(super) fn unpack(kind: Kind, xb: &[u8]) -> [__m256i; 8] {
     let m4 = _mm256_set1_epi8(0x0f);
     let mut g = [_mm256_setzero_si256(); 8];
     match kind {
@@ -163,7 +164,7 @@ fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelSc
 
 /// Four activation bytes `o..o + 4` of `y` as one i32.
 #[inline(always)]
-fn quad(y: &BlockQ8K, o: usize) -> i32 {
+pub(super) fn quad(y: &BlockQ8K, o: usize) -> i32 {
     i32::from_le_bytes([
         y.qs[o] as u8,
         y.qs[o + 1] as u8,

@@ -20,6 +20,7 @@
 
 use super::super::{PanelOut, PanelScratch, Q8Block};
 use super::avx2::{f16v, ld128, rd16, rd32};
+use super::avx2_panel::Kind;
 use super::avx512::dp_bw;
 use std::arch::x86_64::*;
 
@@ -29,39 +30,6 @@ pub(super) const PANEL: usize = 16;
 pub(super) const PB: usize = PANEL * 32;
 /// Tokens per chunk (activations of one chunk stay in L2).
 pub(super) const TOKEN_CHUNK: usize = 64;
-
-/// The legacy weight types the panel kernels take.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Q4_0,
-    Q5_0,
-}
-
-impl Kind {
-    /// The kind numbered `k` in [`repack`]'s dispatch.
-    const fn from_u8(k: u8) -> Self {
-        match k {
-            0 => Kind::Q4_0,
-            _ => Kind::Q5_0,
-        }
-    }
-
-    /// Bytes per block.
-    const fn bytes(self) -> usize {
-        match self {
-            Kind::Q4_0 => 18,
-            Kind::Q5_0 => 22,
-        }
-    }
-
-    /// The weight offset that makes the unpacked bytes unsigned.
-    const fn off(self) -> i32 {
-        match self {
-            Kind::Q4_0 => 8,
-            Kind::Q5_0 => 16,
-        }
-    }
-}
 
 /// One block's 32 weights as unsigned bytes `w + OFF`, in weight order.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]

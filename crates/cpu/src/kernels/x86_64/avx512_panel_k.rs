@@ -10,7 +10,8 @@
 
 use super::super::generic::unpack_k4_scales;
 use super::super::{PanelOut, PanelScratch};
-use super::avx2::{f16v, ld256, rd16};
+use super::avx2::{f16v, rd16};
+use super::avx2_panel_k::{pair, quad, unpack, Kind};
 use super::avx512::{dp_bw, dp_vnni};
 use super::avx512_panel::{
     ld512, ld512ps, st512, store, transpose16, TransposeIdx, PANEL, PB, TOKEN_CHUNK,
@@ -21,83 +22,6 @@ use std::arch::x86_64::*;
 
 /// Repacked bytes per 256-weight block of a panel.
 const KB: usize = 8 * PB;
-
-/// The K-quant types the panel kernels take.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Q4K,
-    Q6K,
-}
-
-impl Kind {
-    /// Bytes per block.
-    const fn bytes(self) -> usize {
-        match self {
-            Kind::Q4K => 144,
-            Kind::Q6K => 210,
-        }
-    }
-
-    /// i32 vectors (16 lanes) of per-row integer data per block: Q4_K's 8
-    /// sub-block scales and 4 min pairs; Q6_K's 16 scales and 8 scale pairs.
-    const fn ints(self) -> usize {
-        match self {
-            Kind::Q4K => 12,
-            Kind::Q6K => 24,
-        }
-    }
-
-    /// f32 vectors per block: Q4_K's `d` and `dmin`; Q6_K's `d`.
-    const fn floats(self) -> usize {
-        match self {
-            Kind::Q4K => 2,
-            Kind::Q6K => 1,
-        }
-    }
-}
-
-/// Two i16 in one i32 lane (`lo` in the low half).
-fn pair(lo: i16, hi: i16) -> i32 {
-    i32::from(lo as u16) | (i32::from(hi) << 16)
-}
-
-/// The 256 weights of one block as eight 32-weight groups of unsigned bytes.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-#[inline]
-fn unpack(kind: Kind, xb: &[u8]) -> [__m256i; 8] {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let mut g = [_mm256_setzero_si256(); 8];
-    match kind {
-        Kind::Q4K => {
-            for j in 0..4 {
-                let bits = ld256(&xb[16 + 32 * j..]);
-                g[2 * j] = _mm256_and_si256(bits, m4);
-                g[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
-            }
-        }
-        Kind::Q6K => {
-            let m2 = _mm256_set1_epi8(3);
-            let h = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, m2));
-            for c in 0..2 {
-                let b1 = ld256(&xb[64 * c..]);
-                let b2 = ld256(&xb[64 * c + 32..]);
-                let hb = ld256(&xb[128 + 32 * c..]);
-                g[4 * c] = _mm256_or_si256(_mm256_and_si256(b1, m4), h(hb));
-                g[4 * c + 1] =
-                    _mm256_or_si256(_mm256_and_si256(b2, m4), h(_mm256_srli_epi16::<2>(hb)));
-                g[4 * c + 2] = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4),
-                    h(_mm256_srli_epi16::<4>(hb)),
-                );
-                g[4 * c + 3] = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4),
-                    h(_mm256_srli_epi16::<6>(hb)),
-                );
-            }
-        }
-    }
-    g
-}
 
 /// Repacks `n` rows into panels in `sc`: `wq` gets `KB` bytes per panel
 /// block, `wi` `16 * kind.ints()` i32 and `ws` `16 * kind.floats()` f32;
@@ -162,17 +86,6 @@ fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelSc
             }
         }
     }
-}
-
-/// Four activation bytes `o..o + 4` of `y` as one i32.
-#[inline(always)]
-fn quad(y: &BlockQ8K, o: usize) -> i32 {
-    i32::from_le_bytes([
-        y.qs[o] as u8,
-        y.qs[o + 1] as u8,
-        y.qs[o + 2] as u8,
-        y.qs[o + 3] as u8,
-    ])
 }
 
 macro_rules! panel_k_kernels {
