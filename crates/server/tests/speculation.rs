@@ -197,6 +197,39 @@ async fn draft_model_requests() {
     assert!(e.contains("needs the same vocabulary"), "{e}");
 }
 
+/// A slot's draft-model session outlives its request: each request's own
+/// `m` caps its drafts (a short first request does not cap later ones).
+#[tokio::test]
+async fn each_request_sets_its_draft_length() {
+    let st = AppState::new(config());
+    let draft = DraftModel {
+        engine: Arc::new(load("qwen2", Format::GgufQ8)),
+        p_min: 0.0,
+    };
+    st.set_engine(load("qwen2", Format::GgufF32), Some(draft))
+        .unwrap();
+    let app = router(st);
+    let prompt = fixtures::reference("qwen2").prompt;
+    let per_pass = |before: &str, after: &str| {
+        let d = |name: &str| metric(after, name) - metric(before, name);
+        d("anedvd_spec_drafted_tokens_total") / d("anedvd_spec_verify_passes_total")
+    };
+    for m in [1u64, 6] {
+        let before = metrics(&app).await;
+        let body = json!({"prompt": prompt, "max_tokens": 40,
+                          "speculative": {"proposer": "draft", "m": m}});
+        complete(&app, body).await;
+        let after = metrics(&app).await;
+        let drafted = per_pass(&before, &after);
+        // with no probability floor every pass drafts up to m (fewer only
+        // near max_tokens)
+        assert!(
+            drafted <= m as f64 && drafted > (m as f64 - 1.0).max(0.5),
+            "m {m}: {drafted} drafts per verify pass"
+        );
+    }
+}
+
 /// Bad `speculative` values are 400s naming the field, in both dialects.
 #[tokio::test]
 async fn bad_speculative_fields() {

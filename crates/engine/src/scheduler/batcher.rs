@@ -316,10 +316,16 @@ fn propose(
             Drafting::Ngram(p) => p.draft(history, max, &mut a.drafts),
             Drafting::Model { m } => match (&mut drafters[a.slot], &sh.draft) {
                 (Some(p), _) => p.draft(history, max.min(*m), &mut a.drafts),
-                (slot @ None, Some(d)) => {
-                    DraftProposer::new(&d.engine, &sh.engine.tokenizer, max_seq, *m, d.p_min)
-                        .and_then(|p| slot.insert(p).draft(history, max.min(*m), &mut a.drafts))
-                }
+                // The slot's proposer outlives this request: its length
+                // cap is each call's `max` (this request's m), not its own.
+                (slot @ None, Some(d)) => DraftProposer::new(
+                    &d.engine,
+                    &sh.engine.tokenizer,
+                    max_seq,
+                    usize::MAX,
+                    d.p_min,
+                )
+                .and_then(|p| slot.insert(p).draft(history, max.min(*m), &mut a.drafts)),
                 (None, None) => Ok(()),
             },
         };
