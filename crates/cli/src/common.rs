@@ -283,10 +283,10 @@ pub struct SpecArgs {
     /// is below this.
     #[arg(long, value_name = "P", default_value_t = anedvd_engine::speculative::DRAFT_P_MIN)]
     pub draft_p_min: f32,
-    /// Tokens matched in the history (with --spec).
+    /// Tokens matched in the history (with --spec; 1-256).
     #[arg(long, value_name = "N", default_value_t = anedvd_engine::speculative::DEFAULT_N)]
     pub spec_n: usize,
-    /// Most tokens drafted per verify pass (with --spec).
+    /// Most tokens drafted per verify pass (with --spec; 1-256).
     #[arg(long, value_name = "M", default_value_t = anedvd_engine::speculative::DEFAULT_M)]
     pub spec_m: usize,
 }

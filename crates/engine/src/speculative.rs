@@ -43,6 +43,10 @@ impl ProposerKind {
     }
 }
 
+/// Largest accepted n-gram and draft lengths (a verify pass of more rows
+/// than a batch step's budget could not run in one step anyway).
+pub const MAX_SPEC_LEN: usize = 256;
+
 /// Speculation settings of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpecParams {
@@ -65,13 +69,15 @@ impl Default for SpecParams {
 }
 
 impl SpecParams {
-    /// Checks the sizes.
+    /// Checks the sizes: 1..=[`MAX_SPEC_LEN`] each.
     pub fn validate(&self) -> Result<(), String> {
-        if self.n == 0 {
-            return Err("speculation n-gram length (--spec-n) must be at least 1".into());
-        }
-        if self.m == 0 {
-            return Err("speculation draft length (--spec-m) must be at least 1".into());
+        for (v, what) in [
+            (self.n, "speculation n-gram length (--spec-n)"),
+            (self.m, "speculation draft length (--spec-m)"),
+        ] {
+            if !(1..=MAX_SPEC_LEN).contains(&v) {
+                return Err(format!("{what} must be in 1..={MAX_SPEC_LEN}, not {v}"));
+            }
         }
         Ok(())
     }
@@ -121,7 +127,7 @@ impl NgramProposer {
         // llama.cpp's `tokens` is the history without the sampled token.
         let cur_len = history.len().saturating_sub(1);
         // "We need at least n_draft_min + n_draft_max + 1 tokens".
-        if n == 0 || m == 0 || max == 0 || cur_len <= n + m + 1 {
+        if n == 0 || m == 0 || max == 0 || cur_len <= n.saturating_add(m).saturating_add(1) {
             return;
         }
         // The pattern: the last n-1 tokens and the sampled one.
@@ -286,6 +292,12 @@ mod tests {
         // too short a history: needs more than n + m + 1 = 5 tokens besides
         // the sampled one
         assert!(draft(&mut p, &[7, 8, 1, 7, 8], 16).is_empty());
+        // sizes near usize::MAX: no overflow, just no draft
+        let mut huge = NgramProposer {
+            n: usize::MAX,
+            m: usize::MAX,
+        };
+        assert!(draft(&mut huge, &[0, 7, 8, 1, 2, 3, 7, 8], 16).is_empty());
         // a match only at position 0 is no match
         assert!(draft(&mut p, &[7, 8, 1, 2, 3, 4, 7, 8], 16).is_empty());
         assert_eq!(draft(&mut p, &[0, 7, 8, 1, 2, 3, 7, 8], 16), [1, 2]);

@@ -235,7 +235,10 @@ async fn each_request_sets_its_draft_length() {
 async fn bad_speculative_fields() {
     let app = app(config());
     let cases = [
-        (json!({"m": 0}), "speculative", "must be at least 1"),
+        (json!({"m": 0}), "speculative", "must be in 1..=256, not 0"),
+        // would overflow the n-gram lookup's arithmetic if accepted
+        (json!({"n": u64::MAX}), "speculative", "must be in 1..=256"),
+        (json!({"m": 100_000}), "speculative", "must be in 1..=256"),
         (json!({"n": -3}), "speculative.n", "positive integer"),
         (
             json!({"proposer": "eagle"}),
