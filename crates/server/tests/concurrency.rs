@@ -23,14 +23,6 @@ async fn open_stream(app: &Router, prompt: &serde_json::Value) -> Body {
     resp.into_body()
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("{name} missing"))
-        .parse()
-        .unwrap()
-}
-
 /// Polls /metrics until `pred` holds (or fails after 10 s).
 async fn wait_metrics(app: &Router, what: &str, pred: impl Fn(&str) -> bool) -> String {
     let start = Instant::now();

@@ -24,14 +24,6 @@ fn repeating_prompt(family: &str) -> Vec<u32> {
     prompt
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("{name} missing"))
-        .parse()
-        .unwrap()
-}
-
 async fn metrics(app: &Router) -> String {
     send(app, "GET", "/metrics", &[], "").await.text
 }
@@ -44,6 +36,19 @@ async fn complete(app: &Router, body: Value) -> Value {
 
 fn text(v: &Value) -> String {
     v["choices"][0]["text"].as_str().unwrap().to_owned()
+}
+
+/// The qwen2 fixture served with its Q8_0 file as the draft model (same
+/// vocabulary; no probability floor: these random models are never sure).
+fn draft_app() -> Router {
+    let st = AppState::new(config());
+    let draft = DraftModel {
+        engine: Arc::new(load("qwen2", Format::GgufQ8)),
+        p_min: 0.0,
+    };
+    st.set_engine(load("qwen2", Format::GgufF32), Some(draft))
+        .unwrap();
+    router(st)
 }
 
 /// Three greedy requests speculating with the n-gram proposer run together
@@ -147,14 +152,7 @@ async fn server_default_and_per_request_override() {
 /// vocabulary is refused when the slots start.
 #[tokio::test]
 async fn draft_model_requests() {
-    let st = AppState::new(config());
-    let draft = DraftModel {
-        engine: Arc::new(load("qwen2", Format::GgufQ8)),
-        p_min: 0.0,
-    };
-    st.set_engine(load("qwen2", Format::GgufF32), Some(draft))
-        .unwrap();
-    let app = router(st);
+    let app = draft_app();
     let prompt = fixtures::reference("qwen2").prompt;
     let plain = complete(&app, json!({"prompt": prompt, "max_tokens": 40})).await;
     let spec = complete(
@@ -201,14 +199,7 @@ async fn draft_model_requests() {
 /// `m` caps its drafts (a short first request does not cap later ones).
 #[tokio::test]
 async fn each_request_sets_its_draft_length() {
-    let st = AppState::new(config());
-    let draft = DraftModel {
-        engine: Arc::new(load("qwen2", Format::GgufQ8)),
-        p_min: 0.0,
-    };
-    st.set_engine(load("qwen2", Format::GgufF32), Some(draft))
-        .unwrap();
-    let app = router(st);
+    let app = draft_app();
     let prompt = fixtures::reference("qwen2").prompt;
     let per_pass = |before: &str, after: &str| {
         let d = |name: &str| metric(after, name) - metric(before, name);

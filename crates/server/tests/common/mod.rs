@@ -105,6 +105,15 @@ pub async fn send(
     }
 }
 
+/// The value of the Prometheus sample `name` in a /metrics text.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{name} missing"))
+        .parse()
+        .unwrap()
+}
+
 pub async fn post(app: &Router, path: &str, body: &Value) -> Reply {
     send(app, "POST", path, &[], &body.to_string()).await
 }

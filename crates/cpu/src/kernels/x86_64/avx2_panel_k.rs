@@ -99,6 +99,45 @@ pub(super) fn unpack(kind: Kind, xb: &[u8]) -> [__m256i; 8] {
     g
 }
 
+/// Writes the per-row data of row `lane`'s block `xb` into a panel block's
+/// `wi` (integer vectors of `panel` lanes: Q4_K's sub-block scales and min
+/// pairs, Q6_K's scales and scale pairs) and `ws` (its f32 scales).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn row_data(
+    kind: Kind,
+    xb: &[u8],
+    lane: usize,
+    panel: usize,
+    wi: &mut [i32],
+    ws: &mut [f32],
+) {
+    match kind {
+        Kind::Q4K => {
+            let sm = unpack_k4_scales(&xb[4..16]);
+            for s in 0..8 {
+                wi[s * panel + lane] = i32::from(sm[s]);
+            }
+            for q in 0..4 {
+                let (m0, m1) = (i16::from(sm[8 + 2 * q]), i16::from(sm[9 + 2 * q]));
+                wi[(8 + q) * panel + lane] = pair(m0, m1);
+            }
+            ws[lane] = f16v(rd16(xb, 0));
+            ws[panel + lane] = f16v(rd16(xb, 2));
+        }
+        Kind::Q6K => {
+            let s = |i: usize| i16::from(xb[192 + i] as i8);
+            for i in 0..16 {
+                wi[i * panel + lane] = i32::from(s(i));
+            }
+            for q in 0..8 {
+                wi[(16 + q) * panel + lane] = pair(s(2 * q), s(2 * q + 1));
+            }
+            ws[lane] = f16v(rd16(xb, 208));
+        }
+    }
+}
+
 /// Repacks `n` rows into panels in `sc`: `wq` gets `KB` bytes per panel
 /// block, `wi` `8 * kind.ints()` i32 and `ws` `8 * kind.floats()` f32;
 /// rows past `n` in the last panel are zero.
@@ -126,30 +165,7 @@ fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelSc
                 let at = (p * PANEL + lane) * rb + b * bb;
                 let xb = &w[at..at + bb];
                 *ur = unpack(kind, xb);
-                match kind {
-                    Kind::Q4K => {
-                        let sm = unpack_k4_scales(&xb[4..16]);
-                        for s in 0..8 {
-                            wi[s * PANEL + lane] = i32::from(sm[s]);
-                        }
-                        for q in 0..4 {
-                            let (m0, m1) = (i16::from(sm[8 + 2 * q]), i16::from(sm[9 + 2 * q]));
-                            wi[(8 + q) * PANEL + lane] = pair(m0, m1);
-                        }
-                        ws[lane] = f16v(rd16(xb, 0));
-                        ws[PANEL + lane] = f16v(rd16(xb, 2));
-                    }
-                    Kind::Q6K => {
-                        let s = |i: usize| i16::from(xb[192 + i] as i8);
-                        for i in 0..16 {
-                            wi[i * PANEL + lane] = i32::from(s(i));
-                        }
-                        for q in 0..8 {
-                            wi[(16 + q) * PANEL + lane] = pair(s(2 * q), s(2 * q + 1));
-                        }
-                        ws[lane] = f16v(rd16(xb, 208));
-                    }
-                }
+                row_data(kind, xb, lane, PANEL, wi, ws);
             }
             let groups = sc.wq[blk * KB..(blk + 1) * KB].chunks_exact_mut(PB);
             for (g, dst) in groups.enumerate() {

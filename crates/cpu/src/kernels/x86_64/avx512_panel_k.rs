@@ -8,10 +8,8 @@
 //! Q4_K mins and the Q6_K `-32` through `bsums` (`vpdpwssd` on scale pairs);
 //! then one conversion and FMA per block for all 16 rows.
 
-use super::super::generic::unpack_k4_scales;
 use super::super::{PanelOut, PanelScratch};
-use super::avx2::{f16v, rd16};
-use super::avx2_panel_k::{pair, quad, unpack, Kind};
+use super::avx2_panel_k::{pair, quad, row_data, unpack, Kind};
 use super::avx512::{dp_bw, dp_vnni};
 use super::avx512_panel::{
     ld512, ld512ps, st512, store, transpose16, TransposeIdx, PANEL, PB, TOKEN_CHUNK,
@@ -52,30 +50,7 @@ fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelSc
                 let at = (p * PANEL + lane) * rb + b * bb;
                 let xb = &w[at..at + bb];
                 *ur = unpack(kind, xb);
-                match kind {
-                    Kind::Q4K => {
-                        let sm = unpack_k4_scales(&xb[4..16]);
-                        for s in 0..8 {
-                            wi[s * PANEL + lane] = i32::from(sm[s]);
-                        }
-                        for q in 0..4 {
-                            let (m0, m1) = (i16::from(sm[8 + 2 * q]), i16::from(sm[9 + 2 * q]));
-                            wi[(8 + q) * PANEL + lane] = pair(m0, m1);
-                        }
-                        ws[lane] = f16v(rd16(xb, 0));
-                        ws[PANEL + lane] = f16v(rd16(xb, 2));
-                    }
-                    Kind::Q6K => {
-                        let s = |i: usize| i16::from(xb[192 + i] as i8);
-                        for i in 0..16 {
-                            wi[i * PANEL + lane] = i32::from(s(i));
-                        }
-                        for q in 0..8 {
-                            wi[(16 + q) * PANEL + lane] = pair(s(2 * q), s(2 * q + 1));
-                        }
-                        ws[lane] = f16v(rd16(xb, 208));
-                    }
-                }
+                row_data(kind, xb, lane, PANEL, wi, ws);
             }
             let groups = sc.wq[blk * KB..(blk + 1) * KB].chunks_exact_mut(PB);
             for (g, dst) in groups.enumerate() {
