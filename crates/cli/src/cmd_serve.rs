@@ -3,7 +3,7 @@
 use crate::common::{error_chain, load_engine, BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
 use anedvd_engine::scheduler::DraftModel;
 use anedvd_engine::Engine;
-use anedvd_server::{router, AppState, ServerConfig};
+use anedvd_server::{AppState, ServerConfig};
 use anyhow::{Context, Result};
 use clap::Args;
 use std::sync::Arc;
@@ -46,6 +46,27 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 10)]
     shutdown_grace: u64,
+    /// Seconds a request may take from arrival to its last byte (streams
+    /// included); past it the generation is cancelled and the client gets
+    /// a 504 (or an error event mid-stream). 0 = no limit.
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    request_timeout: u64,
+    /// Client connections served at once; one more is answered 503 with
+    /// Retry-After and closed.
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    max_connections: usize,
+    /// Largest request line plus headers in bytes (431 beyond; at least 8192).
+    #[arg(long, default_value_t = 64 * 1024, value_name = "BYTES")]
+    max_header_bytes: usize,
+    /// Seconds a client has to send a request's headers; also how long an
+    /// idle keep-alive connection is kept.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    header_timeout: u64,
+    /// Most MiB the slots' KV caches may take together: a --parallel x
+    /// --max-seq that could need more is refused at start (default: no
+    /// limit; the worst case is printed at start and exported at /metrics).
+    #[arg(long, value_name = "MIB")]
+    kv_budget: Option<u64>,
     /// Default sampling for fields a request leaves out.
     #[command(flatten)]
     sampling: SamplingArgs,
@@ -75,7 +96,22 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         sampling,
         fixed_seed: args.sampling.seed.is_some(),
         speculative: args.spec.params()?,
+        request_timeout: (args.request_timeout > 0)
+            .then(|| Duration::from_secs(args.request_timeout)),
+        max_connections: args.max_connections,
+        max_header_bytes: args.max_header_bytes,
+        header_timeout: Duration::from_secs(args.header_timeout),
+        kv_budget_bytes: args.kv_budget.map(|m| m.saturating_mul(1024 * 1024)),
     };
+    if args.max_connections == 0 {
+        anyhow::bail!("--max-connections must be at least 1");
+    }
+    if args.max_header_bytes < 8192 {
+        anyhow::bail!("--max-header-bytes must be at least 8192 (hyper's smallest read buffer)");
+    }
+    if args.header_timeout == 0 {
+        anyhow::bail!("--header-timeout must be at least 1 second");
+    }
     let state = AppState::new(config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -115,9 +151,20 @@ async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
             Ok((engine, draft)) => {
                 let name = engine.name.clone();
                 let secs = engine.load_time.as_secs_f64();
+                let per_position = engine.kv_bytes_per_position();
                 match loader_state.set_engine(engine, draft) {
                     Ok(()) => {
-                        eprintln!("anedvd: model {name} ready ({secs:.2} s); open http://{local}/")
+                        let c = loader_state.config();
+                        let positions = loader_state
+                            .status()
+                            .ok()
+                            .flatten()
+                            .map_or(c.max_seq, |r| r.max_seq);
+                        let kv = (c.parallel * positions * per_position) as f64 / (1024.0 * 1024.0);
+                        eprintln!(
+                            "anedvd: model {name} ready ({secs:.2} s); KV cache up to {kv:.1} MiB ({} slots x {positions} positions); open http://{local}/",
+                            c.parallel
+                        )
                     }
                     Err(e) => {
                         eprintln!("anedvd: starting slots failed: {e}");
@@ -146,8 +193,7 @@ async fn serve(args: &ServeArgs, state: AppState) -> Result<()> {
             shutdown_state.cancel_all();
         });
     };
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
+    anedvd_server::serve(listener, state, shutdown)
         .await
         .context("serving")?;
     eprintln!("anedvd: stopped");

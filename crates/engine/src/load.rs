@@ -172,6 +172,23 @@ impl Engine {
         ))
     }
 
+    /// Bytes of KV cache one position of one sequence takes: keys and
+    /// values in f16 (as both backends keep them) of every layer with its
+    /// own cache (not convolution layers, not layers reading an earlier
+    /// layer's K/V).
+    pub fn kv_bytes_per_position(&self) -> usize {
+        let c = &self.config;
+        (0..c.n_layer)
+            .filter(|&i| !c.conv_layers.get(i).copied().unwrap_or(false))
+            .filter(|&i| c.kv_sources.get(i).is_none_or(Option::is_none))
+            .map(|i| {
+                let heads = c.n_head_kv_layers.get(i).copied().unwrap_or(c.n_head_kv);
+                let dim = c.head_dim_layers.get(i).copied().unwrap_or(c.head_dim);
+                2 * heads * dim * std::mem::size_of::<u16>()
+            })
+            .sum()
+    }
+
     /// The context length the model was trained with.
     pub fn n_ctx_train(&self) -> usize {
         self.executable.n_ctx_train()

@@ -1,8 +1,11 @@
 //! Anthropic-compatible `POST /v1/messages` (streaming with named events, and not).
 
 use crate::error::{ApiError, Dialect, ErrorKind};
+use crate::metrics::RequestGuard;
 use crate::openai::{chat_prompt, flatten_content};
-use crate::request::{collect, generate_params, is_set, new_id, read_json, typed, Sampling};
+use crate::request::{
+    collect, generate_params, is_set, new_id, read_json, typed, within, Deadline, Sampling,
+};
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
 use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
@@ -144,14 +147,19 @@ fn usage(input: usize, cached: usize, output: usize) -> Value {
 
 /// `POST /v1/messages`.
 pub async fn messages(State(state): State<AppState>, body: Body) -> Response {
-    state.metrics().count_request("messages");
-    match inner(state, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
+    let mut guard = state.begin("messages");
+    let deadline = state.deadline();
+    let work = inner(state, body, &mut guard, deadline);
+    let result = within(deadline, D, work).await;
+    guard.respond(result)
 }
 
-async fn inner(state: AppState, body: Body) -> Result<Response, ApiError> {
+async fn inner(
+    state: AppState,
+    body: Body,
+    guard: &mut RequestGuard,
+    deadline: Deadline,
+) -> Result<Response, ApiError> {
     let v = read_json(body, state.config().max_body_bytes, D).await?;
     reject_unsupported(&v)?;
     let sampling: Sampling = typed(v.clone(), D)?;
@@ -169,7 +177,7 @@ async fn inner(state: AppState, body: Body) -> Result<Response, ApiError> {
     let params = generate_params(&state, &sampling, Some(max_tokens), 0, D)?;
     let stop = req.stop_sequences.clone().unwrap_or_default();
     let input_tokens = prompt.len();
-    let rx = state.submit(D, &ready, prompt, params, stop)?;
+    let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
     let id = new_id("msg_");
     let model = state.config().model_id.clone();
     if req.stream.unwrap_or(false) {
@@ -194,9 +202,14 @@ async fn inner(state: AppState, body: Body) -> Result<Response, ApiError> {
             ),
             json_event(Some("ping"), &json!({"type": "ping"})),
         ];
-        return Ok(sse_response(first, rx, MessagesStream));
+        return Ok(sse_response(
+            first,
+            generation,
+            MessagesStream,
+            guard.hand_off(),
+        ));
     }
-    let (out, s) = collect(rx, D).await?;
+    let (out, s) = collect(generation, D).await?;
     Ok(Json(json!({
         "id": id,
         "type": "message",

@@ -52,6 +52,8 @@ pub enum ErrorKind {
     Overloaded,
     /// 503: the model is still loading.
     Loading,
+    /// 504: the request ran past `--request-timeout`.
+    Timeout,
     /// 500: the engine failed.
     Internal,
 }
@@ -64,6 +66,7 @@ impl ErrorKind {
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
             ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::Overloaded | ErrorKind::Loading => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -78,6 +81,7 @@ impl ErrorKind {
             ErrorKind::TooLarge => ("invalid_request_error", Some("request_too_large")),
             ErrorKind::Overloaded => ("server_overloaded", Some("queue_full")),
             ErrorKind::Loading => ("unavailable_error", Some("model_loading")),
+            ErrorKind::Timeout => ("timeout_error", Some("request_timeout")),
             ErrorKind::Internal => ("server_error", None),
         }
     }
@@ -90,6 +94,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found_error",
             ErrorKind::TooLarge => "request_too_large",
             ErrorKind::Overloaded | ErrorKind::Loading => "overloaded_error",
+            ErrorKind::Timeout => "timeout_error",
             ErrorKind::Internal => "api_error",
         }
     }
@@ -108,7 +113,7 @@ pub struct ApiError {
     pub dialect: Dialect,
 }
 
-/// Seconds a client should wait before retrying a 503.
+/// Seconds a client should wait before retrying a 503 or 504.
 pub const RETRY_AFTER_SECS: u64 = 1;
 
 impl ApiError {
@@ -170,7 +175,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let mut resp = (status, axum::Json(self.body())).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if matches!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+        ) {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
         }

@@ -24,6 +24,7 @@ mod error;
 mod metrics;
 mod openai;
 mod request;
+mod serve;
 mod sse;
 mod state;
 
@@ -32,7 +33,8 @@ pub use anedvd_engine::scheduler::{
 };
 pub use anedvd_engine::scheduler::{StopMatcher, StopOutcome};
 pub use error::{ApiError, Dialect, Error, ErrorKind};
-pub use metrics::Metrics;
+pub use metrics::{KvSize, Metrics, Outcome, RequestGuard};
+pub use serve::serve;
 pub use state::{AppState, ChannelSink, Ready, ServerConfig};
 
 use axum::body::Body;
@@ -179,13 +181,18 @@ async fn models(State(state): State<AppState>) -> Response {
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
     let mut g = state.gauges();
-    g.ready = matches!(state.status(), Ok(Some(_)));
+    let ready = state.status().ok().flatten();
+    g.ready = ready.is_some();
+    let kv = ready.map_or_else(KvSize::default, |r| KvSize {
+        per_position: r.engine.kv_bytes_per_position(),
+        capacity_positions: r.max_seq * state.config().parallel,
+    });
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics().render(g),
+        state.metrics().render(g, kv),
     )
         .into_response()
 }
@@ -202,7 +209,7 @@ struct TokenizeRequest {
 }
 
 async fn tokenize(State(state): State<AppState>, body: Body) -> Response {
-    state.metrics().count_request("tokenize");
+    let guard = state.begin("tokenize");
     let d = Dialect::OpenAi;
     let run = async {
         let v = request::read_json(body, state.config().max_body_bytes, d).await?;
@@ -232,7 +239,7 @@ async fn tokenize(State(state): State<AppState>, body: Body) -> Response {
         };
         Ok::<_, ApiError>(Json(json!({"tokens": tokens})).into_response())
     };
-    run.await.unwrap_or_else(IntoResponse::into_response)
+    guard.respond(run.await)
 }
 
 #[derive(Deserialize)]
@@ -241,7 +248,7 @@ struct DetokenizeRequest {
 }
 
 async fn detokenize(State(state): State<AppState>, body: Body) -> Response {
-    state.metrics().count_request("detokenize");
+    let guard = state.begin("detokenize");
     let d = Dialect::OpenAi;
     let run = async {
         let v = request::read_json(body, state.config().max_body_bytes, d).await?;
@@ -261,5 +268,5 @@ async fn detokenize(State(state): State<AppState>, body: Body) -> Response {
             .map_err(|e| ApiError::new(d, ErrorKind::InvalidRequest, e.to_string()))?;
         Ok(Json(json!({"content": text})).into_response())
     };
-    run.await.unwrap_or_else(IntoResponse::into_response)
+    guard.respond(run.await)
 }

@@ -11,12 +11,17 @@ use std::sync::Arc;
 pub struct Metrics {
     /// Requests received per endpoint, in [`ENDPOINTS`] order.
     requests: [AtomicU64; ENDPOINTS.len()],
+    /// Requests ended, per [`Outcome`] (in its order): once none is in
+    /// flight these add up to the requests received.
+    outcomes: [AtomicU64; 3],
+    /// Requests received and not yet ended.
+    in_flight: AtomicU64,
     /// The scheduler's counters (queue rejections, cancellations, tokens,
     /// prefill/decode time, batched passes).
     pub scheduler: Arc<SchedulerCounters>,
 }
 
-/// Endpoints counted by [`Metrics::count_request`].
+/// Endpoints counted by [`Metrics::begin`].
 pub const ENDPOINTS: [&str; 5] = [
     "chat_completions",
     "completions",
@@ -25,16 +30,115 @@ pub const ENDPOINTS: [&str; 5] = [
     "detokenize",
 ];
 
-impl Metrics {
-    /// Counts one request to `endpoint` (one of [`ENDPOINTS`]).
-    pub fn count_request(&self, endpoint: &str) {
-        if let Some(i) = ENDPOINTS.iter().position(|e| *e == endpoint) {
-            self.requests[i].fetch_add(1, Ordering::Relaxed);
+/// The size of the model's KV cache, for [`Metrics::render`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KvSize {
+    /// Bytes per position of one sequence.
+    pub per_position: usize,
+    /// Positions all slots together can hold.
+    pub capacity_positions: usize,
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Answered in full (the whole stream, for a streaming request).
+    Completed,
+    /// Answered with an error (before or during its stream).
+    Errored,
+    /// The client went away first.
+    Cancelled,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 3] = [Outcome::Completed, Outcome::Errored, Outcome::Cancelled];
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Errored => "errored",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One request in flight: counted when received and, exactly once, when it
+/// ends. Dropped without [`RequestGuard::settle`] (the client disconnected,
+/// so its handler or stream was dropped), it counts as cancelled.
+#[derive(Debug)]
+pub struct RequestGuard {
+    metrics: Arc<Metrics>,
+    settled: bool,
+}
+
+impl RequestGuard {
+    /// Records how the request ended.
+    pub fn settle(mut self, outcome: Outcome) {
+        self.record(outcome);
+    }
+
+    /// Moves the obligation to settle into a new guard (a response stream
+    /// that outlives its handler); this one then counts nothing.
+    pub fn hand_off(&mut self) -> RequestGuard {
+        self.settled = true;
+        RequestGuard {
+            metrics: self.metrics.clone(),
+            settled: false,
         }
     }
 
-    /// Renders all metrics in the Prometheus text exposition format.
-    pub fn render(&self, g: Gauges) -> String {
+    /// Settles by a handler's result, unless the response was handed off.
+    pub fn respond(
+        mut self,
+        result: Result<axum::response::Response, crate::ApiError>,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        match result {
+            Ok(r) => {
+                self.record(Outcome::Completed);
+                r
+            }
+            Err(e) => {
+                self.record(Outcome::Errored);
+                e.into_response()
+            }
+        }
+    }
+
+    fn record(&mut self, outcome: Outcome) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        let i = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
+        self.metrics.outcomes[i].fetch_add(1, Ordering::Relaxed);
+        self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.record(Outcome::Cancelled);
+    }
+}
+
+impl Metrics {
+    /// Counts one request to `endpoint` (one of [`ENDPOINTS`]) and returns
+    /// the guard that counts how it ends.
+    pub fn begin(self: &Arc<Self>, endpoint: &str) -> RequestGuard {
+        if let Some(i) = ENDPOINTS.iter().position(|e| *e == endpoint) {
+            self.requests[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        RequestGuard {
+            metrics: self.clone(),
+            settled: false,
+        }
+    }
+
+    /// Renders all metrics in the Prometheus text exposition format; `kv`
+    /// gives the model's KV bytes per position and the slots' capacity in
+    /// positions (zeros before the model is loaded).
+    pub fn render(&self, g: Gauges, kv: KvSize) -> String {
         let mut s = String::new();
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let c = &*self.scheduler;
@@ -50,7 +154,25 @@ impl Metrics {
                 get(&self.requests[i])
             );
         }
-        let counters: [(&str, &str, u64); 11] = [
+        let _ = writeln!(
+            s,
+            "# HELP anedvd_requests_ended_total Requests ended, by outcome (with those in flight they add up to anedvd_requests_total)."
+        );
+        let _ = writeln!(s, "# TYPE anedvd_requests_ended_total counter");
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "anedvd_requests_ended_total{{outcome=\"{}\"}} {}",
+                o.label(),
+                get(&self.outcomes[i])
+            );
+        }
+        let counters: [(&str, &str, u64); 12] = [
+            (
+                "anedvd_panics_total",
+                "Panics caught while serving (each failed or retried one request; a bug worth reporting).",
+                get(&c.panics),
+            ),
             (
                 "anedvd_requests_rejected_total",
                 "Requests refused with 503 because the queue was full.",
@@ -143,6 +265,11 @@ impl Metrics {
                 rate(get(&c.decode_tokens), decode),
             ),
             (
+                "anedvd_requests_in_flight",
+                "Requests received and not yet ended.",
+                get(&self.in_flight) as f64,
+            ),
+            (
                 "anedvd_queue_depth",
                 "Requests waiting for a slot.",
                 g.queue_depth as f64,
@@ -156,6 +283,21 @@ impl Metrics {
                 "anedvd_slots_total",
                 "Slots (--parallel).",
                 g.slots_total as f64,
+            ),
+            (
+                "anedvd_kv_cache_bytes",
+                "KV cache held by all slots (busy ones and idle ones kept for prefix reuse).",
+                (g.cached_positions * kv.per_position) as f64,
+            ),
+            (
+                "anedvd_kv_cache_busy_bytes",
+                "KV cache held by busy slots (0 when idle).",
+                (g.busy_positions * kv.per_position) as f64,
+            ),
+            (
+                "anedvd_kv_cache_max_bytes",
+                "KV cache the slots can hold at most (--parallel x context x bytes per position).",
+                (kv.capacity_positions * kv.per_position) as f64,
             ),
             (
                 "anedvd_model_ready",
@@ -176,19 +318,37 @@ mod tests {
 
     #[test]
     fn renders_counters_and_gauges() {
-        let m = Metrics::default();
-        m.count_request("messages");
+        let m = Arc::new(Metrics::default());
+        m.begin("messages").settle(Outcome::Errored);
+        drop(m.begin("messages"));
+        m.begin("tokenize")
+            .respond(Ok(axum::response::Response::default()));
         m.scheduler.generated_tokens.fetch_add(7, Ordering::Relaxed);
-        let text = m.render(Gauges {
-            queue_depth: 3,
-            slots_busy: 1,
-            slots_total: 2,
-            ready: true,
-        });
-        assert!(text.contains("anedvd_requests_total{endpoint=\"messages\"} 1\n"));
+        let text = m.render(
+            Gauges {
+                queue_depth: 3,
+                slots_busy: 1,
+                slots_total: 2,
+                ready: true,
+                cached_positions: 10,
+                busy_positions: 4,
+            },
+            KvSize {
+                per_position: 100,
+                capacity_positions: 64,
+            },
+        );
+        assert!(text.contains("anedvd_requests_total{endpoint=\"messages\"} 2\n"));
+        assert!(text.contains("anedvd_requests_ended_total{outcome=\"completed\"} 1\n"));
+        assert!(text.contains("anedvd_requests_ended_total{outcome=\"errored\"} 1\n"));
+        assert!(text.contains("anedvd_requests_ended_total{outcome=\"cancelled\"} 1\n"));
+        assert!(text.contains("anedvd_requests_in_flight 0\n"));
         assert!(text.contains("anedvd_tokens_generated_total 7\n"));
         assert!(text.contains("anedvd_queue_depth 3\n"));
         assert!(text.contains("anedvd_slots_busy 1\n"));
+        assert!(text.contains("anedvd_kv_cache_bytes 1000\n"));
+        assert!(text.contains("anedvd_kv_cache_busy_bytes 400\n"));
+        assert!(text.contains("anedvd_kv_cache_max_bytes 6400\n"));
         assert!(text.contains("# TYPE anedvd_prefill_seconds_total counter\n"));
     }
 }

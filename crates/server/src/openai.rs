@@ -1,8 +1,10 @@
 //! OpenAI-compatible `/v1/chat/completions` and `/v1/completions`.
 
 use crate::error::{ApiError, Dialect, ErrorKind};
+use crate::metrics::RequestGuard;
 use crate::request::{
-    collect, generate_params, is_set, new_id, now, read_json, typed, Sampling, StopField,
+    collect, generate_params, is_set, new_id, now, read_json, typed, within, Deadline, Sampling,
+    StopField,
 };
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
@@ -246,14 +248,19 @@ fn legacy_logprobs(tok: &Tokenizer, tokens: &[TokenInfo], top: usize, offset0: u
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(State(state): State<AppState>, body: Body) -> Response {
-    state.metrics().count_request("chat_completions");
-    match chat_inner(state, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
+    let mut guard = state.begin("chat_completions");
+    let deadline = state.deadline();
+    let work = chat_inner(state, body, &mut guard, deadline);
+    let result = within(deadline, D, work).await;
+    guard.respond(result)
 }
 
-async fn chat_inner(state: AppState, body: Body) -> Result<Response, ApiError> {
+async fn chat_inner(
+    state: AppState,
+    body: Body,
+    guard: &mut RequestGuard,
+    deadline: Deadline,
+) -> Result<Response, ApiError> {
     let v = read_json(body, state.config().max_body_bytes, D).await?;
     reject_unsupported(&v, true)?;
     let sampling: Sampling = typed(v.clone(), D)?;
@@ -282,7 +289,7 @@ async fn chat_inner(state: AppState, body: Body) -> Result<Response, ApiError> {
     let params = generate_params(&state, &sampling, max_tokens, engine_top, D)?;
     let stop = req.stop.map(StopField::into_vec).unwrap_or_default();
     let prompt_tokens = prompt.len();
-    let rx = state.submit(D, &ready, prompt, params, stop)?;
+    let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
     let id = new_id("chatcmpl-");
     let model = state.config().model_id.clone();
     let created = now();
@@ -305,9 +312,9 @@ async fn chat_inner(state: AppState, body: Body) -> Result<Response, ApiError> {
             None,
         );
         let _ = prompt_tokens;
-        return Ok(sse_response(vec![first], rx, t));
+        return Ok(sse_response(vec![first], generation, t, guard.hand_off()));
     }
-    let (out, summary) = collect(rx, D).await?;
+    let (out, summary) = collect(generation, D).await?;
     let logprobs = if want_lp {
         chat_logprobs(&ready.engine.tokenizer, &out.tokens, top as usize)
     } else {
@@ -391,14 +398,19 @@ impl Transcoder for ChatStream {
 
 /// `POST /v1/completions`.
 pub async fn completions(State(state): State<AppState>, body: Body) -> Response {
-    state.metrics().count_request("completions");
-    match completions_inner(state, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
+    let mut guard = state.begin("completions");
+    let deadline = state.deadline();
+    let work = completions_inner(state, body, &mut guard, deadline);
+    let result = within(deadline, D, work).await;
+    guard.respond(result)
 }
 
-async fn completions_inner(state: AppState, body: Body) -> Result<Response, ApiError> {
+async fn completions_inner(
+    state: AppState,
+    body: Body,
+    guard: &mut RequestGuard,
+    deadline: Deadline,
+) -> Result<Response, ApiError> {
     let v = read_json(body, state.config().max_body_bytes, D).await?;
     reject_unsupported(&v, false)?;
     let sampling: Sampling = typed(v.clone(), D)?;
@@ -449,7 +461,7 @@ async fn completions_inner(state: AppState, body: Body) -> Result<Response, ApiE
         D,
     )?;
     let stop = req.stop.map(StopField::into_vec).unwrap_or_default();
-    let rx = state.submit(D, &ready, prompt, params, stop)?;
+    let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
     let id = new_id("cmpl-");
     let model = state.config().model_id.clone();
     let created = now();
@@ -467,9 +479,9 @@ async fn completions_inner(state: AppState, body: Body) -> Result<Response, ApiE
             offset: 0,
             engine: ready.engine.clone(),
         };
-        return Ok(sse_response(Vec::new(), rx, t));
+        return Ok(sse_response(Vec::new(), generation, t, guard.hand_off()));
     }
-    let (out, summary) = collect(rx, D).await?;
+    let (out, summary) = collect(generation, D).await?;
     let logprobs = match req.logprobs {
         Some(t) => legacy_logprobs(&engine.tokenizer, &out.tokens, t as usize, 0),
         None => Value::Null,

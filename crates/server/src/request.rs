@@ -12,7 +12,9 @@ use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
+use std::time::Duration;
 use tokio::sync::mpsc::Receiver;
+use tokio::time::Instant;
 
 /// Bytes of an over-limit body still read (and dropped) before answering 413,
 /// so a client that is still sending sees the reply instead of a reset.
@@ -306,34 +308,106 @@ pub struct Collected {
     pub tokens: Vec<TokenInfo>,
 }
 
-/// Waits for the generation to finish.
+/// Waits for the generation to finish (504 past the request's deadline).
 pub async fn collect(
-    mut rx: Receiver<Event>,
+    mut generation: Generation,
     dialect: Dialect,
 ) -> Result<(Collected, Summary), ApiError> {
     let mut out = Collected::default();
-    while let Some(ev) = rx.recv().await {
-        match ev {
-            Event::Delta { text, tokens } => {
+    loop {
+        match generation.recv().await {
+            Received::Event(Event::Delta { text, tokens }) => {
                 out.text.push_str(&text);
                 out.tokens.extend(tokens);
             }
-            Event::Done(s) if s.finish == Finish::Cancelled => {
+            Received::Event(Event::Done(s)) if s.finish == Finish::Cancelled => {
                 return Err(ApiError::new(
                     dialect,
                     ErrorKind::Overloaded,
                     crate::sse::CANCELLED,
                 ));
             }
-            Event::Done(s) => return Ok((out, s)),
-            Event::Error(m) => return Err(ApiError::new(dialect, ErrorKind::Internal, m)),
+            Received::Event(Event::Done(s)) => return Ok((out, s)),
+            Received::Event(Event::Error(m)) => {
+                return Err(ApiError::new(dialect, ErrorKind::Internal, m))
+            }
+            Received::TimedOut(m) => return Err(ApiError::new(dialect, ErrorKind::Timeout, m)),
+            Received::Ended => {
+                return Err(ApiError::new(
+                    dialect,
+                    ErrorKind::Internal,
+                    "the generation ended without a result",
+                ))
+            }
         }
     }
-    Err(ApiError::new(
-        dialect,
-        ErrorKind::Internal,
-        "the generation ended without a result",
-    ))
+}
+
+/// When a request must be done by, with the limit it comes from.
+pub type Deadline = Option<(Instant, Duration)>;
+
+/// A queued generation's events, with the request's deadline: dropping it
+/// cancels the generation.
+pub struct Generation {
+    rx: Receiver<Event>,
+    deadline: Option<(Instant, Duration)>,
+}
+
+/// What [`Generation::recv`] got.
+pub enum Received {
+    /// The next event.
+    Event(Event),
+    /// The sender is gone without a final event.
+    Ended,
+    /// The deadline passed (the message says so).
+    TimedOut(String),
+}
+
+impl Generation {
+    /// Events from `rx`, until `deadline` (the instant and the limit it
+    /// came from) if set.
+    pub fn new(rx: Receiver<Event>, deadline: Option<(Instant, Duration)>) -> Self {
+        Self { rx, deadline }
+    }
+
+    /// The next event, or why there is none.
+    pub async fn recv(&mut self) -> Received {
+        let next = match self.deadline {
+            None => self.rx.recv().await,
+            Some((at, limit)) => match tokio::time::timeout_at(at, self.rx.recv()).await {
+                Ok(next) => next,
+                Err(_) => return Received::TimedOut(timeout_message(limit)),
+            },
+        };
+        next.map_or(Received::Ended, Received::Event)
+    }
+}
+
+/// Runs a handler's work until `deadline` (a 504 past it; the work, and
+/// with it any generation it waits for, is dropped).
+pub async fn within(
+    deadline: Option<(Instant, Duration)>,
+    dialect: Dialect,
+    work: impl std::future::Future<Output = Result<axum::response::Response, ApiError>>,
+) -> Result<axum::response::Response, ApiError> {
+    match deadline {
+        None => work.await,
+        Some((at, limit)) => tokio::time::timeout_at(at, work).await.unwrap_or_else(|_| {
+            Err(ApiError::new(
+                dialect,
+                ErrorKind::Timeout,
+                timeout_message(limit),
+            ))
+        }),
+    }
+}
+
+/// The error of a request that ran past `limit`.
+pub fn timeout_message(limit: Duration) -> String {
+    format!(
+        "the request ran past the server's --request-timeout of {} s and was cancelled",
+        limit.as_secs()
+    )
 }
 
 /// A fresh id with a prefix (`chatcmpl-`, `msg_`, ...).

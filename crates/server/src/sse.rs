@@ -2,12 +2,13 @@
 //! events. Dropping the response (client gone) drops the receiver, which the
 //! slot sees as a cancellation at its next token.
 
+use crate::metrics::{Outcome, RequestGuard};
+use crate::request::{Generation, Received};
 use anedvd_engine::scheduler::{Event, Finish, Summary, TokenInfo};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, StreamExt};
 use std::convert::Infallible;
-use tokio::sync::mpsc::Receiver;
 
 /// Told to a client whose generation was cancelled under it (server shutdown);
 /// a client that disconnected is not told anything.
@@ -32,31 +33,52 @@ pub fn json_event(name: Option<&str>, data: &serde_json::Value) -> SseEvent {
     }
 }
 
-/// An SSE response: `first` events, then the transcoded generation.
+/// An SSE response: `first` events, then the transcoded generation. The
+/// request's `guard` settles when the stream ends (completed or errored),
+/// or as cancelled when the client drops the stream first.
 pub fn sse_response<T: Transcoder>(
     first: Vec<SseEvent>,
-    rx: Receiver<Event>,
+    generation: Generation,
     transcoder: T,
+    guard: RequestGuard,
 ) -> Response {
-    type St<T> = Option<(Receiver<Event>, T, Option<Vec<SseEvent>>)>;
-    let init: St<T> = Some((rx, transcoder, Some(first)));
+    struct Live<T> {
+        generation: Generation,
+        transcoder: T,
+        guard: RequestGuard,
+    }
+    type St<T> = Option<(Live<T>, Option<Vec<SseEvent>>)>;
+    let live = Live {
+        generation,
+        transcoder,
+        guard,
+    };
+    let init: St<T> = Some((live, Some(first)));
     let stream = stream::unfold(init, |st| async move {
-        let (mut rx, mut t, first) = st?;
+        let (mut live, first) = st?;
         if let Some(f) = first {
-            return Some((f, Some((rx, t, None))));
+            return Some((f, Some((live, None))));
         }
-        match rx.recv().await {
-            Some(Event::Delta { text, tokens }) => {
+        let t = &mut live.transcoder;
+        let (events, outcome) = match live.generation.recv().await {
+            Received::Event(Event::Delta { text, tokens }) => {
                 let evs = t.delta(&text, &tokens);
-                Some((evs, Some((rx, t, None))))
+                return Some((evs, Some((live, None))));
             }
-            Some(Event::Done(s)) if s.finish == Finish::Cancelled => {
-                Some((t.error(CANCELLED), None))
+            Received::Event(Event::Done(s)) if s.finish == Finish::Cancelled => {
+                (t.error(CANCELLED), Outcome::Errored)
             }
-            Some(Event::Done(s)) => Some((t.done(&s), None)),
-            Some(Event::Error(m)) => Some((t.error(&m), None)),
-            None => Some((t.error("the generation ended without a result"), None)),
-        }
+            Received::Event(Event::Done(s)) => (t.done(&s), Outcome::Completed),
+            Received::Event(Event::Error(m)) | Received::TimedOut(m) => {
+                (t.error(&m), Outcome::Errored)
+            }
+            Received::Ended => (
+                t.error("the generation ended without a result"),
+                Outcome::Errored,
+            ),
+        };
+        live.guard.settle(outcome);
+        Some((events, None))
     })
     .flat_map(|evs| stream::iter(evs.into_iter().map(Ok::<_, Infallible>)));
     Sse::new(stream)

@@ -3,14 +3,17 @@
 
 use crate::error::{ApiError, Dialect, Error, ErrorKind};
 use crate::metrics::Metrics;
+use crate::metrics::RequestGuard;
+use crate::request::Generation;
 use anedvd_engine::scheduler::{
     DraftModel, Event, EventSink, Gauges, Job, Scheduler, SendError, SubmitError,
 };
 use anedvd_engine::speculative::{ProposerKind, SpecParams};
 use anedvd_engine::{Engine, GenerateParams, SamplingParams};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::mpsc::{channel, Receiver, Sender};
+use tokio::sync::mpsc::{channel, Sender};
 
 /// Events a slot may run ahead of its client before it waits.
 const EVENT_BUFFER: usize = 32;
@@ -56,6 +59,19 @@ pub struct ServerConfig {
     pub fixed_seed: bool,
     /// Speculation for requests that do not say (`--spec`).
     pub speculative: Option<SpecParams>,
+    /// Wall time a request may take from arrival to its last byte
+    /// (`--request-timeout`); `None` = unlimited.
+    pub request_timeout: Option<Duration>,
+    /// Concurrent client connections; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Bytes of a request's line and headers (hyper answers 431 beyond).
+    pub max_header_bytes: usize,
+    /// Time a client has to send a request's headers (also how long an
+    /// idle keep-alive connection is held).
+    pub header_timeout: Duration,
+    /// Most bytes the slots' KV caches may take together (`--kv-budget`):
+    /// a `--parallel` x context that could take more is refused at start.
+    pub kv_budget_bytes: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -71,6 +87,11 @@ impl Default for ServerConfig {
             sampling: SamplingParams::default(),
             fixed_seed: false,
             speculative: None,
+            request_timeout: Some(Duration::from_secs(600)),
+            max_connections: 512,
+            max_header_bytes: 64 * 1024,
+            header_timeout: Duration::from_secs(30),
+            kv_budget_bytes: None,
         }
     }
 }
@@ -133,6 +154,18 @@ impl AppState {
             return Err(Error::Config("--parallel must be at least 1".into()));
         }
         let max_seq = c.max_seq.min(engine.n_ctx_train().max(2));
+        let kv_max = (c.parallel as u64)
+            .saturating_mul(max_seq as u64)
+            .saturating_mul(engine.kv_bytes_per_position() as u64);
+        if let Some(budget) = c.kv_budget_bytes.filter(|&b| kv_max > b) {
+            let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+            return Err(Error::Config(format!(
+                "{} slots x {max_seq} positions need up to {:.1} MiB of KV cache, over --kv-budget {:.1} MiB; lower --parallel or --max-seq",
+                c.parallel,
+                mib(kv_max),
+                mib(budget)
+            )));
+        }
         let engine = Arc::new(engine);
         let scheduler = Scheduler::start(
             engine.clone(),
@@ -173,16 +206,35 @@ impl AppState {
         &self.inner.metrics
     }
 
+    /// Counts a request to `endpoint` and returns the guard that counts how
+    /// it ends.
+    pub fn begin(&self, endpoint: &str) -> RequestGuard {
+        self.inner.metrics.begin(endpoint)
+    }
+
+    /// The deadline of a request arriving now (`--request-timeout`), with
+    /// the limit it comes from.
+    pub fn deadline(&self) -> Option<(tokio::time::Instant, Duration)> {
+        self.inner
+            .config
+            .request_timeout
+            .map(|d| (tokio::time::Instant::now() + d, d))
+    }
+
     /// Unix time the state was created (`created` of `/v1/models`).
     pub fn created(&self) -> u64 {
         self.inner.created
     }
 
     /// `Ok(None)` while loading, `Err(message)` if loading failed.
+    /// A server whose batch thread stopped reports its failure.
     pub fn status(&self) -> Result<Option<Arc<Ready>>, String> {
         match &*self.read() {
             ModelState::Loading => Ok(None),
-            ModelState::Ready(r) => Ok(Some(r.clone())),
+            ModelState::Ready(r) => match r.scheduler.failure() {
+                Some(m) => Err(m),
+                None => Ok(Some(r.clone())),
+            },
             ModelState::Failed(m) => Err(m.clone()),
         }
     }
@@ -215,7 +267,8 @@ impl AppState {
             .unwrap_or_default()
     }
 
-    /// Checks the prompt fits, then queues a generation; returns its event stream.
+    /// Checks the prompt fits, then queues a generation; returns its event
+    /// stream, which ends at `deadline`.
     pub fn submit(
         &self,
         dialect: Dialect,
@@ -223,7 +276,8 @@ impl AppState {
         prompt: Vec<u32>,
         params: GenerateParams,
         stop: Vec<String>,
-    ) -> Result<Receiver<Event>, ApiError> {
+        deadline: Option<(tokio::time::Instant, Duration)>,
+    ) -> Result<Generation, ApiError> {
         let max_seq = ready.max_seq;
         if prompt.is_empty() {
             return Err(ApiError::invalid(dialect, "prompt", "the prompt is empty"));
@@ -257,7 +311,7 @@ impl AppState {
             events: Box::new(ChannelSink(tx)),
         };
         match ready.scheduler.submit(job) {
-            Ok(()) => Ok(rx),
+            Ok(()) => Ok(Generation::new(rx, deadline)),
             Err(SubmitError::QueueFull) => Err(ApiError::new(
                 dialect,
                 ErrorKind::Overloaded,
@@ -267,6 +321,14 @@ impl AppState {
                 dialect,
                 ErrorKind::Overloaded,
                 "the server is shutting down",
+            )),
+            Err(SubmitError::Stopped) => Err(ApiError::new(
+                dialect,
+                ErrorKind::Internal,
+                ready
+                    .scheduler
+                    .failure()
+                    .unwrap_or_else(|| "the batch thread stopped".into()),
             )),
         }
     }

@@ -11,6 +11,15 @@
 //! in the same pass; its cache then drops the rejected drafts. N-gram
 //! drafts cost nothing; a draft model runs per slot (its own session per
 //! slot, kept across requests for prefix reuse) before the pass.
+//!
+//! A panic serving one request fails that request only. Per-sequence work
+//! (admission, drafting, sampling, finishing) runs under `catch_unwind` and
+//! a panic there ends just that sequence with an error. A panic inside the
+//! shared forward pass cannot be pinned on one sequence, so every sequence
+//! of that pass is rolled back to where it was and retried alone, one pass
+//! each (a quarantine); the one that panics alone fails, the rest go on. A
+//! panic anywhere else stops the thread, and the scheduler then refuses new
+//! work with the panic's message instead of hanging.
 
 use super::stop::{StopMatcher, StopOutcome};
 use super::{
@@ -21,8 +30,10 @@ use crate::{
     check_request, BatchItem, Decoding, EngineBatch, FinishReason, LogitsMode, Step, Timings,
     TokenEvent,
 };
+use std::any::Any;
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -143,8 +154,21 @@ impl Active<'_> {
     }
 }
 
-/// Runs until the process exits.
-pub(super) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
+/// Runs until the process exits. Should the loop itself panic (a bug
+/// outside the per-sequence guards), the scheduler is marked failed: queued
+/// and later jobs get an error, running ones see their stream end.
+pub(super) fn run(sh: Arc<Shared>, batch: EngineBatch) {
+    let result = catch_unwind(AssertUnwindSafe(|| run_loop(&sh, batch)));
+    if let Err(panic) = result {
+        sh.counters.panics.fetch_add(1, Ordering::Relaxed);
+        sh.fail(format!(
+            "the batch thread stopped after an internal error: {}",
+            panic_message(&*panic)
+        ));
+    }
+}
+
+fn run_loop(sh: &Shared, mut batch: EngineBatch) {
     let engine = sh.engine.clone();
     let tokenizer = &engine.tokenizer;
     let mut slots: Vec<Option<Active<'_>>> = (0..batch.n_seqs()).map(|_| None).collect();
@@ -152,8 +176,11 @@ pub(super) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
     let mut draining: Vec<Outbox> = Vec::new();
     let mut tokens: Vec<u32> = Vec::new();
     let mut last_used = vec![0u64; slots.len()];
+    // Sequences of a pass that panicked, to be run alone one pass each.
+    let mut quarantine: VecDeque<usize> = VecDeque::new();
     loop {
-        admit(&sh, &mut batch, &mut slots, &mut last_used, tokenizer);
+        fail::fail_point!("batch-loop");
+        admit(sh, &mut batch, &mut slots, &mut last_used, tokenizer);
         draining.retain_mut(|o| o.flush() && !o.queue.is_empty());
         let cancel_all = sh.cancelled();
         // Deliver what earlier steps produced; drop sequences whose client left.
@@ -161,16 +188,18 @@ pub(super) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
             let Some(a) = slot else { continue };
             let alive = a.stream.out.flush() && !a.stream.out.events.is_closed();
             if !alive || cancel_all {
-                finish(&sh, slot, FinishReason::Cancelled, &mut draining);
+                finish(sh, slot, FinishReason::Cancelled, &mut draining);
             }
         }
-        propose(&sh, &batch, &mut slots, &mut drafters);
-        let planned = plan(&slots, &mut tokens);
+        quarantine.retain(|&s| slots[s].is_some());
+        publish_positions(sh, &batch, &slots);
+        propose(sh, &batch, &mut slots, &mut drafters);
+        let planned = plan(&slots, &mut tokens, quarantine.front().copied());
         if planned.is_empty() {
             if slots.iter().any(Option::is_some) || !draining.is_empty() {
                 std::thread::sleep(BACKPRESSURE_WAIT);
             } else {
-                wait_for_work(&sh);
+                wait_for_work(sh);
             }
             continue;
         }
@@ -182,8 +211,44 @@ pub(super) fn run(sh: Arc<Shared>, mut batch: EngineBatch) {
                 logits,
             })
             .collect();
-        step(&sh, &mut batch, &mut slots, &items, &mut draining);
+        match step(sh, &mut batch, &mut slots, &items, &mut draining) {
+            Pass::Done if quarantine.front() == Some(&items[0].seq) => {
+                quarantine.pop_front();
+            }
+            Pass::Done => {}
+            Pass::Panicked(seqs) => quarantine.extend(seqs),
+        }
     }
+}
+
+/// Publishes the positions the slots' caches hold (for `/metrics`).
+fn publish_positions(sh: &Shared, batch: &EngineBatch, slots: &[Option<Active<'_>>]) {
+    let held = |i: usize| batch.position(i);
+    let all: usize = (0..slots.len()).map(held).sum();
+    let busy: usize = slots.iter().flatten().map(|a| held(a.slot)).sum();
+    sh.cached_positions.store(all, Ordering::Relaxed);
+    sh.busy_positions.store(busy, Ordering::Relaxed);
+}
+
+/// The text of a caught panic.
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".into()
+    }
+}
+
+/// The error a request gets when serving it panicked.
+/// (Every caught panic is described once, here, and counted.)
+fn internal_error(sh: &Shared, panic: &(dyn Any + Send)) -> String {
+    sh.counters.panics.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "internal error while serving this request (a bug; other requests are unaffected): {}",
+        panic_message(panic)
+    )
 }
 
 /// Sleeps until a job is queued (or shutdown begins, or a timeout).
@@ -224,10 +289,6 @@ fn admit<'e>(
             stop,
             events,
         } = job;
-        if let Err(e) = check_request(&prompt, &params, batch.max_seq()) {
-            let _ = events.try_send(Event::Error(e.to_string()));
-            continue;
-        }
         let drafting = match params.speculative {
             None => Drafting::Off,
             Some(p) if p.proposer == ProposerKind::Ngram => Drafting::Ngram(NgramProposer::new(p)),
@@ -240,25 +301,42 @@ fn admit<'e>(
             }
             Some(p) => Drafting::Model { m: p.m },
         };
-        let slot = free
-            .iter()
-            .copied()
-            .max_by_key(|&i| {
-                let reusable = batch.reusable_for(i, &prompt);
-                (reusable, u64::MAX - last_used[i])
-            })
-            .unwrap_or(free[0]);
-        let reused = batch.reuse_prefix(slot, &prompt);
-        last_used[slot] = last_used.iter().max().map_or(1, |m| m + 1);
-        let timings = Timings {
-            reused_tokens: reused,
-            prefill_tokens: prompt.len() - reused,
-            ..Timings::default()
+        let placed = catch_unwind(AssertUnwindSafe(|| {
+            fail::fail_point!("batch-admit");
+            check_request(&prompt, &params, batch.max_seq()).map_err(|e| e.to_string())?;
+            let slot = free
+                .iter()
+                .copied()
+                .max_by_key(|&i| {
+                    let reusable = batch.reusable_for(i, &prompt);
+                    (reusable, u64::MAX - last_used[i])
+                })
+                .unwrap_or(free[0]);
+            let reused = batch.reuse_prefix(slot, &prompt);
+            let timings = Timings {
+                reused_tokens: reused,
+                prefill_tokens: prompt.len() - reused,
+                ..Timings::default()
+            };
+            let decoding = Decoding::new(tokenizer, &prompt, &params, timings);
+            Ok::<_, String>((slot, reused, decoding))
+        }));
+        let (slot, reused, decoding) = match placed {
+            Ok(Ok(placed)) => placed,
+            Ok(Err(message)) => {
+                let _ = events.try_send(Event::Error(message));
+                continue;
+            }
+            Err(panic) => {
+                let _ = events.try_send(Event::Error(internal_error(sh, &*panic)));
+                continue;
+            }
         };
+        last_used[slot] = last_used.iter().max().map_or(1, |m| m + 1);
         let want_logprobs = params.top_logprobs > 0;
         slots[slot] = Some(Active {
             slot,
-            decoding: Decoding::new(tokenizer, &prompt, &params, timings),
+            decoding,
             fed: reused,
             next: None,
             replay: Vec::new(),
@@ -311,10 +389,11 @@ fn propose(
             continue;
         }
         let history = a.decoding.history();
-        let result = match &mut a.drafting {
+        let drafter = &mut drafters[a.slot];
+        let result = catch_unwind(AssertUnwindSafe(|| match &mut a.drafting {
             Drafting::Off => Ok(()),
             Drafting::Ngram(p) => p.draft(history, max, &mut a.drafts),
-            Drafting::Model { m } => match (&mut drafters[a.slot], &sh.draft) {
+            Drafting::Model { m } => match (&mut *drafter, &sh.draft) {
                 (Some(p), _) => p.draft(history, max.min(*m), &mut a.drafts),
                 // The slot's proposer outlives this request: its length
                 // cap is each call's `max` (this request's m), not its own.
@@ -328,8 +407,15 @@ fn propose(
                 .and_then(|p| slot.insert(p).draft(history, max.min(*m), &mut a.drafts)),
                 (None, None) => Ok(()),
             },
-        };
-        if result.is_err() {
+        }));
+        // Drafts never change the output, so a drafter that fails (or
+        // panics: its session may be half-advanced, so it is dropped) only
+        // turns drafting off for this generation.
+        if !matches!(result, Ok(Ok(()))) {
+            if result.is_err() {
+                sh.counters.panics.fetch_add(1, Ordering::Relaxed);
+                *drafter = None;
+            }
             a.drafting = Drafting::Off;
             a.drafts.clear();
         }
@@ -344,13 +430,15 @@ type Planned = (usize, usize, usize, LogitsMode);
 
 /// This step's batch: every decoding sequence's next token (after any
 /// replay, before its drafts), then prompt pieces within
-/// [`PREFILL_BUDGET`]; sequences whose client is behind wait. Tokens are
+/// [`PREFILL_BUDGET`]; sequences whose client is behind wait. With `solo`,
+/// only that sequence runs (a quarantined one, see [`run`]). Tokens are
 /// copied into `tokens` so the batch does not borrow the slots.
-fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>) -> Vec<Planned> {
+fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>, solo: Option<usize>) -> Vec<Planned> {
     tokens.clear();
     let ready = slots
         .iter()
         .flatten()
+        .filter(|a| solo.is_none_or(|s| s == a.slot))
         .filter(|a| a.stream.out.queue.is_empty());
     let mut planned = Vec::new();
     // Decode rows count against the budget too: the whole step stays one pass.
@@ -399,6 +487,15 @@ struct Fed {
     pos0: usize,
 }
 
+/// How a pass went.
+enum Pass {
+    /// It ran (sequences whose own work panicked have been failed).
+    Done,
+    /// The forward pass of several sequences panicked: they are rolled back
+    /// and are to be retried alone.
+    Panicked(Vec<usize>),
+}
+
 /// Runs one forward pass over `items` and advances every sequence in it.
 fn step(
     sh: &Shared,
@@ -406,7 +503,7 @@ fn step(
     slots: &mut [Option<Active<'_>>],
     items: &[BatchItem<'_>],
     draining: &mut Vec<Outbox>,
-) {
+) -> Pass {
     // Copy what is needed of the plan (`items` borrows the slots), with
     // each sequence's position (the rows borrow `batch` until every
     // sequence is sampled).
@@ -421,20 +518,30 @@ fn step(
         })
         .collect();
     let started = Instant::now();
-    let result = batch.forward(items);
+    let pass: &mut EngineBatch = batch;
+    let result = catch_unwind(AssertUnwindSafe(move || {
+        fail::fail_point!("batch-forward");
+        fail::fail_point!("batch-forward-shared", items.len() > 1, |_| {
+            panic!("injected panic in a shared pass")
+        });
+        { pass }.forward(items)
+    }));
     let elapsed = started.elapsed();
     let logits = match result {
-        Ok(rows) => rows,
-        Err(e) => {
+        Ok(Ok(rows)) => rows,
+        Ok(Err(e)) => {
             fail_all(sh, batch, slots, &fed, &e.to_string(), draining);
-            return;
+            return Pass::Done;
         }
+        Err(panic) => return roll_back(sh, batch, slots, &fed, &*panic, draining),
     };
     account_time(&sh.counters, slots, &fed, elapsed);
     let n_vocab = sh.engine.vocab_size();
     let mut row = 0;
     // Caches to cut back to the accepted drafts once the rows are done with.
     let mut keep = Vec::new();
+    // Sequences whose own work panicked (failed once the rows are released).
+    let mut panicked = Vec::new();
     for &Fed {
         seq,
         n,
@@ -444,54 +551,38 @@ fn step(
     {
         let slot = &mut slots[seq];
         let Some(a) = slot.as_mut() else { continue };
-        let decode = a.next.take().is_some();
-        if decode {
-            a.replay.clear();
-        } else {
-            a.fed += n;
-            if !a.prefilling() {
-                a.decoding.out.timings.prefill = a.started.elapsed();
-                a.decode_started = Some(Instant::now());
-            }
-        }
         let n_rows = match wants {
-            LogitsMode::None => continue,
+            LogitsMode::None => 0,
             LogitsMode::Last => 1,
             LogitsMode::All => n,
         };
         let rows = &mut logits[row * n_vocab..(row + n_rows) * n_vocab];
         row += n_rows;
         let tokenizer = &sh.engine.tokenizer;
-        let Active {
-            decoding,
-            stream,
-            drafts,
-            ..
-        } = a;
-        let emitted = decoding.out.tokens.len();
-        let on_token = |ev: &TokenEvent<'_>| stream.on_token(ev, tokenizer.is_eog(ev.id));
-        let outcome = if drafts.is_empty() {
-            let room = pos0 + n < max_seq;
-            decoding.step(rows, room, on_token)
-        } else {
-            decoding
-                .verify_pass(rows, drafts, pos0, max_seq, on_token)
-                .map(|verdict| {
-                    keep.push((seq, verdict.keep));
-                    verdict.step
-                })
-        };
-        if decode {
-            a.decoding.out.timings.decode_tokens += a.decoding.out.tokens.len() - emitted;
-        }
-        match outcome {
-            Ok(Step::Next(id)) => a.next = Some(id),
-            Ok(Step::Finished(reason)) => finish(sh, slot, reason, draining),
-            Err(e) => {
-                a.stream.out.queue.push_back(Event::Error(e.to_string()));
-                finish(sh, slot, FinishReason::Cancelled, draining);
+        let advanced = catch_unwind(AssertUnwindSafe(|| {
+            fail::fail_point!("batch-sample");
+            advance(a, rows, wants, n, pos0, max_seq, tokenizer)
+        }));
+        match advanced {
+            Ok(None) => {}
+            Ok(Some((outcome, verified))) => {
+                if let Some(k) = verified {
+                    keep.push((seq, k));
+                }
+                match outcome {
+                    Ok(Step::Next(id)) => a.next = Some(id),
+                    Ok(Step::Finished(reason)) => finish(sh, slot, reason, draining),
+                    Err(e) => {
+                        a.stream.out.queue.push_back(Event::Error(e.to_string()));
+                        finish(sh, slot, FinishReason::Cancelled, draining);
+                    }
+                }
             }
+            Err(panic) => panicked.push((seq, internal_error(sh, &*panic))),
         }
+    }
+    for (seq, message) in panicked {
+        abandon(sh, batch, slots, seq, message, draining);
     }
     for (seq, keep) in keep {
         let kept = batch.truncate(seq, keep);
@@ -501,6 +592,113 @@ fn step(
             }
         }
     }
+    Pass::Done
+}
+
+/// Advances one sequence past its part of a pass: prompt bookkeeping, then
+/// sampling (or verifying drafts) where it asked for logits. Returns the
+/// step's outcome and, after a verify pass, the positions to keep; `None`
+/// for a prompt piece without logits.
+type Advanced = (crate::Result<Step>, Option<usize>);
+fn advance(
+    a: &mut Active<'_>,
+    rows: &mut [f32],
+    wants: LogitsMode,
+    n: usize,
+    pos0: usize,
+    max_seq: usize,
+    tokenizer: &crate::Tokenizer,
+) -> Option<Advanced> {
+    let decode = a.next.take().is_some();
+    if decode {
+        a.replay.clear();
+    } else {
+        a.fed += n;
+        if !a.prefilling() {
+            a.decoding.out.timings.prefill = a.started.elapsed();
+            a.decode_started = Some(Instant::now());
+        }
+    }
+    if wants == LogitsMode::None {
+        return None;
+    }
+    let Active {
+        decoding,
+        stream,
+        drafts,
+        ..
+    } = a;
+    let emitted = decoding.out.tokens.len();
+    let on_token = |ev: &TokenEvent<'_>| stream.on_token(ev, tokenizer.is_eog(ev.id));
+    let mut verified = None;
+    let outcome = if drafts.is_empty() {
+        let room = pos0 + n < max_seq;
+        decoding.step(rows, room, on_token)
+    } else {
+        decoding
+            .verify_pass(rows, drafts, pos0, max_seq, on_token)
+            .map(|verdict| {
+                verified = Some(verdict.keep);
+                verdict.step
+            })
+    };
+    if decode {
+        a.decoding.out.timings.decode_tokens += a.decoding.out.tokens.len() - emitted;
+    }
+    Some((outcome, verified))
+}
+
+/// After a forward pass panicked: every sequence in it goes back to where
+/// it was before the pass. Alone in the pass, the sequence is the cause and
+/// fails; otherwise all are retried alone ([`Pass::Panicked`]). A sequence
+/// whose recurrent state cannot return to its position fails too.
+fn roll_back(
+    sh: &Shared,
+    batch: &mut EngineBatch,
+    slots: &mut [Option<Active<'_>>],
+    fed: &[Fed],
+    panic: &(dyn Any + Send),
+    draining: &mut Vec<Outbox>,
+) -> Pass {
+    let message = internal_error(sh, panic);
+    let mut retry = Vec::new();
+    for f in fed {
+        if slots[f.seq].is_none() {
+            continue;
+        }
+        let restored = batch.truncate(f.seq, f.pos0) == f.pos0;
+        if restored && fed.len() > 1 {
+            retry.push(f.seq);
+        } else {
+            abandon(sh, batch, slots, f.seq, message.clone(), draining);
+        }
+    }
+    if retry.is_empty() {
+        Pass::Done
+    } else {
+        Pass::Panicked(retry)
+    }
+}
+
+/// Fails the generation in `seq` with `message` without running any more of
+/// its code (which may be what panicked): the client gets the error and the
+/// slot starts clean.
+fn abandon(
+    sh: &Shared,
+    batch: &mut EngineBatch,
+    slots: &mut [Option<Active<'_>>],
+    seq: usize,
+    message: String,
+    draining: &mut Vec<Outbox>,
+) {
+    let Some(a) = slots[seq].take() else { return };
+    batch.truncate(seq, 0);
+    let mut out = a.stream.out;
+    out.queue.push_back(Event::Error(message));
+    if out.flush() && !out.queue.is_empty() {
+        draining.push(out);
+    }
+    sh.lock().busy -= 1;
 }
 
 /// Ends every sequence of a failed pass with `message` (their slots may
@@ -514,13 +712,7 @@ fn fail_all(
     draining: &mut Vec<Outbox>,
 ) {
     for f in fed {
-        if let Some(a) = slots[f.seq].take() {
-            batch.truncate(f.seq, 0);
-            let mut out = a.stream.out;
-            out.queue.push_back(Event::Error(message.to_string()));
-            draining.push(out);
-            sh.lock().busy -= 1;
-        }
+        abandon(sh, batch, slots, f.seq, message.to_string(), draining);
     }
 }
 
@@ -563,6 +755,7 @@ fn finish(
     draining: &mut Vec<Outbox>,
 ) {
     let Some(a) = slot.take() else { return };
+    sh.lock().busy -= 1;
     let Active {
         decoding,
         fed,
@@ -571,53 +764,58 @@ fn finish(
         decode_started,
         ..
     } = a;
-    let tokenizer = &sh.engine.tokenizer;
-    let mut generation = decoding.finish(reason, |ev| stream.on_token(ev, tokenizer.is_eog(ev.id)));
-    if stream.stopped.is_none() {
-        let rest = stream.matcher.finish();
-        stream.emit(rest);
-    }
-    if let Some(t) = decode_started {
-        generation.timings.decode = t.elapsed();
-    }
-    let timings = generation.timings;
-    let m = &sh.counters;
-    let prefilled = fed - timings.reused_tokens;
-    m.prompt_tokens
-        .fetch_add(prefilled as u64, Ordering::Relaxed);
-    m.cached_prompt_tokens
-        .fetch_add(timings.reused_tokens as u64, Ordering::Relaxed);
-    m.generated_tokens
-        .fetch_add(generation.tokens.len() as u64, Ordering::Relaxed);
-    m.verify_passes
-        .fetch_add(timings.verify_passes as u64, Ordering::Relaxed);
-    m.drafted_tokens
-        .fetch_add(timings.drafted_tokens as u64, Ordering::Relaxed);
-    m.accepted_tokens
-        .fetch_add(timings.accepted_tokens as u64, Ordering::Relaxed);
-    let finish = match (&stream.stopped, reason) {
-        (Some(_), _) => Finish::StopSequence,
-        (None, FinishReason::Stop) => Finish::Eos,
-        (None, FinishReason::Length) => Finish::Length,
-        (None, FinishReason::ContextFull) => Finish::ContextFull,
-        (None, FinishReason::Cancelled) => Finish::Cancelled,
-    };
-    if finish == Finish::Cancelled {
-        m.cancelled.fetch_add(1, Ordering::Relaxed);
-    }
-    stream.out.queue.push_back(Event::Done(Summary {
-        finish,
-        stop_sequence: stream.stopped.take(),
-        prompt_tokens: generation.prompt_tokens.len(),
-        cached_tokens: timings.reused_tokens,
-        completion_tokens: generation.tokens.len(),
-        seconds: started.elapsed().as_secs_f64(),
-        decode_tps: timings.decode_tps(),
-        drafted_tokens: timings.drafted_tokens,
-        accepted_tokens: timings.accepted_tokens,
+    let summed = catch_unwind(AssertUnwindSafe(|| {
+        let tokenizer = &sh.engine.tokenizer;
+        let mut generation =
+            decoding.finish(reason, |ev| stream.on_token(ev, tokenizer.is_eog(ev.id)));
+        if stream.stopped.is_none() {
+            let rest = stream.matcher.finish();
+            stream.emit(rest);
+        }
+        if let Some(t) = decode_started {
+            generation.timings.decode = t.elapsed();
+        }
+        let timings = generation.timings;
+        let m = &sh.counters;
+        let prefilled = fed - timings.reused_tokens;
+        m.prompt_tokens
+            .fetch_add(prefilled as u64, Ordering::Relaxed);
+        m.cached_prompt_tokens
+            .fetch_add(timings.reused_tokens as u64, Ordering::Relaxed);
+        m.generated_tokens
+            .fetch_add(generation.tokens.len() as u64, Ordering::Relaxed);
+        m.verify_passes
+            .fetch_add(timings.verify_passes as u64, Ordering::Relaxed);
+        m.drafted_tokens
+            .fetch_add(timings.drafted_tokens as u64, Ordering::Relaxed);
+        m.accepted_tokens
+            .fetch_add(timings.accepted_tokens as u64, Ordering::Relaxed);
+        let finish = match (&stream.stopped, reason) {
+            (Some(_), _) => Finish::StopSequence,
+            (None, FinishReason::Stop) => Finish::Eos,
+            (None, FinishReason::Length) => Finish::Length,
+            (None, FinishReason::ContextFull) => Finish::ContextFull,
+            (None, FinishReason::Cancelled) => Finish::Cancelled,
+        };
+        if finish == Finish::Cancelled {
+            m.cancelled.fetch_add(1, Ordering::Relaxed);
+        }
+        Event::Done(Summary {
+            finish,
+            stop_sequence: stream.stopped.take(),
+            prompt_tokens: generation.prompt_tokens.len(),
+            cached_tokens: timings.reused_tokens,
+            completion_tokens: generation.tokens.len(),
+            seconds: started.elapsed().as_secs_f64(),
+            decode_tps: timings.decode_tps(),
+            drafted_tokens: timings.drafted_tokens,
+            accepted_tokens: timings.accepted_tokens,
+        })
     }));
+    // A summary that could not be built is an error to the client.
+    let last = summed.unwrap_or_else(|panic| Event::Error(internal_error(sh, &*panic)));
+    stream.out.queue.push_back(last);
     if stream.out.flush() && !stream.out.queue.is_empty() {
         draining.push(stream.out);
     }
-    sh.lock().busy -= 1;
 }

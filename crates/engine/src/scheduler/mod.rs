@@ -19,7 +19,7 @@ pub use stop::{StopMatcher, StopOutcome};
 use crate::speculative::{check_vocabulary, DraftProposer};
 use crate::{Engine, Error, GenerateParams};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -72,6 +72,9 @@ pub struct SchedulerCounters {
     pub drafted_tokens: AtomicU64,
     /// Speculation: drafted tokens accepted.
     pub accepted_tokens: AtomicU64,
+    /// Panics caught on the batch thread (each failed one request, or was
+    /// retried; any is a bug worth reporting).
+    pub panics: AtomicU64,
 }
 
 impl SchedulerCounters {
@@ -92,6 +95,11 @@ pub struct Gauges {
     pub slots_total: usize,
     /// 1 once the model is loaded.
     pub ready: bool,
+    /// Positions held in the slots' caches (busy slots, and idle ones
+    /// keeping their last prompt for prefix reuse).
+    pub cached_positions: usize,
+    /// Of those, the positions held by busy slots.
+    pub busy_positions: usize,
 }
 
 /// One generated token with its log-probabilities (when requested).
@@ -179,6 +187,9 @@ pub enum SubmitError {
     QueueFull,
     /// [`Scheduler::cancel_all`] was called (the server is shutting down).
     ShuttingDown,
+    /// The batch thread stopped after an internal error
+    /// ([`Scheduler::failure`] says which).
+    Stopped,
 }
 
 struct State {
@@ -186,6 +197,8 @@ struct State {
     pub queue: VecDeque<Job>,
     /// Slots holding a running generation.
     pub busy: usize,
+    /// Why the batch thread stopped, once it has.
+    pub failure: Option<String>,
 }
 
 /// A draft model the slots may speculate with (requests whose speculation
@@ -208,6 +221,10 @@ struct Shared {
     pub slots: usize,
     pub cancel_all: AtomicBool,
     pub draft: Option<DraftModel>,
+    /// Positions held by all slots and by busy slots, published by the
+    /// batch thread after every step.
+    pub cached_positions: AtomicUsize,
+    pub busy_positions: AtomicUsize,
 }
 
 impl Shared {
@@ -217,6 +234,20 @@ impl Shared {
 
     pub fn cancelled(&self) -> bool {
         self.cancel_all.load(Ordering::Relaxed)
+    }
+
+    /// Marks the batch thread stopped: queued jobs get `message` as their
+    /// error and later ones are refused.
+    pub fn fail(&self, message: String) {
+        let queued: Vec<Job> = {
+            let mut st = self.lock();
+            st.busy = 0;
+            st.failure = Some(message.clone());
+            st.queue.drain(..).collect()
+        };
+        for job in queued {
+            let _ = job.events.try_send(Event::Error(message.clone()));
+        }
     }
 }
 
@@ -249,6 +280,7 @@ impl Scheduler {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 busy: 0,
+                failure: None,
             }),
             wake: Condvar::new(),
             engine,
@@ -257,6 +289,8 @@ impl Scheduler {
             slots,
             cancel_all: AtomicBool::new(false),
             draft,
+            cached_positions: AtomicUsize::new(0),
+            busy_positions: AtomicUsize::new(0),
         });
         let sh = shared.clone();
         std::thread::Builder::new()
@@ -273,6 +307,9 @@ impl Scheduler {
             return Err(SubmitError::ShuttingDown);
         }
         let mut st = self.shared.lock();
+        if st.failure.is_some() {
+            return Err(SubmitError::Stopped);
+        }
         let free = self.shared.slots - st.busy.min(self.shared.slots);
         if st.queue.len() >= self.shared.queue_capacity + free {
             drop(st);
@@ -298,6 +335,12 @@ impl Scheduler {
         self.shared.draft.is_some()
     }
 
+    /// Why the batch thread stopped, if it has (a bug: every request is
+    /// refused from then on).
+    pub fn failure(&self) -> Option<String> {
+        self.shared.lock().failure.clone()
+    }
+
     /// Queue depth, busy and total slots.
     pub fn gauges(&self) -> Gauges {
         let st = self.shared.lock();
@@ -309,6 +352,8 @@ impl Scheduler {
             slots_busy: busy,
             slots_total: self.shared.slots,
             ready: true,
+            cached_positions: self.shared.cached_positions.load(Ordering::Relaxed),
+            busy_positions: self.shared.busy_positions.load(Ordering::Relaxed),
         }
     }
 
