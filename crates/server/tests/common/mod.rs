@@ -54,6 +54,7 @@ pub fn load_on(family: &str, format: Format, backend: anedvd_engine::BackendChoi
         backend,
         backend_options: anedvd_engine::BackendOptions::with_threads(1),
         overrides: fixtures::overrides(family, format),
+        ..LoadOptions::default()
     };
     Engine::load(fixtures::path(family, format), &options, |_| {}).unwrap()
 }
