@@ -9,7 +9,7 @@ use crate::request::{
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
 use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
-use anedvd_engine::{Content, ContentPart, Message};
+use anedvd_engine::{Content, ContentPart, GenerateParams, Message};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
@@ -145,6 +145,37 @@ fn usage(input: usize, cached: usize, output: usize) -> Value {
     })
 }
 
+/// A Messages request decoded and checked, before any model is involved.
+pub(crate) struct DecodedMessages {
+    req: MessagesRequest,
+    messages: Vec<Message>,
+    params: GenerateParams,
+    stop: Vec<String>,
+}
+
+/// Decodes a Messages body (every check that needs no model).
+pub(crate) fn decode_messages(state: &AppState, v: Value) -> Result<DecodedMessages, ApiError> {
+    reject_unsupported(&v)?;
+    let sampling: Sampling = typed(v.clone(), D)?;
+    let req: MessagesRequest = typed(v, D)?;
+    let Some(max_tokens) = req.max_tokens else {
+        return Err(ApiError::invalid(
+            D,
+            "max_tokens",
+            "max_tokens: field required",
+        ));
+    };
+    let messages = to_messages(&req)?;
+    let params = generate_params(state, &sampling, Some(max_tokens), 0, D)?;
+    let stop = req.stop_sequences.clone().unwrap_or_default();
+    Ok(DecodedMessages {
+        req,
+        messages,
+        params,
+        stop,
+    })
+}
+
 /// `POST /v1/messages`.
 pub async fn messages(State(state): State<AppState>, body: Body) -> Response {
     let mut guard = state.begin("messages");
@@ -161,21 +192,14 @@ async fn inner(
     deadline: Deadline,
 ) -> Result<Response, ApiError> {
     let v = read_json(body, state.config().max_body_bytes, D).await?;
-    reject_unsupported(&v)?;
-    let sampling: Sampling = typed(v.clone(), D)?;
-    let req: MessagesRequest = typed(v, D)?;
+    let DecodedMessages {
+        req,
+        messages,
+        params,
+        stop,
+    } = decode_messages(&state, v)?;
     let ready = state.ready(D)?;
-    let Some(max_tokens) = req.max_tokens else {
-        return Err(ApiError::invalid(
-            D,
-            "max_tokens",
-            "max_tokens: field required",
-        ));
-    };
-    let messages = to_messages(&req)?;
     let prompt = chat_prompt(&ready.engine, &messages, D)?;
-    let params = generate_params(&state, &sampling, Some(max_tokens), 0, D)?;
-    let stop = req.stop_sequences.clone().unwrap_or_default();
     let input_tokens = prompt.len();
     let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
     let id = new_id("msg_");
@@ -257,14 +281,20 @@ impl Transcoder for MessagesStream {
     }
 }
 
+/// Decodes a count_tokens body (a Messages request without `max_tokens`).
+pub(crate) fn decode_count_tokens(v: Value) -> Result<Vec<Message>, ApiError> {
+    reject_unsupported(&v)?;
+    let req: MessagesRequest = typed(v, D)?;
+    to_messages(&req)
+}
+
 /// `POST /v1/messages/count_tokens`: the prompt's token count.
 pub async fn count_tokens(State(state): State<AppState>, body: Body) -> Response {
     let run = async {
         let v = read_json(body, state.config().max_body_bytes, D).await?;
-        reject_unsupported(&v)?;
-        let req: MessagesRequest = typed(v, D)?;
+        let messages = decode_count_tokens(v)?;
         let ready = state.ready(D)?;
-        let prompt = chat_prompt(&ready.engine, &to_messages(&req)?, D)?;
+        let prompt = chat_prompt(&ready.engine, &messages, D)?;
         Ok::<_, ApiError>(Json(json!({"input_tokens": prompt.len()})).into_response())
     };
     run.await.unwrap_or_else(IntoResponse::into_response)

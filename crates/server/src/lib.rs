@@ -48,6 +48,26 @@ use serde::Deserialize;
 use serde_json::json;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
+/// Decodes a request body for `path` exactly as its handler does before a
+/// model is involved: JSON, field types, unsupported fields, messages and
+/// content parts, sampling and speculation against `state`'s defaults,
+/// stop strings. `Ok` means the handler would go on to the model. The
+/// entry point of the request-decoding fuzz target (`fuzz/`); a path
+/// without a JSON body is `Ok` without looking at it.
+pub fn decode_request(state: &AppState, path: &str, body: &[u8]) -> Result<(), ApiError> {
+    let dialect = Dialect::of_path(path);
+    let v = request::parse_json(body, dialect)?;
+    match path {
+        "/v1/chat/completions" | "/chat/completions" => openai::decode_chat(state, v).map(drop),
+        "/v1/completions" | "/completions" => openai::decode_completion(state, v).map(drop),
+        "/v1/messages" => anthropic::decode_messages(state, v).map(drop),
+        "/v1/messages/count_tokens" => anthropic::decode_count_tokens(v).map(drop),
+        "/tokenize" => request::typed::<TokenizeRequest>(v, dialect).map(drop),
+        "/detokenize" => request::typed::<DetokenizeRequest>(v, dialect).map(drop),
+        _ => Ok(()),
+    }
+}
+
 /// The WebUI page, embedded at build time.
 const WEBUI: &str = include_str!("webui.html");
 

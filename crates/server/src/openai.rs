@@ -9,7 +9,7 @@ use crate::request::{
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
 use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
-use anedvd_engine::{Content, Message, Tokenizer};
+use anedvd_engine::{Content, GenerateParams, Message, Tokenizer};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
@@ -246,28 +246,21 @@ fn legacy_logprobs(tok: &Tokenizer, tokens: &[TokenInfo], top: usize, offset0: u
     json!({"tokens": toks, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs})
 }
 
-/// `POST /v1/chat/completions`.
-pub async fn chat_completions(State(state): State<AppState>, body: Body) -> Response {
-    let mut guard = state.begin("chat_completions");
-    let deadline = state.deadline();
-    let work = chat_inner(state, body, &mut guard, deadline);
-    let result = within(deadline, D, work).await;
-    guard.respond(result)
+/// A chat request decoded and checked, before any model is involved.
+pub(crate) struct DecodedChat {
+    req: ChatRequest,
+    params: GenerateParams,
+    stop: Vec<String>,
+    top: u32,
+    want_lp: bool,
 }
 
-async fn chat_inner(
-    state: AppState,
-    body: Body,
-    guard: &mut RequestGuard,
-    deadline: Deadline,
-) -> Result<Response, ApiError> {
-    let v = read_json(body, state.config().max_body_bytes, D).await?;
+/// Decodes a chat completion body (every check that needs no model).
+pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, ApiError> {
     reject_unsupported(&v, true)?;
     let sampling: Sampling = typed(v.clone(), D)?;
     let mut req: ChatRequest = typed(v, D)?;
-    let ready = state.ready(D)?;
     flatten_content(&mut req.messages, D)?;
-    let prompt = chat_prompt(&ready.engine, &req.messages, D)?;
     let top = req.top_logprobs.unwrap_or(0);
     if top > MAX_TOP_LOGPROBS {
         return Err(ApiError::invalid(
@@ -286,8 +279,42 @@ async fn chat_inner(
     }
     let engine_top = if want_lp { top.max(1) as usize } else { 0 };
     let max_tokens = req.max_completion_tokens.or(req.max_tokens);
-    let params = generate_params(&state, &sampling, max_tokens, engine_top, D)?;
-    let stop = req.stop.map(StopField::into_vec).unwrap_or_default();
+    let params = generate_params(state, &sampling, max_tokens, engine_top, D)?;
+    let stop = req.stop.take().map(StopField::into_vec).unwrap_or_default();
+    Ok(DecodedChat {
+        req,
+        params,
+        stop,
+        top,
+        want_lp,
+    })
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(State(state): State<AppState>, body: Body) -> Response {
+    let mut guard = state.begin("chat_completions");
+    let deadline = state.deadline();
+    let work = chat_inner(state, body, &mut guard, deadline);
+    let result = within(deadline, D, work).await;
+    guard.respond(result)
+}
+
+async fn chat_inner(
+    state: AppState,
+    body: Body,
+    guard: &mut RequestGuard,
+    deadline: Deadline,
+) -> Result<Response, ApiError> {
+    let v = read_json(body, state.config().max_body_bytes, D).await?;
+    let DecodedChat {
+        req,
+        params,
+        stop,
+        top,
+        want_lp,
+    } = decode_chat(&state, v)?;
+    let ready = state.ready(D)?;
+    let prompt = chat_prompt(&ready.engine, &req.messages, D)?;
     let prompt_tokens = prompt.len();
     let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
     let id = new_id("chatcmpl-");
@@ -396,6 +423,44 @@ impl Transcoder for ChatStream {
     }
 }
 
+/// A completion request decoded and checked, before any model is involved
+/// (the prompt is tokenized or checked against the vocabulary later).
+pub(crate) struct DecodedCompletion {
+    req: CompletionRequest,
+    params: GenerateParams,
+    stop: Vec<String>,
+}
+
+/// Decodes a legacy completion body (every check that needs no model).
+pub(crate) fn decode_completion(state: &AppState, v: Value) -> Result<DecodedCompletion, ApiError> {
+    reject_unsupported(&v, false)?;
+    let sampling: Sampling = typed(v.clone(), D)?;
+    let mut req: CompletionRequest = typed(v, D)?;
+    if matches!(&req.prompt, PromptField::Texts(t) if t.len() != 1) {
+        return Err(ApiError::invalid(
+            D,
+            "prompt",
+            "only one prompt per request is supported",
+        ));
+    }
+    let top = req.logprobs.unwrap_or(0);
+    if top > 5 {
+        return Err(ApiError::invalid(
+            D,
+            "logprobs",
+            "logprobs must be in [0, 5]",
+        ));
+    }
+    let engine_top = if req.logprobs.is_some() {
+        top.max(1) as usize
+    } else {
+        0
+    };
+    let params = generate_params(state, &sampling, req.max_tokens.or(Some(16)), engine_top, D)?;
+    let stop = req.stop.take().map(StopField::into_vec).unwrap_or_default();
+    Ok(DecodedCompletion { req, params, stop })
+}
+
 /// `POST /v1/completions`.
 pub async fn completions(State(state): State<AppState>, body: Body) -> Response {
     let mut guard = state.begin("completions");
@@ -412,21 +477,13 @@ async fn completions_inner(
     deadline: Deadline,
 ) -> Result<Response, ApiError> {
     let v = read_json(body, state.config().max_body_bytes, D).await?;
-    reject_unsupported(&v, false)?;
-    let sampling: Sampling = typed(v.clone(), D)?;
-    let req: CompletionRequest = typed(v, D)?;
+    let DecodedCompletion { req, params, stop } = decode_completion(&state, v)?;
     let ready = state.ready(D)?;
     let engine = &ready.engine;
     let prompt = match req.prompt {
         PromptField::Text(t) => engine.raw_prompt(&t),
-        PromptField::Texts(t) if t.len() == 1 => engine.raw_prompt(&t[0]),
-        PromptField::Texts(_) => {
-            return Err(ApiError::invalid(
-                D,
-                "prompt",
-                "only one prompt per request is supported",
-            ))
-        }
+        // decode_completion leaves exactly one.
+        PromptField::Texts(t) => engine.raw_prompt(&t.concat()),
         PromptField::Ids(ids) => {
             let vocab = engine.tokenizer.vocab_size();
             if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
@@ -440,27 +497,6 @@ async fn completions_inner(
         }
     }
     .map_err(|e| ApiError::new(D, ErrorKind::InvalidRequest, e.to_string()))?;
-    let top = req.logprobs.unwrap_or(0);
-    if top > 5 {
-        return Err(ApiError::invalid(
-            D,
-            "logprobs",
-            "logprobs must be in [0, 5]",
-        ));
-    }
-    let engine_top = if req.logprobs.is_some() {
-        top.max(1) as usize
-    } else {
-        0
-    };
-    let params = generate_params(
-        &state,
-        &sampling,
-        req.max_tokens.or(Some(16)),
-        engine_top,
-        D,
-    )?;
-    let stop = req.stop.map(StopField::into_vec).unwrap_or_default();
     let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
     let id = new_id("cmpl-");
     let model = state.config().model_id.clone();

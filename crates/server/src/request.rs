@@ -47,7 +47,12 @@ pub async fn read_json(body: Body, limit: usize, dialect: Dialect) -> Result<Val
             format!("the request body is larger than {limit} bytes"),
         ));
     }
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+    parse_json(&bytes, dialect)
+}
+
+/// Parses a body as a JSON object (400 otherwise).
+pub fn parse_json(bytes: &[u8], dialect: Dialect) -> Result<Value, ApiError> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::new(
             dialect,
             ErrorKind::InvalidRequest,
