@@ -171,7 +171,7 @@ pub fn run_verify(a: &VerifyArgs) -> Result<()> {
         min_cos: a.min_cos,
         max_rel: a.max_rel,
     };
-    let verification = Verification::open(&a.model.path()?, options)?;
+    let verification = Verification::open(&a.model.path_checked()?, options)?;
     let m = verification.model();
     println!(
         "model {} ({} layers{}, n_embd {}, vocab {}), prompt {} tokens, backend {}{} ({} variant, W {})",
@@ -262,7 +262,7 @@ pub fn run_verify(a: &VerifyArgs) -> Result<()> {
 pub fn run_check(a: &CheckArgs) -> Result<()> {
     let options = a.lowering.options()?;
     let checks = kernels::check(
-        &a.model.path()?,
+        &a.model.path_checked()?,
         &a.model.overrides()?,
         &options,
         a.tolerance,
@@ -298,7 +298,7 @@ pub fn run_check(a: &CheckArgs) -> Result<()> {
 /// `anedvd kernels`.
 pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
     let chosen = a.lowering.options()?;
-    let (path, overrides) = (a.model.path()?, a.model.overrides()?);
+    let (path, overrides) = (a.model.path_checked()?, a.model.overrides()?);
     if let Some(dir) = &a.emit {
         let report = kernels::emit(&path, &overrides, &chosen, dir)?;
         let bytes: u64 = report.kernels.iter().map(|k| k.weight_bytes).sum();

@@ -36,6 +36,12 @@ pub struct ModelArgs {
     /// back on every layer (`inspect` says when a file needs it).
     #[arg(long, value_name = "N")]
     pub sliding_window: Option<usize>,
+    /// Scan every weight for NaN and infinities while loading (as llama.cpp's
+    /// --check-tensors): reads the whole model once, in parallel, with a
+    /// progress bar; quantized blocks are dequantized, so a NaN/Inf block scale
+    /// is caught too. The load fails naming the first bad tensor and element.
+    #[arg(long)]
+    pub check_tensors: bool,
 }
 
 /// Which backend runs the model (for run, chat, serve, bench).
@@ -178,6 +184,26 @@ impl ModelArgs {
         Ok(path)
     }
 
+    /// [`ModelArgs::path`], after the --check-tensors scan when the flag is
+    /// set (for the commands that open the model without [`Engine::load`]:
+    /// verify, check, kernels).
+    pub fn path_checked(&self) -> Result<PathBuf> {
+        let path = self.path()?;
+        if self.check_tensors {
+            let bar = ProgressBar::new(0);
+            bar.set_style(scan_style());
+            bar.set_prefix(path.display().to_string());
+            bar.set_message(LoadStage::CheckTensors { done: 0, total: 0 }.describe());
+            let scanned = anedvd_engine::tools::check_tensors_at(&path, |done, total| {
+                bar.set_length(total);
+                bar.set_position(done);
+            });
+            bar.finish_and_clear();
+            scanned.context("--check-tensors")?;
+        }
+        Ok(path)
+    }
+
     /// The metadata overrides given by the flags.
     pub fn overrides(&self) -> Result<ConfigOverrides> {
         let rope_pairing = match self.rope_pairing.as_deref() {
@@ -205,6 +231,7 @@ impl ModelArgs {
             backend: backend.choice()?,
             backend_options: backend.options(self.threads())?,
             overrides: self.overrides()?,
+            check_tensors: self.check_tensors,
         })
     }
 
@@ -222,14 +249,30 @@ pub fn load_engine(path: &Path, options: &LoadOptions, quiet: bool) -> Result<En
     } else {
         ProgressBar::new_spinner()
     };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} loading {prefix}: {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
+    let spinner = ProgressStyle::with_template("{spinner} loading {prefix}: {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    bar.set_style(spinner.clone());
     bar.set_prefix(path.display().to_string());
     bar.enable_steady_tick(Duration::from_millis(100));
-    let engine = Engine::load(path, options, |stage: LoadStage| {
-        bar.set_message(stage.describe());
+    // The spinner becomes a byte bar while --check-tensors scans.
+    let mut scanning = false;
+    let engine = Engine::load(path, options, |stage: LoadStage| match stage {
+        LoadStage::CheckTensors { done, total } => {
+            if !scanning {
+                scanning = true;
+                bar.set_style(scan_style());
+                bar.set_length(total);
+                bar.set_message(stage.describe());
+            }
+            bar.set_position(done);
+        }
+        other => {
+            if scanning {
+                scanning = false;
+                bar.set_style(spinner.clone());
+            }
+            bar.set_message(other.describe());
+        }
     });
     bar.finish_and_clear();
     let engine = engine.context("cannot load the model")?;
@@ -237,6 +280,14 @@ pub fn load_engine(path: &Path, options: &LoadOptions, quiet: bool) -> Result<En
         eprintln!("note: {note}");
     }
     Ok(engine)
+}
+
+/// The byte bar of the --check-tensors scan.
+fn scan_style() -> ProgressStyle {
+    ProgressStyle::with_template(
+        "{prefix}: {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
 }
 
 /// The error and its causes joined by `: `, skipping a cause whose text the

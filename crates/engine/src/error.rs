@@ -18,14 +18,6 @@ pub enum Error {
     /// The chat template could not be loaded or rendered.
     #[error(transparent)]
     Chat(#[from] anedvd_chat::Error),
-    /// A model file could not be opened.
-    #[error("opening {path}: {source}")]
-    Open {
-        /// The model path.
-        path: std::path::PathBuf,
-        /// The cause.
-        source: anedvd_weights::Error,
-    },
     /// A model's tokenizer could not be built.
     #[error("loading the tokenizer of {path}: {source}")]
     TokenizerOf {
@@ -33,6 +25,52 @@ pub enum Error {
         path: std::path::PathBuf,
         /// The cause.
         source: anedvd_tokenizer::Error,
+    },
+    /// The model's config (a Hugging Face `config.json`, a GGUF file's
+    /// metadata) is missing, contradicts itself or its tensors, or is absurd.
+    #[error("{}: {source}", path.display())]
+    ModelConfig {
+        /// The file at fault (`config.json`; the directory when a tensor
+        /// disagrees with it; the GGUF file).
+        path: std::path::PathBuf,
+        /// The cause, naming the key or tensor.
+        source: anedvd_model::Error,
+    },
+    /// A Hugging Face tokenizer file (`tokenizer.json`,
+    /// `tokenizer_config.json`) is malformed or unsupported.
+    #[error("{}: {message}", path.display())]
+    TokenizerFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong, naming the field (the cause's text without the file name).
+        message: String,
+        /// The cause.
+        #[source]
+        source: anedvd_tokenizer::Error,
+    },
+    /// `check_tensors` found a NaN or an infinity in a weight.
+    #[error("{}: tensor `{tensor}` holds {value} at element {index} (of {elements}); the weights are corrupt or were converted with an overflow", path.display())]
+    NonFiniteWeight {
+        /// The model path.
+        path: std::path::PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// The element's index in storage order (0-based).
+        index: u64,
+        /// The tensor's element count.
+        elements: u64,
+        /// The value (NaN, inf or -inf).
+        value: f32,
+    },
+    /// A tensor's bytes could not be decoded by its dtype.
+    #[error("{}: tensor `{tensor}`: {source}", path.display())]
+    TensorData {
+        /// The model path.
+        path: std::path::PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// The cause.
+        source: anedvd_quant::Error,
     },
     /// The decoder could not be lowered to ANE programs.
     #[error(transparent)]

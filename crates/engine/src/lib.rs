@@ -52,6 +52,6 @@ pub use generate::{
     check_request, generate, generate_speculative, Decoding, FinishReason, GenerateParams,
     Generation, Step, Timings, TokenEvent,
 };
-pub use load::{Engine, LoadOptions, LoadStage, TemplateOrigin};
+pub use load::{check_tensors, Engine, LoadOptions, LoadStage, TemplateOrigin};
 pub use sampler::{Sampler, SamplingParams};
 pub use session::EngineSession;

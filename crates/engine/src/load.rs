@@ -11,7 +11,8 @@ use anedvd_model::{ConfigOverrides, DecoderConfig};
 use anedvd_tokenizer::Tokenizer;
 use anedvd_weights::ModelFormat;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// How to load a model.
@@ -23,6 +24,10 @@ pub struct LoadOptions {
     pub backend_options: BackendOptions,
     /// Overrides of the model's metadata (family, RoPE pairing, ...).
     pub overrides: ConfigOverrides,
+    /// Scan every weight for NaN and infinities before the backend is
+    /// prepared ([`check_tensors`]; reads the whole model once). A bad
+    /// weight fails the load with [`Error::NonFiniteWeight`] naming it.
+    pub check_tensors: bool,
 }
 
 /// Where the chat template came from.
@@ -43,6 +48,14 @@ pub enum LoadStage {
     Tokenizer,
     /// Resolving the config and checking tensors.
     Config,
+    /// Scanning the weights for NaN and infinities (with
+    /// [`LoadOptions::check_tensors`]): `done` of `total` bytes so far.
+    CheckTensors {
+        /// Bytes scanned.
+        done: u64,
+        /// Bytes of all tensors.
+        total: u64,
+    },
     /// Preparing the backend.
     Backend,
 }
@@ -54,6 +67,7 @@ impl LoadStage {
             LoadStage::Weights => "mapping weights",
             LoadStage::Tokenizer => "building tokenizer",
             LoadStage::Config => "checking config and tensors",
+            LoadStage::CheckTensors { .. } => "scanning weights for NaN/Inf",
             LoadStage::Backend => "preparing the backend",
         }
     }
@@ -108,7 +122,7 @@ impl Engine {
                 (tok, tmpl)
             }
             None => {
-                let tok = Tokenizer::from_gguf_metadata(md)?;
+                let tok = gguf_tokenizer(path, md)?;
                 let tmpl = md
                     .opt_str("tokenizer.chat_template")
                     .ok()
@@ -119,9 +133,16 @@ impl Engine {
         };
 
         progress(LoadStage::Config);
-        let (config, program) = anedvd_model::load(weights.clone(), &options.overrides)?;
+        let (config, program) =
+            build_model(path, opened.kind, weights.clone(), &options.overrides)?;
 
         let template = pick_template(file_template, &config, &tokenizer)?;
+
+        if options.check_tensors {
+            scan_with_progress(weights.as_ref(), path, |done, total| {
+                progress(LoadStage::CheckTensors { done, total })
+            })?;
+        }
 
         progress(LoadStage::Backend);
         let executable =
@@ -290,12 +311,157 @@ fn pick_template(
 
 /// The tokenizer of a Hugging Face layout: `json` (tokenizer.json, required)
 /// with `config` (tokenizer_config.json, optional: special-token flags);
-/// also returns the config's text (it may carry the chat template).
+/// also returns the config's text (it may carry the chat template). An
+/// error names the file at fault.
 pub(crate) fn hf_tokenizer(json: &Path, config: &Path) -> Result<(Tokenizer, Option<String>)> {
     let text = read_required(json)?;
-    let config = read_optional(config)?;
-    let tokenizer = Tokenizer::from_tokenizer_json(&text, config.as_deref())?;
-    Ok((tokenizer, config))
+    let config_text = read_optional(config)?;
+    let tokenizer =
+        Tokenizer::from_tokenizer_json(&text, config_text.as_deref()).map_err(|source| {
+            let (path, message) = match &source {
+                anedvd_tokenizer::Error::Json { file, detail }
+                    if *file == "tokenizer_config.json" =>
+                {
+                    (config, detail.clone())
+                }
+                anedvd_tokenizer::Error::Json { detail, .. } => (json, detail.clone()),
+                other => (json, other.to_string()),
+            };
+            Error::TokenizerFile {
+                path: path.to_path_buf(),
+                message,
+                source,
+            }
+        })?;
+    Ok((tokenizer, config_text))
+}
+
+/// The tokenizer in the metadata of the GGUF file at `path`.
+pub(crate) fn gguf_tokenizer(path: &Path, md: &anedvd_base::Metadata) -> Result<Tokenizer> {
+    Tokenizer::from_gguf_metadata(md).map_err(|source| Error::TokenizerOf {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// [`anedvd_model::load`] of the model opened from `path`, its errors naming
+/// the file at fault: a Hugging Face directory's `config.json` (the
+/// directory itself when a tensor is missing or disagrees with the config),
+/// or the GGUF file.
+pub(crate) fn build_model(
+    path: &Path,
+    format: ModelFormat,
+    weights: Arc<dyn WeightSource>,
+    overrides: &ConfigOverrides,
+) -> Result<(DecoderConfig, anedvd_graph::DecoderProgram)> {
+    use anedvd_model::Error as M;
+    anedvd_model::load(weights, overrides).map_err(|source| {
+        let path = match (&source, format) {
+            (M::MissingTensor(_) | M::Program(_), _) => path.to_path_buf(),
+            (_, ModelFormat::HuggingFace) => path.join("config.json"),
+            _ => path.to_path_buf(),
+        };
+        Error::ModelConfig { path, source }
+    })
+}
+
+/// [`check_tensors`] on the rayon pool while this thread calls
+/// `progress(done, total)` (bytes) every 100 ms, first with 0 and last with
+/// `total` when the scan passes.
+pub(crate) fn scan_with_progress(
+    weights: &dyn WeightSource,
+    path: &Path,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<()> {
+    let total = weights.tensors().iter().map(|t| t.size_bytes).sum();
+    progress(0, total);
+    let done = AtomicU64::new(0);
+    let (tx, rx) = mpsc::channel::<()>();
+    let checked = std::thread::scope(|s| {
+        let scan = s.spawn(|| {
+            // dropped when the scan ends, which wakes the loop below
+            let _finished = tx;
+            check_tensors(weights, path, &done)
+        });
+        while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_millis(100))
+        {
+            progress(done.load(Ordering::Relaxed), total);
+        }
+        scan.join()
+    });
+    match checked {
+        Ok(result) => result?,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+    progress(total, total);
+    Ok(())
+}
+
+/// Bytes of tensor data scanned per parallel work item.
+const CHECK_PIECE_BYTES: u64 = 8 << 20;
+
+/// Scans every tensor of `weights` (the model at `path`) for NaN and
+/// infinities, in parallel over pieces of at most 8 MiB, adding the bytes
+/// scanned to `done` as it goes: F32/F16/BF16/F64 from their bits, block
+/// types through their dequantization ([`anedvd_quant::find_non_finite`],
+/// which also catches NaN/Inf block scales). The first bad element in file
+/// order is reported as [`Error::NonFiniteWeight`] with the tensor's name
+/// and the element's index (llama.cpp's `--check-tensors`).
+pub fn check_tensors(weights: &dyn WeightSource, path: &Path, done: &AtomicU64) -> Result<()> {
+    use rayon::prelude::*;
+    // (tensor, byte range) pieces, block-aligned, in file order.
+    let mut pieces: Vec<(usize, u64, u64)> = Vec::new();
+    for (i, t) in weights.tensors().iter().enumerate() {
+        let block = t.dtype.block_bytes();
+        let step = (CHECK_PIECE_BYTES / block).max(1) * block;
+        let mut start = 0;
+        while start < t.size_bytes {
+            let end = (start + step).min(t.size_bytes);
+            pieces.push((i, start, end));
+            start = end;
+        }
+    }
+    let infos = weights.tensors();
+    let bad = pieces.par_iter().find_map_first(|&(i, start, end)| {
+        let info = &infos[i];
+        let data_err = |source| Error::TensorData {
+            path: path.to_path_buf(),
+            tensor: info.name.clone(),
+            source,
+        };
+        let Some(t) = weights.tensor(&info.name) else {
+            return Some(Error::Invalid(format!(
+                "tensor `{}` is listed but has no data",
+                info.name
+            )));
+        };
+        let range = start as usize..end as usize;
+        weights.will_read(&info.name, range.clone());
+        let found = t
+            .data
+            .get(range)
+            .ok_or_else(|| {
+                data_err(anedvd_quant::Error::BadLength {
+                    ty: info.dtype,
+                    what: format!("{} bytes stored, {} listed", t.data.len(), info.size_bytes),
+                })
+            })
+            .and_then(|bytes| anedvd_quant::find_non_finite(info.dtype, bytes).map_err(data_err));
+        done.fetch_add(end - start, Ordering::Relaxed);
+        let elements_before = start / info.dtype.block_bytes() * info.dtype.block_size();
+        match found {
+            Ok(None) => None,
+            Ok(Some(hit)) => Some(Error::NonFiniteWeight {
+                path: path.to_path_buf(),
+                tensor: info.name.clone(),
+                index: elements_before + hit.index,
+                elements: info.elements(),
+                value: hit.value,
+            }),
+            Err(e) => Some(e),
+        }
+    });
+    bad.map_or(Ok(()), Err)
 }
 
 fn read_required(path: &Path) -> Result<String> {

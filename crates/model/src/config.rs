@@ -265,6 +265,19 @@ impl Reader<'_> {
         out.join(", ")
     }
 
+    /// The key `p` was read from, or (absent) every key it may have.
+    pub fn key(&self, p: Param) -> String {
+        self.find(p).map_or_else(|| self.all_keys(p), |(k, _)| k)
+    }
+
+    /// A [`Error::BadValue`] about `p`'s key.
+    pub fn bad(&self, p: Param, reason: impl Into<String>) -> Error {
+        Error::BadValue {
+            key: self.key(p),
+            reason: reason.into(),
+        }
+    }
+
     pub fn f64(&self, p: Param) -> Result<Option<f64>> {
         match self.find(p) {
             None => Ok(None),
@@ -379,10 +392,40 @@ pub(crate) fn resolve(
     let n_embd = r.require_usize(Param::NEmbd)?;
     let n_layer = r.require_usize(Param::NLayer)?;
     let n_head = r.require_usize(Param::NHead)?;
+    // Sanity caps before anything is sized from these numbers (hostile metadata).
     if n_layer > MAX_LAYERS {
-        return Err(Error::Invalid(format!(
-            "n_layer = {n_layer} exceeds the limit {MAX_LAYERS}"
-        )));
+        return Err(r.bad(
+            Param::NLayer,
+            format!("{n_layer} layers exceeds the limit {MAX_LAYERS}"),
+        ));
+    }
+    for (p, v) in [
+        (Param::NLayer, n_layer),
+        (Param::NEmbd, n_embd),
+        (Param::NHead, n_head),
+    ] {
+        if v == 0 {
+            return Err(r.bad(p, "must be positive, found 0"));
+        }
+    }
+    for (p, v) in [(Param::NEmbd, n_embd), (Param::NHead, n_head)] {
+        if v > MAX_DIM {
+            return Err(r.bad(p, format!("{v} exceeds the limit {MAX_DIM}")));
+        }
+    }
+    // transformers refuses a `layer_types` of another length in every
+    // config that has one, whether or not this family reads it.
+    if let Some((key, items)) = r.array(Param::LayerTypes) {
+        if items.len() != n_layer {
+            return Err(Error::BadValue {
+                key,
+                reason: format!(
+                    "{} entries for {n_layer} layers ({})",
+                    items.len(),
+                    r.key(Param::NLayer)
+                ),
+            });
+        }
     }
     let n_head_kv_layers = r
         .per_layer_usize(Param::NHeadKv, n_layer)?
@@ -400,19 +443,20 @@ pub(crate) fn resolve(
         .zip(&conv_layers)
         .map(|(n, conv)| if *conv { 0 } else { *n })
         .collect();
-    if n_head == 0 || n_head_kv == 0 || n_layer == 0 || n_embd == 0 {
-        return Err(Error::Invalid(format!(
-            "n_embd {n_embd}, n_layer {n_layer}, n_head {n_head}, n_head_kv {n_head_kv} must be positive"
-        )));
-    }
     if let Some((i, n)) = n_head_kv_layers
         .iter()
         .enumerate()
-        .find(|(i, n)| !conv_layers[*i] && **n == 0)
+        .find(|(i, n)| !conv_layers[*i] && (**n == 0 || n_head % **n != 0))
     {
-        return Err(Error::Invalid(format!(
-            "layer {i}: {n} key/value heads on an attention layer"
-        )));
+        let reason = if *n == 0 {
+            format!("layer {i}: 0 key/value heads on an attention layer")
+        } else {
+            format!(
+                "{n} key/value heads (layer {i}) do not divide {} = {n_head} query heads",
+                r.key(Param::NHead)
+            )
+        };
+        return Err(r.bad(Param::NHeadKv, reason));
     }
     for (p, what) in [
         (
@@ -428,7 +472,24 @@ pub(crate) fn resolve(
             return Err(Error::Unsupported(what.into()));
         }
     }
-    let head_dim = r.usize(Param::HeadDim)?.unwrap_or(n_embd / n_head);
+    let head_dim = match r.usize(Param::HeadDim)? {
+        Some(d) => d,
+        // Without a head dim the heads split the residual width.
+        None if !n_embd.is_multiple_of(n_head) => {
+            return Err(r.bad(
+                Param::NHead,
+                format!(
+                    "{n_head} heads do not divide {} = {n_embd}, and no head dim is given ({})",
+                    r.key(Param::NEmbd),
+                    r.all_keys(Param::HeadDim)
+                ),
+            ))
+        }
+        None => n_embd / n_head,
+    };
+    if head_dim == 0 {
+        return Err(r.bad(Param::HeadDim, "must be positive, found 0"));
+    }
     let head_dim_swa = r.usize(Param::HeadDimSwa)?;
     let conv_kernel = if conv_layers.contains(&true) {
         let k = r.require_usize(Param::ConvKernel)?;
@@ -465,38 +526,34 @@ pub(crate) fn resolve(
     // Sanity caps before anything is sized from these numbers (hostile metadata).
     let shared_kv = r.usize(Param::SharedKvLayers)?.unwrap_or(0);
     let per_layer_input = r.usize(Param::PerLayerInputWidth)?.filter(|w| *w > 0);
-    for (what, v, cap) in [
-        ("n_embd", n_embd, MAX_DIM),
+    for (p, v, cap) in [
         (
-            "n_ff",
+            Param::NFf,
             n_ff_layers.iter().copied().max().unwrap_or(0),
             MAX_DIM,
         ),
-        ("head_dim", head_dim, MAX_DIM),
-        ("head_dim_swa", head_dim_swa.unwrap_or(0), MAX_DIM),
+        (Param::HeadDim, head_dim, MAX_DIM),
+        (Param::HeadDimSwa, head_dim_swa.unwrap_or(0), MAX_DIM),
         (
-            "per-layer input width",
+            Param::PerLayerInputWidth,
             per_layer_input.unwrap_or(0),
             MAX_DIM,
         ),
-        ("shared K/V layers", shared_kv, n_layer - 1),
-        ("n_head", n_head, MAX_DIM),
-        ("n_head_kv", n_head_kv, MAX_DIM),
+        (Param::SharedKvLayers, shared_kv, n_layer - 1),
+        (Param::NHeadKv, n_head_kv, MAX_DIM),
         (
-            "n_ff_expert",
+            Param::NFfExpert,
             moe.as_ref().map_or(0, |m| m.n_ff_expert),
             MAX_DIM,
         ),
         (
-            "n_ff_shared",
+            Param::NFfSharedExpert,
             moe.as_ref().and_then(|m| m.n_ff_shared).unwrap_or(0),
             MAX_DIM,
         ),
     ] {
         if v > cap {
-            return Err(Error::Invalid(format!(
-                "{what} = {v} exceeds the limit {cap}"
-            )));
+            return Err(r.bad(p, format!("{v} exceeds the limit {cap}")));
         }
     }
     let n_ctx_train = overrides
@@ -510,7 +567,7 @@ pub(crate) fn resolve(
         .tensor(&embd_name)
         .ok_or_else(|| Error::MissingTensor(embd_name.clone()))?;
     let n_vocab = match embd.info.shape.as_slice() {
-        [d, v] if *d as usize == n_embd => *v as usize,
+        [d, v] if *d as usize == n_embd && *v > 0 => *v as usize,
         s => {
             return Err(Error::Program(anedvd_graph::Error::Shape {
                 tensor: embd_name,
@@ -519,6 +576,20 @@ pub(crate) fn resolve(
             }))
         }
     };
+    // The embedding's rows are the vocabulary; a config.json's size must
+    // agree (transformers builds the embedding from it).
+    let stated_vocab = match format {
+        SourceFormat::HuggingFace => r.usize(Param::NVocab)?,
+        SourceFormat::Gguf => None,
+    };
+    if let Some(v) = stated_vocab {
+        if v != n_vocab {
+            return Err(r.bad(
+                Param::NVocab,
+                format!("{v}, but the token embedding `{embd_name}` has {n_vocab} rows"),
+            ));
+        }
+    }
 
     let sliding_window = match overrides.sliding_window {
         Some(w) => Some(w).filter(|w| *w > 0),
@@ -585,9 +656,10 @@ pub(crate) fn resolve(
         }
     }
     if let Some(ff) = n_ff_layers.iter().find(|ff| **ff > MAX_DIM) {
-        return Err(Error::Invalid(format!(
-            "n_ff = {ff} exceeds the limit {MAX_DIM}"
-        )));
+        return Err(r.bad(
+            Param::NFf,
+            format!("{ff} (doubled by the double-wide MLP) exceeds the limit {MAX_DIM}"),
+        ));
     }
     let n_ff = n_ff_layers[0];
     let theta = r.f64(Param::RopeTheta)?.unwrap_or(q.default_rope_theta);
@@ -718,7 +790,11 @@ fn conv_layers(r: &Reader<'_>, n_layer: usize, heads_kv: &[usize]) -> Result<Vec
             })?;
         return Ok((0..n_layer).map(|i| !idx.contains(&i)).collect());
     }
-    Ok(heads_kv.iter().map(|n| *n == 0).collect())
+    // In HF configs a 0 is a bad head count, not a conv layer.
+    Ok(heads_kv
+        .iter()
+        .map(|n| *n == 0 && r.format == SourceFormat::Gguf)
+        .collect())
 }
 
 /// Each layer's head dim: HF's `per_layer_config.{i}.head_dim` (keys

@@ -81,7 +81,7 @@ fn bad_per_layer_metadata_is_refused_by_key() {
     );
     let e = gguf("gemma4.attention.shared_kv_layers", V::U32(6));
     assert!(
-        e.contains("shared K/V layers = 6 exceeds the limit 5"),
+        e.contains("`gemma4.attention.shared_kv_layers`: 6 exceeds the limit 5"),
         "{e}"
     );
     // the last two layers (sliding, full) share, but no earlier layer is full
@@ -102,7 +102,10 @@ fn bad_per_layer_metadata_is_refused_by_key() {
     }));
     assert!(e.contains("experts in a gemma4 model"), "{e}");
     let e = gguf("gemma4.embedding_length_per_layer_input", V::U32(1 << 21));
-    assert!(e.contains("per-layer input width"), "{e}");
+    assert!(
+        e.contains("`gemma4.embedding_length_per_layer_input`: 2097152 exceeds"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -116,7 +119,10 @@ fn hf_head_dims_and_unsupported_variants_are_checked() {
     assert!(e.contains("enable_moe_block"), "{e}");
     // a multimodal config's nested decoder keys win over the top level
     let e = hf("text_config.num_kv_shared_layers", V::I64(9));
-    assert!(e.contains("shared K/V layers = 9"), "{e}");
+    assert!(
+        e.contains("`text_config.num_kv_shared_layers`: 9 exceeds"),
+        "{e}"
+    );
     assert!(matches!(
         load(
             edited(Format::Hf, |m| m.insert("attention_k_eq_v", V::Bool(true))),

@@ -318,7 +318,11 @@ fn hostile_sizes_are_refused_before_allocation() {
     s.metadata_mut()
         .insert("llama.block_count", V::U64(1 << 40));
     let err = load(Arc::new(s), &ConfigOverrides::default()).unwrap_err();
-    assert!(err.to_string().contains("n_layer"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("`llama.block_count`: 1099511627776 layers exceeds the limit"),
+        "{err}"
+    );
     let mut s = gguf_llama(1);
     s.metadata_mut()
         .insert("llama.rope.dimension_count", V::U32(1 << 30));

@@ -19,6 +19,7 @@
 //! assert!(dot > 0.0);
 //! ```
 
+mod check;
 mod dot;
 mod float;
 mod iq;
@@ -33,6 +34,7 @@ mod util;
 
 use anedvd_base::GgmlType;
 
+pub use check::{find_non_finite, NonFinite};
 pub use dot::vec_dot;
 pub use float::{bf16_to_f32, e8m0_to_f32_half, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use kquants::QK_K;

@@ -7,8 +7,15 @@ pub enum Error {
     #[error(transparent)]
     Metadata(#[from] anedvd_base::Error),
     /// The tokenizer kind (`tokenizer.ggml.model`, tokenizer.json `model.type`) is not supported.
-    #[error("unsupported tokenizer model `{0}`")]
-    UnknownModel(String),
+    #[error("{key} = `{name}`: unsupported tokenizer model (supported: {supported})")]
+    UnknownModel {
+        /// Where the kind was read (`tokenizer.ggml.model`, `model.type`).
+        key: &'static str,
+        /// The kind found.
+        name: String,
+        /// The kinds this source supports.
+        supported: &'static str,
+    },
     /// The pre-tokenizer name (`tokenizer.ggml.pre`) is not known; we never guess one.
     #[error("unknown pre-tokenizer `{0}` (tokenizer.ggml.pre)")]
     UnknownPre(String),
@@ -23,6 +30,17 @@ pub enum Error {
     /// A BPE vocabulary has no merges (`tokenizer.ggml.merges` / `model.merges`).
     #[error("BPE tokenizer without merges ({0})")]
     MissingMerges(String),
+    /// A tokenizer.json merge rule naming a token that `model.vocab` lacks
+    /// (HF `tokenizers` refuses these too).
+    #[error("model.merges[{index}] `{text}`: `{token}` is not in model.vocab")]
+    MergeNotInVocab {
+        /// Position of the rule in the merge list.
+        index: usize,
+        /// The rule text.
+        text: String,
+        /// The missing token (a side of the rule, or the two joined).
+        token: String,
+    },
     /// A merge rule that cannot be parsed.
     #[error("merge #{index} `{text}` is malformed")]
     BadMerge {

@@ -274,7 +274,13 @@ impl Tokenizer {
                     front,
                 )
             }
-            other => return Err(Error::UnknownModel(other.to_string())),
+            other => {
+                return Err(Error::UnknownModel {
+                    key: "tokenizer.ggml.model",
+                    name: other.to_string(),
+                    supported: "llama, gpt2, gemma4",
+                })
+            }
         };
 
         // Special ids from metadata (defaults that fall outside the vocabulary are dropped).

@@ -58,7 +58,7 @@ fn llamacpp_vocab_goldens() {
         let file = anedvd_gguf::GgufFile::open(&path).expect("open gguf");
         let tok = match Tokenizer::from_gguf_metadata(file.metadata()) {
             Ok(t) => t,
-            Err(e @ (Error::UnknownModel(_) | Error::UnknownPre(_))) => {
+            Err(e @ (Error::UnknownModel { .. } | Error::UnknownPre(_))) => {
                 skipped.push(format!("{name}: {e}"));
                 continue;
             }

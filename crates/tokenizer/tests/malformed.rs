@@ -61,7 +61,7 @@ fn unknown_model_kind() {
     let mut md = spm();
     md.insert("tokenizer.ggml.model", MetadataValue::String("bert".into()));
     assert!(
-        matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::UnknownModel(m)) if m == "bert")
+        matches!(Tokenizer::from_gguf_metadata(&md), Err(Error::UnknownModel { name, .. }) if name == "bert")
     );
 }
 
@@ -193,7 +193,7 @@ fn tokenizer_json_errors() {
     ));
     let wp = r#"{"model": {"type": "WordPiece", "vocab": {"a": 0}}}"#;
     assert!(
-        matches!(Tokenizer::from_tokenizer_json(wp, None), Err(Error::UnknownModel(m)) if m == "WordPiece")
+        matches!(Tokenizer::from_tokenizer_json(wp, None), Err(Error::UnknownModel { name, key: "model.type", .. }) if name == "WordPiece")
     );
     let no_merges = r#"{"model": {"type": "BPE", "vocab": {"a": 0}}}"#;
     assert!(matches!(

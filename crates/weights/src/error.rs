@@ -84,16 +84,31 @@ pub enum Error {
         /// The second shard holding it.
         second: PathBuf,
     },
-    /// The safetensors header is malformed (reported by the `safetensors` crate).
+    /// The safetensors file is malformed as a whole: its header length,
+    /// header JSON or data section (errors about one tensor are
+    /// [`Error::BadTensor`]).
     #[error("{}: invalid safetensors file: {reason}", path.display())]
     Safetensors {
         /// The shard.
         path: PathBuf,
-        /// The parser's message.
+        /// What is wrong, naming the part of the file.
+        reason: String,
+    },
+    /// One tensor's entry in a safetensors header is malformed: its
+    /// `dtype`, `shape` or `data_offsets` (named in `field`).
+    #[error("{}: tensor `{tensor}`: {field}: {reason}", path.display())]
+    BadTensor {
+        /// The shard.
+        path: PathBuf,
+        /// The tensor name.
+        tensor: String,
+        /// The header field at fault (`dtype`, `shape`, `data_offsets`).
+        field: &'static str,
+        /// What is wrong with it.
         reason: String,
     },
     /// A tensor whose dtype has no ggml equivalent here.
-    #[error("{}: tensor `{tensor}` has unsupported dtype {dtype}", path.display())]
+    #[error("{}: tensor `{tensor}`: dtype {dtype} is not supported (supported: F32, F16, BF16, F64, I8, I16, I32, I64)", path.display())]
     UnsupportedDtype {
         /// The shard.
         path: PathBuf,

@@ -3,7 +3,7 @@
 
 use crate::{Error, Result};
 use anedvd_base::{GgmlType, Metadata, MetadataValue, TensorInfo, TensorRef, WeightSource};
-use safetensors::{Dtype, SafeTensors};
+use safetensors::Dtype;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -96,36 +96,14 @@ impl SafetensorsSource {
     fn add_shard(&mut self, path: PathBuf, bytes: Bytes) -> Result<()> {
         let shard = self.shards.len();
         let buf = bytes.get();
-        let bad = |e: safetensors::SafeTensorError| Error::Safetensors {
-            path: path.clone(),
-            reason: e.to_string(),
-        };
-        // `read_metadata` validates the header: JSON, dtype/shape/offset
-        // consistency, contiguous offsets and that the data section is
-        // exactly the rest of the buffer.
-        let (header_len, meta) = SafeTensors::read_metadata(buf).map_err(bad)?;
-        let data_start = header_len
-            .checked_add(8)
-            .ok_or_else(|| bad(safetensors::SafeTensorError::InvalidOffset("header".into())))?;
-        for name in meta.offset_keys() {
-            let Some(info) = meta.info(&name) else {
-                continue;
-            };
-            let dtype = ggml_dtype(info.dtype).ok_or_else(|| Error::UnsupportedDtype {
-                path: path.clone(),
-                tensor: name.clone(),
-                dtype: format!("{:?}", info.dtype),
-            })?;
-            let (begin, end) = info.data_offsets;
-            let (start, end) = match (data_start.checked_add(begin), data_start.checked_add(end)) {
-                (Some(s), Some(e)) if s <= e && e <= buf.len() => (s, e),
-                _ => {
-                    return Err(Error::Safetensors {
-                        path: path.clone(),
-                        reason: format!("tensor `{name}`: data offsets out of range"),
-                    })
-                }
-            };
+        let (data_start, entries) = parse_header(&path, buf)?;
+        for entry in entries {
+            let Entry {
+                name,
+                dtype,
+                shape,
+                offsets: (begin, end),
+            } = entry;
             if let Some(&prev) = self.by_name.get(&name) {
                 return Err(Error::DuplicateTensor {
                     tensor: name,
@@ -139,10 +117,15 @@ impl SafetensorsSource {
                 dtype,
                 // safetensors is row-major outermost-first; ggml `ne` is
                 // innermost-first.
-                shape: info.shape.iter().rev().map(|&d| d as u64).collect(),
-                size_bytes: (end - start) as u64,
+                shape: shape.iter().rev().map(|&d| d as u64).collect(),
+                size_bytes: (end - begin) as u64,
             });
-            self.locations.push(Location { shard, start, end });
+            // In range: `parse_header` checked `end <= buf.len() - data_start`.
+            self.locations.push(Location {
+                shard,
+                start: data_start + begin,
+                end: data_start + end,
+            });
         }
         self.shards.push(Shard { path, bytes });
         Ok(())
@@ -158,6 +141,211 @@ impl SafetensorsSource {
     pub fn shard_paths(&self) -> impl Iterator<Item = &Path> {
         self.shards.iter().map(|s| s.path.as_path())
     }
+}
+
+/// Largest header accepted (the `safetensors` crate's limit too).
+const MAX_HEADER: u64 = 100_000_000;
+
+/// One tensor of a validated header: data offsets relative to the data
+/// section.
+struct Entry {
+    name: String,
+    dtype: GgmlType,
+    shape: Vec<usize>,
+    offsets: (usize, usize),
+}
+
+/// Parses and validates the header of the safetensors file `buf` (read from
+/// `path`): the 8-byte little-endian header length, the JSON header, and for
+/// every tensor its `dtype`, `shape` and `data_offsets` (the size the dtype
+/// and shape imply, offsets that tile the data section exactly: no overlap,
+/// no gap, nothing past its end, nothing after the last tensor). Returns
+/// where the data section starts and the tensors in offset order. Every
+/// error names the file and, for one tensor, the tensor and the field.
+///
+/// This is the `safetensors` crate's `SafeTensors::read_metadata` rule set,
+/// written out so each refusal says which tensor and field is at fault.
+fn parse_header(path: &Path, buf: &[u8]) -> Result<(usize, Vec<Entry>)> {
+    let file_err = |reason: String| Error::Safetensors {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let Some(len_bytes) = buf.first_chunk::<8>() else {
+        return Err(file_err(format!(
+            "the file is {} bytes, too short for the 8-byte header length",
+            buf.len()
+        )));
+    };
+    let header_len = u64::from_le_bytes(*len_bytes);
+    if header_len > MAX_HEADER {
+        return Err(file_err(format!(
+            "header length {header_len} (the first 8 bytes) exceeds the limit of {MAX_HEADER} bytes"
+        )));
+    }
+    // Below MAX_HEADER, so it fits usize.
+    let header_len = header_len as usize;
+    let Some(header) = buf.get(8..8 + header_len) else {
+        return Err(file_err(format!(
+            "header length {header_len} (the first 8 bytes) runs past the end of the file ({} bytes)",
+            buf.len()
+        )));
+    };
+    let data_start = 8 + header_len;
+    let data_len = buf.len() - data_start;
+    let header = std::str::from_utf8(header)
+        .map_err(|e| file_err(format!("the header is not UTF-8: {e}")))?;
+    let header: serde_json::Value = serde_json::from_str(header)
+        .map_err(|e| file_err(format!("the header is not valid JSON: {e}")))?;
+    let serde_json::Value::Object(header) = header else {
+        return Err(file_err("the header is not a JSON object".into()));
+    };
+    let mut entries = Vec::with_capacity(header.len());
+    for (name, value) in &header {
+        if name == "__metadata__" {
+            let strings = value
+                .as_object()
+                .is_some_and(|m| m.values().all(serde_json::Value::is_string));
+            if !strings {
+                return Err(file_err(
+                    "`__metadata__` must be an object of strings".into(),
+                ));
+            }
+            continue;
+        }
+        entries.push(parse_entry(path, name, value)?);
+    }
+    // Offsets need not follow the header's order (older writers sorted by
+    // name), but they must tile the data section.
+    entries.sort_by_key(|e| e.offsets);
+    let mut expected = 0usize;
+    let mut prev: Option<&Entry> = None;
+    for e in &entries {
+        let (begin, end) = e.offsets;
+        let bad = |reason: String| Error::BadTensor {
+            path: path.to_path_buf(),
+            tensor: e.name.clone(),
+            field: "data_offsets",
+            reason,
+        };
+        if begin < expected {
+            let p = prev.map_or(String::new(), |p| {
+                format!(
+                    " with tensor `{}` [{}, {}]",
+                    p.name, p.offsets.0, p.offsets.1
+                )
+            });
+            return Err(bad(format!("[{begin}, {end}] overlaps{p}")));
+        }
+        if begin > expected {
+            return Err(bad(format!(
+                "[{begin}, {end}] leaves bytes {expected}..{begin} of the data section to no tensor"
+            )));
+        }
+        if end > data_len {
+            return Err(bad(format!(
+                "[{begin}, {end}] runs past the end of the data section ({data_len} bytes): \
+                 the file is truncated or the offsets are wrong"
+            )));
+        }
+        expected = end;
+        prev = Some(e);
+    }
+    if expected != data_len {
+        return Err(file_err(format!(
+            "the data section has {data_len} bytes but its tensors end at byte {expected} \
+             (trailing bytes belong to no tensor)"
+        )));
+    }
+    Ok((data_start, entries))
+}
+
+/// One tensor's header entry: `{"dtype": .., "shape": [..], "data_offsets": [begin, end]}`.
+fn parse_entry(path: &Path, name: &str, value: &serde_json::Value) -> Result<Entry> {
+    use serde_json::Value;
+    let bad = |field: &'static str, reason: String| Error::BadTensor {
+        path: path.to_path_buf(),
+        tensor: name.to_string(),
+        field,
+        reason,
+    };
+    let Value::Object(fields) = value else {
+        return Err(bad("entry", "is not a JSON object".into()));
+    };
+    let get = |field: &'static str| {
+        fields
+            .get(field)
+            .ok_or_else(|| bad(field, "missing".into()))
+    };
+    let dtype_v = get("dtype")?;
+    let dtype_name = dtype_v
+        .as_str()
+        .ok_or_else(|| bad("dtype", format!("expected a string, found {dtype_v}")))?;
+    let st_dtype: Dtype = serde_json::from_value(dtype_v.clone())
+        .map_err(|_| bad("dtype", format!("unknown dtype `{dtype_name}`")))?;
+    let dtype = ggml_dtype(st_dtype).ok_or_else(|| Error::UnsupportedDtype {
+        path: path.to_path_buf(),
+        tensor: name.to_string(),
+        dtype: st_dtype.to_string(),
+    })?;
+    let usizes = |field: &'static str, v: &Value| -> Result<Vec<usize>> {
+        let items = v
+            .as_array()
+            .ok_or_else(|| bad(field, format!("expected an array, found {v}")))?;
+        items
+            .iter()
+            .map(|x| {
+                x.as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| bad(field, format!("{x} is not a non-negative integer")))
+            })
+            .collect()
+    };
+    let shape = usizes("shape", get("shape")?)?;
+    let offsets = match usizes("data_offsets", get("data_offsets")?)?.as_slice() {
+        &[begin, end] if begin <= end => (begin, end),
+        &[begin, end] => {
+            return Err(bad(
+                "data_offsets",
+                format!("[{begin}, {end}] ends before it begins"),
+            ))
+        }
+        other => {
+            return Err(bad(
+                "data_offsets",
+                format!("expected [begin, end], found {} numbers", other.len()),
+            ))
+        }
+    };
+    let shape_text = || format!("{shape:?}");
+    let bytes = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .and_then(|n| n.checked_mul(st_dtype.bitsize()))
+        .map(|bits| bits.div_ceil(8))
+        .ok_or_else(|| {
+            bad(
+                "shape",
+                format!("{} × {dtype_name} overflows the byte count", shape_text()),
+            )
+        })?;
+    if offsets.1 - offsets.0 != bytes {
+        return Err(bad(
+            "data_offsets",
+            format!(
+                "[{}, {}] hold {} bytes but dtype {dtype_name} × shape {} needs {bytes}",
+                offsets.0,
+                offsets.1,
+                offsets.1 - offsets.0,
+                shape_text()
+            ),
+        ));
+    }
+    Ok(Entry {
+        name: name.to_string(),
+        dtype,
+        shape,
+        offsets,
+    })
 }
 
 /// Metadata every safetensors source starts with:

@@ -12,7 +12,7 @@ pub mod kernels;
 pub mod verify;
 
 use crate::load::hf_tokenizer;
-use crate::{Error, Result};
+use crate::Result;
 use anedvd_base::WeightSource;
 use anedvd_graph::DecoderProgram;
 use anedvd_model::ConfigOverrides;
@@ -36,11 +36,9 @@ pub fn open_program(
     overrides: &ConfigOverrides,
     with_tokenizer: bool,
 ) -> Result<OpenedProgram> {
-    let opened = anedvd_weights::open(path).map_err(|source| Error::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let opened = anedvd_weights::open(path)?;
     let dir = opened.dir.clone();
+    let kind = opened.kind;
     let source: Arc<dyn WeightSource> = Arc::from(opened.source);
     let tokenizer = if !with_tokenizer {
         None
@@ -51,10 +49,19 @@ pub fn open_program(
         );
         Some(hf_tokenizer(&files.0, &files.1)?.0)
     } else {
-        Some(Tokenizer::from_gguf_metadata(source.metadata())?)
+        Some(crate::load::gguf_tokenizer(path, source.metadata())?)
     };
-    let (_, program) = anedvd_model::load(source, overrides)?;
+    let (_, program) = crate::load::build_model(path, kind, source, overrides)?;
     Ok(OpenedProgram { program, tokenizer })
+}
+
+/// Opens the weights at `path` (a .gguf file or a Hugging Face directory)
+/// and scans them for NaN and infinities ([`crate::check_tensors`], the
+/// `--check-tensors` of the commands that do not go through
+/// [`crate::Engine::load`]); `progress(done, total)` gets the bytes scanned.
+pub fn check_tensors_at(path: &Path, progress: impl FnMut(u64, u64)) -> Result<()> {
+    let opened = anedvd_weights::open(path)?;
+    crate::load::scan_with_progress(opened.source.as_ref(), path, progress)
 }
 
 /// Loads the tokenizer of the model at `path`: a Hugging Face directory
@@ -70,23 +77,8 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
         let dir = path.parent().unwrap_or(Path::new("."));
         (path.to_path_buf(), dir.join("tokenizer_config.json"))
     } else {
-        let opened = anedvd_weights::open(path).map_err(|source| Error::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        return Tokenizer::from_gguf_metadata(opened.source.metadata()).map_err(|source| {
-            Error::TokenizerOf {
-                path: path.to_path_buf(),
-                source,
-            }
-        });
+        let opened = anedvd_weights::open(path)?;
+        return crate::load::gguf_tokenizer(path, opened.source.metadata());
     };
-    match hf_tokenizer(&json_path, &config_path) {
-        Ok((tokenizer, _)) => Ok(tokenizer),
-        Err(Error::Tokenizer(source)) => Err(Error::TokenizerOf {
-            path: json_path,
-            source,
-        }),
-        Err(e) => Err(e),
-    }
+    Ok(hf_tokenizer(&json_path, &config_path)?.0)
 }

@@ -99,17 +99,32 @@ struct Added {
     attr: TokenAttr,
 }
 
-fn parse_added(v: &Value, id: Option<u64>, at: &str) -> Result<Added> {
-    let id = id
-        .or_else(|| v.get("id").and_then(Value::as_u64))
-        .ok_or_else(|| json_err(format!("{at}: added token without an id")))?;
+/// One added token of `file`, at JSON path `at` (`added_tokens[3]`); `id`
+/// when the key gives it (`added_tokens_decoder`).
+fn parse_added(v: &Value, id: Option<u64>, file: &'static str, at: &str) -> Result<Added> {
+    let err = |detail: String| Error::Json { file, detail };
+    let id = match id {
+        Some(id) => id,
+        None => match v.get("id") {
+            None => return Err(err(format!("{at}.id is missing"))),
+            Some(x) => x
+                .as_u64()
+                .ok_or_else(|| err(format!("{at}.id = {x} is not a token id")))?,
+        },
+    };
     if id >= MAX_ID {
-        return Err(json_err(format!("{at}: token id {id} is too large")));
+        return Err(err(format!(
+            "{at}.id = {id} is too large (the limit is {MAX_ID})"
+        )));
     }
     let content = v
         .get("content")
         .and_then(Value::as_str)
-        .ok_or_else(|| json_err(format!("{at}: added token {id} without content")))?
+        .ok_or_else(|| {
+            err(format!(
+                "{at}.content: added token {id} without a string content"
+            ))
+        })?
         .to_string();
     let flag = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
     let special = flag("special");
@@ -218,9 +233,18 @@ impl Tokenizer {
             .map(|c| parse_json(c, "tokenizer_config.json"))
             .transpose()?;
         let model_v = root.get("model").ok_or_else(|| json_err("no `model`"))?;
-        let model_type = model_v.get("type").and_then(Value::as_str).unwrap_or("BPE");
+        let model_type = match model_v.get("type") {
+            None => "BPE",
+            Some(t) => t
+                .as_str()
+                .ok_or_else(|| json_err(format!("model.type = {t} is not a string")))?,
+        };
         if model_type != "BPE" {
-            return Err(Error::UnknownModel(model_type.to_string()));
+            return Err(Error::UnknownModel {
+                key: "model.type",
+                name: model_type.to_string(),
+                supported: "BPE",
+            });
         }
         for k in ["continuing_subword_prefix", "end_of_word_suffix"] {
             if model_v
@@ -240,10 +264,11 @@ impl Tokenizer {
             .ok_or_else(|| json_err("model.vocab must be an object"))?;
         let mut entries: Vec<(u32, String, TokenAttr)> = Vec::with_capacity(vocab_obj.len());
         for (text, id) in vocab_obj {
-            let id = id
-                .as_u64()
-                .filter(|&i| i < MAX_ID)
-                .ok_or_else(|| json_err(format!("model.vocab[{text:?}]: bad id")))?;
+            let id = id.as_u64().filter(|&i| i < MAX_ID).ok_or_else(|| {
+                json_err(format!(
+                    "model.vocab[{text:?}] = {id} is not a token id below {MAX_ID}"
+                ))
+            })?;
             entries.push((id as u32, text.clone(), TokenAttr::NORMAL));
         }
         let mut added = Vec::new();
@@ -254,8 +279,16 @@ impl Tokenizer {
             .flatten()
             .enumerate()
         {
-            added.push(parse_added(a, None, &format!("added_tokens[{i}]"))?);
+            let token = parse_added(a, None, "tokenizer.json", &format!("added_tokens[{i}]"))?;
+            if let Some(j) = added.iter().position(|b: &Added| b.id == token.id) {
+                return Err(json_err(format!(
+                    "added_tokens[{i}].id = {} is also the id of added_tokens[{j}]",
+                    token.id
+                )));
+            }
+            added.push(token);
         }
+        let n_listed = added.len();
         if let Some(dec) = config
             .as_ref()
             .and_then(|c| c.get("added_tokens_decoder"))
@@ -267,9 +300,40 @@ impl Tokenizer {
                     detail: format!("added_tokens_decoder key `{k}` is not an id"),
                 })?;
                 if !added.iter().any(|a: &Added| a.id as u64 == id) {
-                    added.push(parse_added(v, Some(id), "added_tokens_decoder")?);
+                    let at = format!("added_tokens_decoder[\"{k}\"]");
+                    added.push(parse_added(v, Some(id), "tokenizer_config.json", &at)?);
                 }
             }
+        }
+        // Added tokens take ids inside the vocabulary or right after it; one
+        // further out would leave ids that no token has (and size the tables
+        // by a typo).
+        let vocab_end = entries.iter().map(|e| e.0 as usize + 1).max().unwrap_or(0);
+        let limit = vocab_end + added.len();
+        if let Some((i, a)) = added
+            .iter()
+            .enumerate()
+            .find(|(_, a)| a.id as usize >= limit)
+        {
+            let (file, at) = if i < n_listed {
+                ("tokenizer.json", format!("added_tokens[{i}].id"))
+            } else {
+                (
+                    "tokenizer_config.json",
+                    format!("added_tokens_decoder key \"{}\"", a.id),
+                )
+            };
+            return Err(Error::Json {
+                file,
+                detail: format!(
+                    "{at} = {} is beyond the vocabulary: model.vocab ends at id {} and {} \
+                     added tokens can take ids up to {}",
+                    a.id,
+                    vocab_end.saturating_sub(1),
+                    added.len(),
+                    limit - 1
+                ),
+            });
         }
         let n = entries
             .iter()
@@ -311,23 +375,41 @@ impl Tokenizer {
             .ok_or_else(|| Error::MissingMerges("model.merges".to_string()))?;
         let merges = build_merges(
             &vocab,
-            merges_v.iter().enumerate().map(|(i, m)| match m {
-                Value::String(s) => split_merge(i, s),
-                Value::Array(p) => match (
-                    p.first().and_then(Value::as_str),
-                    p.get(1).and_then(Value::as_str),
-                    p.len(),
-                ) {
-                    (Some(a), Some(b), 2) => Ok((a, b)),
-                    _ => Err(Error::BadMerge {
-                        index: i,
-                        text: m.to_string(),
-                    }),
-                },
-                _ => Err(Error::BadMerge {
-                    index: i,
-                    text: m.to_string(),
-                }),
+            merges_v.iter().enumerate().map(|(i, m)| {
+                let (a, b) = match m {
+                    Value::String(s) => split_merge(i, s)?,
+                    Value::Array(p) => match (
+                        p.first().and_then(Value::as_str),
+                        p.get(1).and_then(Value::as_str),
+                        p.len(),
+                    ) {
+                        (Some(a), Some(b), 2) => (a, b),
+                        _ => {
+                            return Err(Error::BadMerge {
+                                index: i,
+                                text: m.to_string(),
+                            })
+                        }
+                    },
+                    _ => {
+                        return Err(Error::BadMerge {
+                            index: i,
+                            text: m.to_string(),
+                        })
+                    }
+                };
+                // As HF `tokenizers`: both sides and their join are vocabulary tokens.
+                let joined = format!("{a}{b}");
+                for token in [a, b, joined.as_str()] {
+                    if !vocab_obj.contains_key(token) {
+                        return Err(Error::MergeNotInVocab {
+                            index: i,
+                            text: m.to_string(),
+                            token: token.to_string(),
+                        });
+                    }
+                }
+                Ok((a, b))
             }),
         )?;
         let ignore_merges = model_v
