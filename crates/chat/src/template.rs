@@ -106,7 +106,9 @@ fn rewrite_generation_tags(source: &str) -> String {
     while let Some(pos) = rest.find("{%") {
         out.push_str(&rest[..pos]);
         let tag = &rest[pos..];
-        let Some(end) = tag.find("%}") else {
+        // Look for the closing `%}` after the opening `{%`: in `{%}` the `%` would otherwise
+        // close the tag it opens and `&tag[2..end]` would be an inverted range (a panic).
+        let Some(end) = tag[2..].find("%}").map(|e| e + 2) else {
             out.push_str(tag);
             return out;
         };
@@ -520,6 +522,14 @@ impl ChatTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tag_closed_by_its_own_percent_sign_is_left_alone() {
+        // Found by the chat_template fuzz target: `{%}` used to panic on `&tag[2..1]`.
+        assert_eq!(rewrite_generation_tags("a{%}b"), "a{%}b");
+        assert_eq!(rewrite_generation_tags("{%}%}"), "{%}%}");
+        assert!(ChatTemplate::new("x{%}y", "", "").is_err());
+    }
 
     #[test]
     fn generation_tags_are_rewritten() {

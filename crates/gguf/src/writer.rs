@@ -2,7 +2,9 @@
 //! and tensor bytes.
 
 use crate::parse::align_up;
-use crate::{Error, Result, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS};
+use crate::{
+    Error, Result, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_LEN, MAX_DIMS, MAX_NESTING,
+};
 use anedvd_base::{GgmlType, Metadata, MetadataArray, MetadataValue};
 use std::io::Write;
 
@@ -100,6 +102,12 @@ impl GgufWriter {
                     })
                 }
             }
+        }
+        // Refuse what `GgufFile` would refuse to read back (found by the
+        // gguf_roundtrip fuzz target: a 9-deep nested array was written, then
+        // rejected by the reader).
+        if let MetadataValue::Array(a) = &value {
+            check_readable(&key, a, 0)?;
         }
         self.metadata.insert(key, value);
         Ok(())
@@ -200,6 +208,29 @@ impl GgufWriter {
     fn padded(&self, x: u64) -> Result<u64> {
         align_up(x, self.alignment).ok_or_else(|| Error::Writer("file size overflows".into()))
     }
+}
+
+/// Errors if the reader would reject `array` (nested deeper than
+/// [`MAX_NESTING`] or longer than [`MAX_ARRAY_LEN`]); `depth` counts the
+/// arrays around it.
+fn check_readable(key: &str, array: &MetadataArray, depth: usize) -> Result<()> {
+    if depth >= MAX_NESTING {
+        return Err(Error::Writer(format!(
+            "metadata key `{key}`: arrays nested deeper than {MAX_NESTING}"
+        )));
+    }
+    if array.len() as u64 > MAX_ARRAY_LEN {
+        return Err(Error::Writer(format!(
+            "metadata key `{key}`: array of {} elements (the reader accepts {MAX_ARRAY_LEN})",
+            array.len()
+        )));
+    }
+    if let MetadataArray::Array(items) = array {
+        for item in items {
+            check_readable(key, item, depth + 1)?;
+        }
+    }
+    Ok(())
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -443,5 +474,28 @@ mod tests {
             .add_tensor("t", GgmlType::F32, &[1], vec![0u8; 4])
             .is_err());
         assert!(w.set_version(1).is_err());
+    }
+
+    /// Regression (gguf_roundtrip fuzz target): the writer accepted arrays
+    /// nested deeper than the reader reads, so its output did not parse.
+    #[test]
+    fn writer_refuses_arrays_the_reader_rejects() {
+        let nest = |levels: usize| {
+            let mut a = MetadataArray::U8(vec![1]);
+            for _ in 1..levels {
+                a = MetadataArray::Array(vec![a]);
+            }
+            MetadataValue::Array(a)
+        };
+        let mut w = GgufWriter::new();
+        w.add_kv("ok", nest(crate::MAX_NESTING)).unwrap();
+        let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        assert_eq!(f.metadata().get("ok"), Some(&nest(crate::MAX_NESTING)));
+        assert!(matches!(
+            w.add_kv("deep", nest(crate::MAX_NESTING + 1)),
+            Err(Error::Writer(_))
+        ));
+        assert!(!w.metadata.contains("deep"));
+        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
     }
 }

@@ -138,6 +138,19 @@ pub fn detect(
     Ok((fam, format, name))
 }
 
+/// Resolves the config of `source` (family detection plus every
+/// hyperparameter check) without building the program: of the tensors, only
+/// the token embedding's shape and which optional tensors exist are looked
+/// at. [`load`] is this followed by the program build (the fuzz target
+/// `config_json` drives it with an in-memory source).
+pub fn resolve_config(
+    source: &dyn WeightSource,
+    overrides: &ConfigOverrides,
+) -> Result<DecoderConfig> {
+    let (fam, format, arch) = detect(source, overrides)?;
+    config::resolve(source, fam, format, arch, overrides)
+}
+
 /// Resolves the config of `source` and builds its program. Every bound
 /// tensor's shape is checked against the config.
 pub fn load(
