@@ -257,7 +257,7 @@ async def completions_ids(port):
 
 async def disconnect_mid_prefill(port):
     dialect = random.choice(["openai", "anthropic"])
-    _, writer = await send_request(port, "POST", ROUTES[dialect], body_for(dialect, True, n_words=120))
+    _, writer = await send_request(port, "POST", ROUTES[dialect], body_for(dialect, True, n_words=25))
     await asyncio.sleep(random.uniform(0, 0.02))
     writer.close()
     return "disconnected"
