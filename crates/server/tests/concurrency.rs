@@ -2,26 +2,11 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
-use axum::body::Body;
-use axum::http::Request;
 use axum::Router;
 use common::*;
 use futures_util::StreamExt;
 use serde_json::json;
 use std::time::{Duration, Instant};
-use tower::ServiceExt;
-
-/// Starts a streaming completion and returns its body unread.
-async fn open_stream(app: &Router, prompt: &serde_json::Value) -> Body {
-    let body = json!({"prompt": prompt, "max_tokens": 200, "stream": true}).to_string();
-    let req = Request::post("/v1/completions")
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.into_body()
-}
 
 /// Polls /metrics until `pred` holds (or fails after 10 s).
 async fn wait_metrics(app: &Router, what: &str, pred: impl Fn(&str) -> bool) -> String {

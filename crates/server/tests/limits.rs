@@ -4,8 +4,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
-use axum::body::Body;
-use axum::http::Request;
 use common::*;
 use futures_util::StreamExt;
 use serde_json::json;
@@ -13,7 +11,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tower::ServiceExt;
 
 /// Serves `config` with the tiny qwen2 model on a free loopback port.
 async fn listen(config: anedvd_server::ServerConfig) -> SocketAddr {
@@ -160,14 +157,9 @@ async fn a_request_past_its_timeout_gets_504_and_its_slot_back() {
     let app = app(cfg);
     let exp = expected();
     // A streaming client that stops reading keeps the only slot busy...
-    let body = json!({"prompt": exp["prompt_ids"], "max_tokens": 200, "stream": true});
-    let req = Request::post("/v1/completions")
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut stream = resp.into_body().into_data_stream();
+    let mut stream = open_stream(&app, &exp["prompt_ids"])
+        .await
+        .into_data_stream();
     let first = stream.next().await.unwrap().unwrap();
     assert!(first.starts_with(b"data: "));
     // ...so this one waits in the queue until its deadline: 504 + Retry-After.
@@ -249,13 +241,9 @@ async fn request_outcomes_add_up() {
     let bad = post(&app, "/v1/completions", &json!({"prompt": 5})).await;
     assert_eq!(bad.status, 400);
     // A client that leaves mid-stream.
-    let body = json!({"prompt": exp["prompt_ids"], "max_tokens": 200, "stream": true});
-    let req = Request::post("/v1/completions")
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let mut stream = resp.into_body().into_data_stream();
+    let mut stream = open_stream(&app, &exp["prompt_ids"])
+        .await
+        .into_data_stream();
     stream.next().await.unwrap().unwrap();
     drop(stream);
     let m = send(&app, "GET", "/metrics", &[], "").await.text;

@@ -153,3 +153,16 @@ pub fn parse_sse(text: &str) -> Vec<Sse> {
     }
     out
 }
+
+/// Starts a streaming completion of `prompt` (200 tokens) and returns its
+/// body unread.
+pub async fn open_stream(app: &Router, prompt: &Value) -> Body {
+    let body = serde_json::json!({"prompt": prompt, "max_tokens": 200, "stream": true}).to_string();
+    let req = Request::post("/v1/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.into_body()
+}
