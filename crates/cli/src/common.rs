@@ -501,6 +501,7 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
             seed: self.seed.unwrap_or_else(random_seed),
+            logit_bias: Vec::new(),
         };
         p.validate().map_err(anyhow::Error::msg)?;
         Ok(p)

@@ -112,6 +112,10 @@ pub enum Error {
     /// A sampling parameter is out of range.
     #[error("invalid sampling parameters: {0}")]
     BadParams(String),
+    /// A grammar or schema for constrained decoding is invalid, or the
+    /// output could not be kept inside it.
+    #[error("grammar: {0}")]
+    BadGrammar(String),
     /// Speculative decoding cannot run as asked (sizes, draft model).
     #[error("speculative decoding: {0}")]
     BadSpeculation(String),

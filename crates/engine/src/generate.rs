@@ -1,6 +1,7 @@
 //! The generation loop: prefill (reusing the cached prefix), then sample and
 //! decode one token at a time, streaming text through a callback.
 
+use crate::constrain::{CompiledGrammar, Constraint};
 use crate::sampler::{token_logprob, top_logprobs, Sampler, SamplingParams};
 use crate::session::EngineSession;
 use crate::speculative::{NgramProposer, Proposer, ProposerKind, SpecParams};
@@ -28,6 +29,13 @@ pub struct GenerateParams {
     /// Speculative decoding, if set (a draft model is the caller's to
     /// provide: [`generate_speculative`], the scheduler's draft model).
     pub speculative: Option<SpecParams>,
+    /// Constrained decoding: only tokens this grammar allows are sampled,
+    /// and the output ends when it is complete
+    /// ([`crate::Engine::compile_grammar`]).
+    pub grammar: Option<CompiledGrammar>,
+    /// Render special tokens (e.g. tool-call markers) in the text instead
+    /// of hiding them; end-of-generation tokens are never rendered.
+    pub render_special: bool,
 }
 
 impl Default for GenerateParams {
@@ -38,6 +46,8 @@ impl Default for GenerateParams {
             ignore_eos: false,
             top_logprobs: 0,
             speculative: None,
+            grammar: None,
+            render_special: false,
         }
     }
 }
@@ -241,9 +251,13 @@ pub fn generate_speculative(
         match decoding.step(&mut logits, room, &mut on_token)? {
             Step::Finished(reason) => break reason,
             Step::Next(id) => {
-                let next = session.forward(&[id], LogitsMode::Last)?;
+                let next = while_preparing(vec![&mut decoding], || {
+                    session
+                        .forward(&[id], LogitsMode::Last)
+                        .map(<[f32]>::to_vec)
+                })?;
                 logits.clear();
-                logits.extend_from_slice(next);
+                logits.extend_from_slice(&next);
                 decoding.out.timings.decode_tokens += 1;
             }
         }
@@ -308,6 +322,31 @@ fn speculate(
     }
 }
 
+/// Runs `work` (a forward pass) on this thread while another computes the
+/// grammar masks the `decodings` will need next: the mask depends only on
+/// the tokens already emitted, so its cost hides behind the pass.
+pub fn while_preparing<R>(decodings: Vec<&mut Decoding<'_>>, work: impl FnOnce() -> R) -> R {
+    let mut constrained: Vec<&mut Decoding<'_>> = decodings
+        .into_iter()
+        .filter(|d| d.constraint.is_some())
+        .collect();
+    if constrained.is_empty() {
+        return work();
+    }
+    std::thread::scope(|scope| {
+        let masks = scope.spawn(move || {
+            for d in constrained.iter_mut() {
+                // an error shows again (and is reported) when the mask is used
+                let _ = d.prepare_constraint();
+            }
+        });
+        let out = work();
+        // a panic there also shows again where the mask is used
+        let _ = masks.join();
+        out
+    })
+}
+
 /// What [`Decoding::verify_pass`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {
@@ -337,6 +376,7 @@ pub struct Decoding<'t> {
     sampler: Sampler,
     decoder: StreamDecoder<'t>,
     history: Vec<u32>,
+    constraint: Option<Constraint>,
     /// The generation so far (timings are the caller's to fill).
     pub out: Generation,
 }
@@ -354,8 +394,11 @@ impl<'t> Decoding<'t> {
             params: params.clone(),
             sampler: Sampler::new(params.sampling.clone()),
             // Generated text continues the prompt: its first token keeps its leading space.
-            decoder: tokenizer.stream_decoder(true).continuing(),
+            decoder: tokenizer
+                .stream_decoder(!params.render_special)
+                .continuing(),
             history: prompt.to_vec(),
+            constraint: params.grammar.as_ref().map(CompiledGrammar::start),
             out: Generation {
                 prompt_tokens: prompt.to_vec(),
                 tokens: Vec::new(),
@@ -441,6 +484,15 @@ impl<'t> Decoding<'t> {
         Err(Error::Invalid("a verify pass ended without a token".into()))
     }
 
+    /// Computes the grammar's mask for the next token now (a no-op without
+    /// a grammar, or when it is known): see [`while_preparing`].
+    pub fn prepare_constraint(&mut self) -> Result<()> {
+        match &mut self.constraint {
+            Some(c) => c.prepare(),
+            None => Ok(()),
+        }
+    }
+
     /// Prompt and generated tokens so far (the last one sampled, not yet
     /// run).
     pub fn history(&self) -> &[u32] {
@@ -478,12 +530,27 @@ impl<'t> Decoding<'t> {
             Vec::new()
         };
         let raw = (params.top_logprobs > 0).then(|| logits.to_vec());
+        if let Some(c) = &mut self.constraint {
+            c.apply(logits)?;
+        }
         let (id, accepted) = match draft {
             Some(d) => self.sampler.verify(logits, &self.history, d),
             None => (self.sampler.sample(logits, &self.history), false),
         };
+        if let Some(c) = &mut self.constraint {
+            c.commit(id)?;
+        }
         let logprob = raw.as_deref().map(|l| token_logprob(l, id));
-        Ok((self.emit(id, top, logprob, room, on_token)?, accepted))
+        let step = self.emit(id, top, logprob, room, on_token)?;
+        // A complete grammar allows nothing more: the output ends here.
+        let complete = self
+            .constraint
+            .as_ref()
+            .is_some_and(Constraint::is_complete);
+        match step {
+            Step::Next(_) if complete => Ok((Step::Finished(FinishReason::Stop), accepted)),
+            step => Ok((step, accepted)),
+        }
     }
 
     /// Records `id` and reports it; decides whether generation goes on.

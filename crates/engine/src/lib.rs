@@ -24,6 +24,7 @@
 
 mod backends;
 mod batch;
+pub mod constrain;
 mod error;
 mod generate;
 mod load;
@@ -32,6 +33,7 @@ pub mod scheduler;
 mod session;
 pub mod speculative;
 pub mod stats;
+pub mod toolcall;
 pub mod tools;
 
 pub use anedvd_ane::{DriverKind, LowerOptions, Variant, DEFAULT_COMPILE_BUDGET};

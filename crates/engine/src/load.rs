@@ -2,6 +2,7 @@
 
 use crate::backends::{build_backend, BackendChoice, BackendOptions};
 use crate::batch::EngineBatch;
+use crate::constrain::{CompiledGrammar, Constraints, Grammar};
 use crate::session::EngineSession;
 use crate::{Error, Result};
 use anedvd_base::WeightSource;
@@ -12,7 +13,7 @@ use anedvd_tokenizer::Tokenizer;
 use anedvd_weights::ModelFormat;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How to load a model.
@@ -94,6 +95,8 @@ pub struct Engine {
     pub notes: Vec<String>,
     executable: Box<dyn Executable>,
     weights: Arc<dyn WeightSource>,
+    /// The grammar engine over this tokenizer, built on first use.
+    constraints: OnceLock<std::result::Result<Constraints, String>>,
 }
 
 impl Engine {
@@ -176,7 +179,24 @@ impl Engine {
             notes,
             executable,
             weights,
+            constraints: OnceLock::new(),
         })
+    }
+
+    /// The grammar engine for this model's tokenizer (its token trie is
+    /// built on the first call: about a second for a 256k vocabulary).
+    pub fn constraints(&self) -> Result<&Constraints> {
+        self.constraints
+            .get_or_init(|| Constraints::new(&self.tokenizer).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|m| Error::BadGrammar(m.clone()))
+    }
+
+    /// Compiles `grammar` for constrained decoding with this model
+    /// ([`crate::GenerateParams::grammar`]); an invalid one is an error
+    /// naming the problem.
+    pub fn compile_grammar(&self, grammar: &Grammar) -> Result<CompiledGrammar> {
+        self.constraints()?.compile(grammar)
     }
 
     /// Opens a session holding up to `max_seq` positions.

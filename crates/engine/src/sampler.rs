@@ -29,6 +29,9 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     /// Seed of the random draw.
     pub seed: u64,
+    /// Added to these tokens' logits before anything else (OpenAI's and
+    /// llama-server's `logit_bias`); −∞ bans a token.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -43,6 +46,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             seed: 0x5eed,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -86,6 +90,15 @@ impl SamplingParams {
             if !(-2.0..=2.0).contains(&v) {
                 return Err(format!("{name} must be in [-2, 2], got {v}"));
             }
+        }
+        if let Some(&(id, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| b.is_nan() || *b == f32::INFINITY)
+        {
+            return Err(format!(
+                "logit_bias for token {id} is {b}: expected a finite number or -inf"
+            ));
         }
         Ok(())
     }
@@ -146,6 +159,15 @@ impl Sampler {
         &self.params
     }
 
+    /// Adds the logit biases in place (ids past the row are ignored).
+    pub fn apply_bias(&self, logits: &mut [f32]) {
+        for &(id, b) in &self.params.logit_bias {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l += b;
+            }
+        }
+    }
+
     /// Applies the penalties in place to `logits`, looking at `history`
     /// (prompt and generated tokens, oldest first).
     pub fn apply_penalties(&mut self, logits: &mut [f32], history: &[u32]) {
@@ -179,6 +201,7 @@ impl Sampler {
     /// Picks the next token from `logits` (one vocabulary row), after applying
     /// penalties over `history`. `logits` is modified (penalties).
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        self.apply_bias(logits);
         self.apply_penalties(logits, history);
         if self.params.temperature <= 0.0 {
             return argmax(logits);
@@ -197,7 +220,10 @@ impl Sampler {
             logits
                 .iter()
                 .enumerate()
-                .filter(|(_, l)| !l.is_nan())
+                // −∞ (a banned or grammar-masked token) can never be drawn:
+                // leaving it out also keeps float rounding in the draw
+                // from landing on it.
+                .filter(|(_, l)| !l.is_nan() && **l != f32::NEG_INFINITY)
                 .map(|(i, &logit)| Candidate {
                     id: i as u32,
                     logit,
@@ -256,6 +282,7 @@ impl Sampler {
     /// the draft, renormalised, so every token `x` comes out with
     /// probability `p(x)`, as from [`Sampler::sample`].
     pub fn verify(&mut self, logits: &mut [f32], history: &[u32], draft: u32) -> (u32, bool) {
+        self.apply_bias(logits);
         self.apply_penalties(logits, history);
         if self.params.temperature <= 0.0 {
             let t = argmax(logits);

@@ -27,6 +27,7 @@ mod request;
 mod serve;
 mod sse;
 mod state;
+mod structured;
 
 pub use anedvd_engine::scheduler::{
     Event, Finish, Gauges, Job, Scheduler, SubmitError, Summary, TokenInfo,

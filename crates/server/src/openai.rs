@@ -8,6 +8,7 @@ use crate::request::{
 };
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
+use crate::structured::Shaping;
 use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
 use anedvd_engine::{Content, GenerateParams, Message, Tokenizer};
 use axum::body::Body;
@@ -73,14 +74,7 @@ struct CompletionRequest {
 
 /// Fields that would change the result and are not implemented: refused by name.
 fn reject_unsupported(v: &Value, chat: bool) -> Result<(), ApiError> {
-    for key in [
-        "tools",
-        "functions",
-        "function_call",
-        "logit_bias",
-        "audio",
-        "prediction",
-    ] {
+    for key in ["tools", "functions", "function_call", "audio", "prediction"] {
         if is_set(v, key) {
             return Err(ApiError::unsupported(D, key));
         }
@@ -88,19 +82,6 @@ fn reject_unsupported(v: &Value, chat: bool) -> Result<(), ApiError> {
     if let Some(tc) = v.get("tool_choice") {
         if !(tc.is_null() || tc == "none" || tc == "auto") {
             return Err(ApiError::unsupported(D, "tool_choice"));
-        }
-    }
-    if let Some(rf) = v.get("response_format") {
-        let kind = rf.get("type").and_then(Value::as_str);
-        if !(rf.is_null() || kind == Some("text")) {
-            return Err(ApiError::invalid(
-                D,
-                "response_format",
-                format!(
-                    "`response_format` of type {} is not supported by this server (only `text`)",
-                    kind.unwrap_or("?")
-                ),
-            ));
         }
     }
     for key in ["n", "best_of"] {
@@ -250,6 +231,7 @@ fn legacy_logprobs(tok: &Tokenizer, tokens: &[TokenInfo], top: usize, offset0: u
 pub(crate) struct DecodedChat {
     req: ChatRequest,
     params: GenerateParams,
+    shaping: Shaping,
     stop: Vec<String>,
     top: u32,
     want_lp: bool,
@@ -258,6 +240,7 @@ pub(crate) struct DecodedChat {
 /// Decodes a chat completion body (every check that needs no model).
 pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, ApiError> {
     reject_unsupported(&v, true)?;
+    let shaping = Shaping::decode(&v, D)?;
     let sampling: Sampling = typed(v.clone(), D)?;
     let mut req: ChatRequest = typed(v, D)?;
     flatten_content(&mut req.messages, D)?;
@@ -284,6 +267,7 @@ pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, Api
     Ok(DecodedChat {
         req,
         params,
+        shaping,
         stop,
         top,
         want_lp,
@@ -308,12 +292,14 @@ async fn chat_inner(
     let v = read_json(body, state.config().max_body_bytes, D).await?;
     let DecodedChat {
         req,
-        params,
+        mut params,
+        shaping,
         stop,
         top,
         want_lp,
     } = decode_chat(&state, v)?;
     let ready = state.ready(D)?;
+    shaping.apply(&ready.engine, &mut params, D).await?;
     let prompt = chat_prompt(&ready.engine, &req.messages, D)?;
     let prompt_tokens = prompt.len();
     let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
@@ -428,12 +414,14 @@ impl Transcoder for ChatStream {
 pub(crate) struct DecodedCompletion {
     req: CompletionRequest,
     params: GenerateParams,
+    shaping: Shaping,
     stop: Vec<String>,
 }
 
 /// Decodes a legacy completion body (every check that needs no model).
 pub(crate) fn decode_completion(state: &AppState, v: Value) -> Result<DecodedCompletion, ApiError> {
     reject_unsupported(&v, false)?;
+    let shaping = Shaping::decode(&v, D)?;
     let sampling: Sampling = typed(v.clone(), D)?;
     let mut req: CompletionRequest = typed(v, D)?;
     if matches!(&req.prompt, PromptField::Texts(t) if t.len() != 1) {
@@ -458,7 +446,12 @@ pub(crate) fn decode_completion(state: &AppState, v: Value) -> Result<DecodedCom
     };
     let params = generate_params(state, &sampling, req.max_tokens.or(Some(16)), engine_top, D)?;
     let stop = req.stop.take().map(StopField::into_vec).unwrap_or_default();
-    Ok(DecodedCompletion { req, params, stop })
+    Ok(DecodedCompletion {
+        req,
+        params,
+        shaping,
+        stop,
+    })
 }
 
 /// `POST /v1/completions`.
@@ -477,8 +470,14 @@ async fn completions_inner(
     deadline: Deadline,
 ) -> Result<Response, ApiError> {
     let v = read_json(body, state.config().max_body_bytes, D).await?;
-    let DecodedCompletion { req, params, stop } = decode_completion(&state, v)?;
+    let DecodedCompletion {
+        req,
+        mut params,
+        shaping,
+        stop,
+    } = decode_completion(&state, v)?;
     let ready = state.ready(D)?;
+    shaping.apply(&ready.engine, &mut params, D).await?;
     let engine = &ready.engine;
     let prompt = match req.prompt {
         PromptField::Text(t) => engine.raw_prompt(&t),

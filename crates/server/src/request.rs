@@ -271,6 +271,8 @@ pub fn generate_params(
         ignore_eos: false,
         top_logprobs,
         speculative: speculation(s.speculative.as_ref(), c.speculative, dialect)?,
+        grammar: None,
+        render_special: false,
     })
 }
 

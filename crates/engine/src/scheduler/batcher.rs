@@ -25,6 +25,7 @@ use super::stop::{StopMatcher, StopOutcome};
 use super::{
     Event, EventSink, Finish, Job, SchedulerCounters, SendError, Shared, Summary, TokenInfo,
 };
+use crate::generate::while_preparing;
 use crate::speculative::{DraftProposer, NgramProposer, Proposer, ProposerKind};
 use crate::{
     check_request, BatchItem, Decoding, EngineBatch, FinishReason, LogitsMode, Step, Timings,
@@ -519,13 +520,21 @@ fn step(
         .collect();
     let started = Instant::now();
     let pass: &mut EngineBatch = batch;
-    let result = catch_unwind(AssertUnwindSafe(move || {
-        fail::fail_point!("batch-forward");
-        fail::fail_point!("batch-forward-shared", items.len() > 1, |_| {
-            panic!("injected panic in a shared pass")
-        });
-        { pass }.forward(items)
-    }));
+    // Grammar masks for the next tokens are computed while the pass runs.
+    let decodings = slots
+        .iter_mut()
+        .flatten()
+        .map(|a| &mut a.decoding)
+        .collect();
+    let result = while_preparing(decodings, || {
+        catch_unwind(AssertUnwindSafe(move || {
+            fail::fail_point!("batch-forward");
+            fail::fail_point!("batch-forward-shared", items.len() > 1, |_| {
+                panic!("injected panic in a shared pass")
+            });
+            { pass }.forward(items)
+        }))
+    });
     let elapsed = started.elapsed();
     let logits = match result {
         Ok(Ok(rows)) => rows,

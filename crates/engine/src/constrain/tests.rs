@@ -1,0 +1,188 @@
+//! The bridge to llguidance over a real tokenizer (the tiny qwen2 fixture's
+//! byte-level BPE): random logits are masked and sampled, and what comes
+//! out is checked by an outside parser (serde_json) or by the grammar's
+//! plain meaning.
+
+use super::*;
+use anedvd_tokenizer::Tokenizer;
+
+fn tokenizer() -> Tokenizer {
+    let dir = anedvd_testkit::fixtures::dir("qwen2");
+    let json = std::fs::read_to_string(dir.join("tokenizer.json")).expect("tokenizer.json");
+    let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok();
+    Tokenizer::from_tokenizer_json(&json, config.as_deref()).expect("tokenizer")
+}
+
+/// xorshift64*: random logits for the tests.
+struct Noise(u64);
+
+impl Noise {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        (x >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+    }
+}
+
+/// Generates up to `max` tokens under `grammar` from random logits (arg-max
+/// of the masked row); returns the text and whether the grammar completed
+/// or an end token was chosen.
+fn run(tok: &Tokenizer, grammar: &CompiledGrammar, seed: u64, max: usize) -> (String, bool) {
+    let mut c = grammar.start();
+    let mut noise = Noise(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut ids = Vec::new();
+    let vocab = tok.vocab_size() + 5; // a padded logits row
+    for _ in 0..max {
+        if c.is_complete() {
+            return (tok.decode(&ids, false).expect("decode"), true);
+        }
+        let mut row: Vec<f32> = (0..vocab).map(|_| noise.next()).collect();
+        c.apply(&mut row).expect("mask");
+        let id = crate::sampler::argmax(&row);
+        assert!(
+            row[id as usize].is_finite(),
+            "arg-max picked a masked token"
+        );
+        c.commit(id).expect("commit");
+        if tok.is_eog(id) {
+            return (tok.decode(&ids, false).expect("decode"), true);
+        }
+        ids.push(id);
+    }
+    (tok.decode(&ids, false).expect("decode"), false)
+}
+
+#[test]
+fn json_schema_outputs_parse_and_fit_the_schema() {
+    let tok = tokenizer();
+    let constraints = Constraints::new(&tok).expect("constraints");
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 8},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+        },
+        "required": ["name", "age", "tags"],
+        "additionalProperties": false,
+    });
+    let g = constraints
+        .compile(&Grammar::JsonSchema {
+            schema,
+            strict: true,
+        })
+        .expect("compile");
+    for seed in 1..=20u64 {
+        let (text, done) = run(&tok, &g, seed, 400);
+        assert!(done, "seed {seed}: no end after 400 tokens: {text:?}");
+        let v: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("seed {seed}: {text:?} is not JSON: {e}"));
+        let o = v.as_object().expect("an object");
+        assert_eq!(o.len(), 3, "seed {seed}: {text}");
+        assert!(o["name"].as_str().expect("name").chars().count() <= 8);
+        let age = o["age"].as_i64().expect("integer age");
+        assert!((0..=150).contains(&age), "seed {seed}: age {age}");
+        for t in o["tags"].as_array().expect("tags") {
+            assert!(["a", "b", "c"].contains(&t.as_str().expect("tag")));
+        }
+        // the fixed layout: keys followed by ": ", items by ", "
+        assert!(text.starts_with("{\"name\": "), "seed {seed}: {text}");
+    }
+}
+
+#[test]
+fn json_object_mode_gives_an_object_and_no_control_tokens() {
+    let tok = tokenizer();
+    let constraints = Constraints::new(&tok).expect("constraints");
+    let g = constraints.compile(&Grammar::JsonObject).expect("compile");
+    for seed in 1..=10u64 {
+        let mut c = g.start();
+        let mut noise = Noise(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut ids = Vec::new();
+        for _ in 0..300 {
+            if c.is_complete() {
+                break;
+            }
+            let mut row: Vec<f32> = (0..tok.vocab_size()).map(|_| noise.next()).collect();
+            c.apply(&mut row).expect("mask");
+            for id in 0..tok.vocab_size() as u32 {
+                if tok.is_special(id) && !tok.is_eog(id) {
+                    assert_eq!(row[id as usize], f32::NEG_INFINITY, "control token {id}");
+                }
+            }
+            let id = crate::sampler::argmax(&row);
+            c.commit(id).expect("commit");
+            if tok.is_eog(id) {
+                break;
+            }
+            ids.push(id);
+        }
+        let text = tok.decode(&ids, false).expect("decode");
+        if c.is_accepting() || c.is_complete() {
+            let v: Value = serde_json::from_str(&text).expect("JSON");
+            assert!(v.is_object(), "{text}");
+        } else {
+            // cut off: still the start of an object
+            assert!(text.starts_with('{'), "{text}");
+        }
+    }
+}
+
+#[test]
+fn regex_and_gbnf_grammars_constrain_the_text() {
+    let tok = tokenizer();
+    let constraints = Constraints::new(&tok).expect("constraints");
+    let rx = constraints
+        .compile(&Grammar::Regex("(yes|no)".into()))
+        .expect("regex");
+    for seed in 1..=10u64 {
+        let (text, done) = run(&tok, &rx, seed, 20);
+        assert!(done && (text == "yes" || text == "no"), "{text:?}");
+    }
+    let lark = constraints
+        .compile(&Grammar::Lark("start: \"a\" \"b\"+".into()))
+        .expect("lark");
+    for seed in 1..=10u64 {
+        let (text, _) = run(&tok, &lark, seed, 30);
+        assert!(text.starts_with("ab"), "{text:?}");
+        assert!(text[1..].chars().all(|c| c == 'b'), "{text:?}");
+    }
+}
+
+#[test]
+fn a_forbidden_token_is_refused_on_commit() {
+    let tok = tokenizer();
+    let constraints = Constraints::new(&tok).expect("constraints");
+    let g = constraints
+        .compile(&Grammar::Regex("[0-9]+".into()))
+        .expect("regex");
+    let mut c = g.start();
+    let letter = tok.encode("x", false, false).expect("encode")[0];
+    assert!(c.commit(letter).is_err());
+}
+
+#[test]
+fn invalid_grammars_name_the_problem() {
+    let tok = tokenizer();
+    let constraints = Constraints::new(&tok).expect("constraints");
+    let bad = [
+        Grammar::JsonSchema {
+            schema: json!("string"),
+            strict: true,
+        },
+        Grammar::JsonSchema {
+            schema: json!({"type": "no-such-type"}),
+            strict: true,
+        },
+        Grammar::Lark("start: undefined_rule".into()),
+        Grammar::Regex("(unclosed".into()),
+    ];
+    for g in bad {
+        match constraints.compile(&g) {
+            Err(Error::BadGrammar(m)) => assert!(!m.is_empty(), "{g:?}"),
+            other => panic!("{g:?}: expected an error, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Tool calls in model output: per-family formats. (Being written.)
