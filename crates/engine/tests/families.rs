@@ -54,6 +54,7 @@ fn greedy_continuation_equals_transformers() {
                 ignore_eos: true,
                 top_logprobs: 0,
                 speculative: None,
+                ..Default::default()
             };
             let g = generate(&mut session, &engine.tokenizer, &prompt, &params, |_| {
                 ControlFlow::Continue(())
@@ -120,6 +121,7 @@ fn prefix_reuse_prefills_only_the_new_suffix() {
         ignore_eos: true,
         top_logprobs: 0,
         speculative: None,
+        ..Default::default()
     };
     let run = |s: &mut anedvd_engine::EngineSession, p: &[u32]| {
         generate(s, &engine.tokenizer, p, &params, |_| {
@@ -153,6 +155,7 @@ fn recurrent_state_prefix_reuse() {
         ignore_eos: true,
         top_logprobs: 0,
         speculative: None,
+        ..Default::default()
     };
     let run = |s: &mut anedvd_engine::EngineSession, p: &[u32], n: usize| {
         generate(s, &engine.tokenizer, p, &params(n), |_| {
@@ -221,6 +224,7 @@ fn ane_backend_through_the_simulated_driver_generates_like_transformers() {
             ignore_eos: true,
             top_logprobs: 0,
             speculative: None,
+            ..Default::default()
         };
         let g = generate(&mut session, &engine.tokenizer, &prompt, &params, |_| {
             ControlFlow::Continue(())
@@ -247,6 +251,7 @@ fn greedy(
         ignore_eos: true,
         top_logprobs: 0,
         speculative: spec,
+        ..Default::default()
     };
     anedvd_engine::generate_speculative(
         &mut session,
@@ -472,6 +477,7 @@ fn speculative_sampling_has_the_plain_distribution() {
                     m: 2,
                     ..SpecParams::default()
                 }),
+                ..Default::default()
             };
             let proposer = (proposer_kind == "draft").then_some(&mut d as &mut dyn Proposer);
             let g = generate_speculative(

@@ -69,6 +69,7 @@ fn prompt_ids_and_next_token_match_llamacpp() {
             ignore_eos: true,
             top_logprobs: 10,
             speculative: None,
+            ..Default::default()
         };
         let mut session = engine.new_session(128).unwrap();
         let g = generate(&mut session, &engine.tokenizer, &prompt, &params, |_| {

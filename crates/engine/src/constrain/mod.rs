@@ -262,6 +262,33 @@ impl CompiledGrammar {
     }
 }
 
+/// Sets `logits[i]` to −∞ where bit `i` of `bits` (32 tokens per word) is
+/// clear or `i ≥ vocab`; returns whether any token is left. Word at a time:
+/// a 262k-token row is mostly all-clear or all-set words.
+fn mask_row(bits: &[u32], vocab: usize, logits: &mut [f32]) -> bool {
+    let mut any = false;
+    let usable = vocab.min(logits.len());
+    let (row, padding) = logits.split_at_mut(usable);
+    padding.fill(f32::NEG_INFINITY);
+    for (i, chunk) in row.chunks_mut(32).enumerate() {
+        let word = bits.get(i).copied().unwrap_or(0);
+        match word {
+            0 => chunk.fill(f32::NEG_INFINITY),
+            u32::MAX => any = true,
+            _ => {
+                for (j, l) in chunk.iter_mut().enumerate() {
+                    if word & (1 << j) == 0 {
+                        *l = f32::NEG_INFINITY;
+                    } else {
+                        any = true;
+                    }
+                }
+            }
+        }
+    }
+    any
+}
+
 /// One generation's grammar state.
 pub struct Constraint {
     matcher: Matcher,
@@ -302,19 +329,11 @@ impl Constraint {
             .iter()
             .filter_map(|&t| logits.get(t as usize).map(|&l| (t as usize, l)))
             .collect();
-        let mut any = false;
-        for (id, l) in logits.iter_mut().enumerate() {
-            if id < self.vocab && mask.is_allowed(id as u32) {
-                any = true;
-            } else {
-                *l = f32::NEG_INFINITY;
-            }
-        }
+        let any = mask_row(mask.as_slice(), self.vocab, logits);
         for (t, raw) in ends {
             logits[t] = if may_end { raw } else { f32::NEG_INFINITY };
         }
-        any |= may_end;
-        if !any {
+        if !(any || may_end) {
             return Err(Error::BadGrammar(
                 "the grammar allows no token here (it cannot be completed)".into(),
             ));

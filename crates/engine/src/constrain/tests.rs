@@ -186,3 +186,35 @@ fn invalid_grammars_name_the_problem() {
         }
     }
 }
+
+#[test]
+fn word_at_a_time_masking_matches_bit_by_bit() {
+    let mut noise = Noise(77);
+    for (vocab, row_len) in [(100usize, 100usize), (100, 130), (64, 64), (1000, 1003)] {
+        let words: Vec<u32> = (0..vocab.div_ceil(32))
+            .map(|i| match i % 4 {
+                0 => 0,
+                1 => u32::MAX,
+                _ => (noise.next().to_bits()) ^ 0x5555_5555,
+            })
+            .collect();
+        let row: Vec<f32> = (0..row_len).map(|_| noise.next()).collect();
+        let mut fast = row.clone();
+        let any = mask_row(&words, vocab, &mut fast);
+        let mut slow = row.clone();
+        let mut slow_any = false;
+        for (i, l) in slow.iter_mut().enumerate() {
+            let set = i < vocab && words[i / 32] & (1 << (i % 32)) != 0;
+            if set {
+                slow_any = true;
+            } else {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        assert_eq!(any, slow_any);
+        assert_eq!(
+            fast.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            slow.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+    }
+}
