@@ -347,6 +347,7 @@ fn run_spec(args: &BenchArgs, engine: &Engine, speculation: &Speculation) -> Res
         ignore_eos: true,
         top_logprobs: 0,
         speculative: spec,
+        ..GenerateParams::default()
     };
     let mut once = |spec: bool| -> Result<Generation> {
         // a fresh session each time: nothing reused from the previous run

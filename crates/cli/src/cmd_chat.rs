@@ -1,7 +1,7 @@
 //! `anedvd chat`: an interactive conversation that keeps the KV cache across
 //! turns and prefills only what is new.
 
-use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
+use crate::common::{BackendArgs, GrammarArgs, ModelArgs, SamplingArgs, SpecArgs};
 use anedvd_engine::speculative::Proposer;
 use anedvd_engine::stats::{current_rss_bytes, format_bytes};
 use anedvd_engine::{
@@ -29,6 +29,9 @@ pub struct ChatArgs {
     sampling: SamplingArgs,
     #[command(flatten)]
     spec: SpecArgs,
+    /// Every reply is kept inside this grammar or schema.
+    #[command(flatten)]
+    grammar: GrammarArgs,
     /// Context size in tokens for the whole conversation.
     #[arg(long, default_value_t = 4096)]
     max_seq: usize,
@@ -52,6 +55,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         ..Default::default()
     };
     let engine = args.model.load(&args.backend, false)?;
+    params.grammar = args.grammar.compile(&engine)?;
     let Some((_, origin)) = &engine.template else {
         bail!(
             "{} has no chat template and no built-in one matches it; use `anedvd run`",

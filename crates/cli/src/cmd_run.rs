@@ -1,6 +1,6 @@
 //! `anedvd run`: one prompt in, streamed text out, stats on stderr.
 
-use crate::common::{BackendArgs, ModelArgs, SamplingArgs, SpecArgs};
+use crate::common::{BackendArgs, GrammarArgs, ModelArgs, SamplingArgs, SpecArgs};
 use anedvd_engine::speculative::Proposer;
 use anedvd_engine::stats::{format_bytes, peak_rss_bytes};
 use anedvd_engine::{generate_speculative, Engine, GenerateParams, Generation, Message};
@@ -41,6 +41,8 @@ pub struct RunArgs {
     sampling: SamplingArgs,
     #[command(flatten)]
     spec: SpecArgs,
+    #[command(flatten)]
+    grammar: GrammarArgs,
     /// Keep generating through end-of-generation tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -87,6 +89,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         ignore_eos: args.ignore_eos,
         top_logprobs: args.top_logprobs,
         speculative,
+        grammar: args.grammar.compile(&engine)?,
+        render_special: false,
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -16,7 +16,9 @@ const DEFAULT_MODEL_FILE: &str = "gemma3-270m-q4_k_m.gguf";
 /// Which model to load and how.
 #[derive(Debug, Args, Clone)]
 pub struct ModelArgs {
-    /// Model: a .gguf file or a Hugging Face directory (config.json + safetensors).
+    /// Model: a .gguf file, a Hugging Face directory (config.json + safetensors),
+    /// or hf://ORG/REPO[:FILE|:QUANT] to download it from the Hugging Face hub
+    /// into its cache first (or use the cached copy; see `anedvd pull --help`).
     /// Default: $ANEDVD_MODEL, else ~/.cache/models/gemma3-270m-q4_k_m.gguf
     /// (fetch it with scripts/fetch-model.sh).
     #[arg(short, long, value_name = "PATH")]
@@ -157,13 +159,14 @@ impl LoweringArgs {
 }
 
 impl ModelArgs {
-    /// The model path: the flag, $ANEDVD_MODEL, or the default model.
+    /// The model path: the flag, $ANEDVD_MODEL, or the default model (an
+    /// `hf://` reference is pulled first; see [`resolve_model_path`]).
     pub fn path(&self) -> Result<PathBuf> {
         if let Some(p) = &self.model {
-            return Ok(p.clone());
+            return resolve_model_path(p);
         }
         if let Some(p) = std::env::var_os("ANEDVD_MODEL") {
-            return Ok(PathBuf::from(p));
+            return resolve_model_path(Path::new(&p));
         }
         let dir = std::env::var_os("ANEDVD_MODEL_DIR")
             .map(PathBuf::from)
@@ -239,6 +242,16 @@ impl ModelArgs {
     pub fn load(&self, backend: &BackendArgs, quiet: bool) -> Result<Engine> {
         let options = self.load_options(backend)?;
         load_engine(&self.path()?, &options, quiet)
+    }
+}
+
+/// A model path as given: `hf://ORG/REPO[:FILE|:QUANT]` is pulled from the
+/// Hugging Face hub (or found in its cache) and becomes the local path;
+/// anything else is a path already.
+pub fn resolve_model_path(p: &Path) -> Result<PathBuf> {
+    match p.to_str().and_then(anedvd_hub::strip_hf_scheme) {
+        Some(spec) => crate::cmd_pull::resolve_hf(spec),
+        None => Ok(p.to_path_buf()),
     }
 }
 
@@ -327,7 +340,8 @@ pub struct SpecArgs {
     /// the n-gram proposer is faster.
     #[arg(long, value_name = "ngram|draft")]
     pub spec: Option<String>,
-    /// The draft model of --spec draft (a .gguf file or a HF directory).
+    /// The draft model of --spec draft (a .gguf file, a HF directory or
+    /// hf://ORG/REPO[:FILE|:QUANT]).
     #[arg(long, value_name = "PATH")]
     pub draft_model: Option<PathBuf>,
     /// --spec draft: stop drafting when the draft model's top probability
@@ -428,7 +442,8 @@ impl SpecArgs {
             overrides: ConfigOverrides::default(),
             ..model.load_options(backend)?
         };
-        let engine = load_engine(path, &options, quiet)
+        let path = resolve_model_path(path)?;
+        let engine = load_engine(&path, &options, quiet)
             .with_context(|| format!("loading the draft model {}", path.display()))?;
         Ok(Some(engine))
     }
@@ -539,5 +554,63 @@ mod tests {
         for name in anedvd_engine::family_names() {
             assert!(help.contains(name), "--family help lacks {name}: {help}");
         }
+    }
+}
+
+/// Constrained-decoding flags shared by `run` and `chat` (llama.cpp's
+/// names): the output is kept inside a grammar or a JSON schema.
+#[derive(Debug, Args, Clone, Default)]
+pub struct GrammarArgs {
+    /// A GBNF grammar (llama.cpp's format) the output must match.
+    #[arg(long, value_name = "GBNF", group = "constraint")]
+    pub grammar: Option<String>,
+    /// Read the grammar from FILE: GBNF, or llguidance's Lark syntax when the
+    /// name ends in `.lark`.
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub grammar_file: Option<PathBuf>,
+    /// A JSON schema (as JSON text) the output must be valid against;
+    /// `{}` allows any JSON.
+    #[arg(short = 'j', long, value_name = "SCHEMA", group = "constraint")]
+    pub json_schema: Option<String>,
+    /// Read the JSON schema from FILE.
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub json_schema_file: Option<PathBuf>,
+}
+
+impl GrammarArgs {
+    /// The grammar asked for, compiled for `engine` (`None` without one).
+    pub fn compile(
+        &self,
+        engine: &anedvd_engine::Engine,
+    ) -> Result<Option<anedvd_engine::constrain::CompiledGrammar>> {
+        use anedvd_engine::constrain::Grammar;
+        let read = |p: &Path| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let schema = |text: &str, origin: &str| -> Result<Grammar> {
+            let schema: serde_json::Value = serde_json::from_str(text)
+                .with_context(|| format!("{origin} is not valid JSON"))?;
+            Ok(Grammar::JsonSchema {
+                schema,
+                strict: false,
+            })
+        };
+        let grammar = if let Some(g) = &self.grammar {
+            Grammar::Gbnf(g.clone())
+        } else if let Some(p) = &self.grammar_file {
+            let text = read(p)?;
+            if p.extension().is_some_and(|e| e == "lark") {
+                Grammar::Lark(text)
+            } else {
+                Grammar::Gbnf(text)
+            }
+        } else if let Some(s) = &self.json_schema {
+            schema(s, "--json-schema")?
+        } else if let Some(p) = &self.json_schema_file {
+            schema(&read(p)?, &p.display().to_string())?
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(engine.compile_grammar(&grammar)?))
     }
 }

@@ -4,6 +4,7 @@ mod cmd_ane;
 mod cmd_bench;
 mod cmd_chat;
 mod cmd_inspect;
+mod cmd_pull;
 mod cmd_run;
 mod cmd_serve;
 mod cmd_tokenize;
@@ -17,7 +18,9 @@ use clap::{Parser, Subcommand};
 /// (verified here by an fp16 simulator; not yet run on real hardware).
 ///
 /// Start with `anedvd run --prompt "..."` (uses the default model fetched by
-/// scripts/fetch-model.sh), `anedvd chat`, or `anedvd serve`.
+/// scripts/fetch-model.sh), `anedvd chat`, or `anedvd serve`; `anedvd pull
+/// ORG/REPO[:QUANT]` or `--model hf://ORG/REPO[:FILE]` fetch models from the
+/// Hugging Face hub.
 #[derive(Debug, Parser)]
 #[command(name = "anedvd", version, about, long_about)]
 struct Cli {
@@ -35,6 +38,9 @@ enum Command {
     Serve(cmd_serve::ServeArgs),
     /// Measure prompt and generation throughput (llama-bench compatible output).
     Bench(cmd_bench::BenchArgs),
+    /// Download a model from the Hugging Face hub into its cache; prints the path.
+    #[command(long_about = cmd_pull::LONG_ABOUT)]
+    Pull(cmd_pull::PullArgs),
     /// Show a model file's metadata, tensors and summaries (like gguf-dump).
     Inspect(cmd_inspect::InspectArgs),
     /// Tokenize text with a model's tokenizer (JSON array of ids).
@@ -64,6 +70,7 @@ fn main() -> std::process::ExitCode {
         Command::Chat(a) => cmd_chat::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::Bench(a) => cmd_bench::run(a),
+        Command::Pull(a) => cmd_pull::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Tokenize(a) => cmd_tokenize::run_tokenize(a),
         Command::Detokenize(a) => cmd_tokenize::run_detokenize(a),
