@@ -92,12 +92,12 @@ def test_chat_errors(oai):
     bad = openai.OpenAI(base_url=BASE + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.chat.completions.create(model="m", messages=MSGS, max_tokens=1)
-    with pytest.raises(openai.BadRequestError, match="tools"):
+    with pytest.raises(openai.BadRequestError, match="functions"):
         oai.chat.completions.create(
             model="m",
             messages=MSGS,
             max_tokens=1,
-            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            functions=[{"name": "f", "parameters": {}}],
         )
     with pytest.raises(openai.BadRequestError, match="context"):
         oai.completions.create(model="m", prompt=[5] * 300, max_tokens=1)

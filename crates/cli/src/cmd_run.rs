@@ -90,7 +90,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         top_logprobs: args.top_logprobs,
         speculative,
         grammar: args.grammar.compile(&engine)?,
-        render_special: false,
+        ..GenerateParams::default()
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

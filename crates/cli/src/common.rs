@@ -38,6 +38,11 @@ pub struct ModelArgs {
     /// back on every layer (`inspect` says when a file needs it).
     #[arg(long, value_name = "N")]
     pub sliding_window: Option<usize>,
+    /// Replace the model's training context length, which caps --max-seq.
+    /// Positions past what the model was trained on work mechanically but
+    /// the model was never taught them (meant for tests on tiny models).
+    #[arg(long, value_name = "N")]
+    pub ctx_train: Option<usize>,
     /// Scan every weight for NaN and infinities while loading (as llama.cpp's
     /// --check-tensors): reads the whole model once, in parallel, with a
     /// progress bar; quantized blocks are dequantized, so a NaN/Inf block scale
@@ -219,7 +224,7 @@ impl ModelArgs {
             family: self.family.clone(),
             rope_pairing,
             sliding_window: self.sliding_window,
-            ..Default::default()
+            n_ctx_train: self.ctx_train,
         })
     }
 

@@ -36,6 +36,9 @@ pub struct GenerateParams {
     /// Render special tokens (e.g. tool-call markers) in the text instead
     /// of hiding them; end-of-generation tokens are never rendered.
     pub render_special: bool,
+    /// More tokens that end the generation as an end-of-generation token
+    /// does (not rendered; vLLM's `stop_token_ids`).
+    pub stop_tokens: Vec<u32>,
 }
 
 impl Default for GenerateParams {
@@ -48,6 +51,7 @@ impl Default for GenerateParams {
             speculative: None,
             grammar: None,
             render_special: false,
+            stop_tokens: Vec::new(),
         }
     }
 }
@@ -565,7 +569,8 @@ impl<'t> Decoding<'t> {
         let params = &self.params;
         self.out.tokens.push(id);
         self.history.push(id);
-        let eog = self.tokenizer.is_eog(id) && !params.ignore_eos;
+        let eog =
+            (self.tokenizer.is_eog(id) || params.stop_tokens.contains(&id)) && !params.ignore_eos;
         let piece = if eog {
             String::new()
         } else {

@@ -33,7 +33,7 @@ pub mod scheduler;
 mod session;
 pub mod speculative;
 pub mod stats;
-pub mod toolcall;
+pub mod tool_format;
 pub mod tools;
 
 pub use anedvd_ane::{DriverKind, LowerOptions, Variant, DEFAULT_COMPILE_BUDGET};

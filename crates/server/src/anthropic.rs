@@ -8,8 +8,11 @@ use crate::request::{
 };
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
+use crate::structured::Shaping;
+use crate::tools::{call_id, ToolUse};
 use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
-use anedvd_engine::{Content, ContentPart, GenerateParams, Message};
+use anedvd_engine::tool_format::{ParsedCall, StreamItem, ToolStream};
+use anedvd_engine::{Content, ContentPart, FunctionCall, GenerateParams, Message, ToolCall};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
@@ -47,15 +50,9 @@ struct MessagesRequest {
 }
 
 fn reject_unsupported(v: &Value) -> Result<(), ApiError> {
-    for key in ["tools", "mcp_servers", "container"] {
+    for key in ["mcp_servers", "container"] {
         if is_set(v, key) {
             return Err(ApiError::unsupported(D, key));
-        }
-    }
-    if let Some(tc) = v.get("tool_choice") {
-        let kind = tc.get("type").and_then(Value::as_str);
-        if !(tc.is_null() || kind == Some("none") || kind == Some("auto")) {
-            return Err(ApiError::unsupported(D, "tool_choice"));
         }
     }
     if let Some(th) = v.get("thinking") {
@@ -86,9 +83,7 @@ fn to_messages(req: &MessagesRequest) -> Result<Vec<Message>, ApiError> {
                 format!("role must be `user` or `assistant`, not `{}`", m.role),
             ));
         }
-        let mut msg = Message::new(m.role.clone(), String::new());
-        msg.content = Some(m.content.clone());
-        out.push(msg);
+        out.extend(split_tool_blocks(i, m)?);
     }
     if out.is_empty() {
         return Err(ApiError::invalid(
@@ -111,6 +106,69 @@ fn to_messages(req: &MessagesRequest) -> Result<Vec<Message>, ApiError> {
         }
         e
     })?;
+    Ok(out)
+}
+
+/// One Anthropic message as chat messages: `tool_use` blocks of an
+/// assistant turn become its tool calls, each `tool_result` block of a user
+/// turn a `tool` message (before the user's own text, as the results answer
+/// the previous turn); other blocks stay for `flatten_content` to check.
+fn split_tool_blocks(i: usize, m: &InMessage) -> Result<Vec<Message>, ApiError> {
+    let Content::Parts(parts) = &m.content else {
+        let mut msg = Message::new(m.role.clone(), String::new());
+        msg.content = Some(m.content.clone());
+        return Ok(vec![msg]);
+    };
+    let mut out = Vec::new();
+    let mut rest = Vec::new();
+    let mut calls = Vec::new();
+    for (j, p) in parts.iter().enumerate() {
+        let field = |name: &str| format!("messages[{i}].content[{j}].{name}");
+        let text_of = |key: &str| p.extra.get(key).and_then(Value::as_str).map(str::to_owned);
+        match p.kind.as_str() {
+            "tool_use" if m.role == "assistant" => {
+                let name = text_of("name").ok_or_else(|| {
+                    ApiError::invalid(D, &field("name"), "a tool_use block needs a `name`")
+                })?;
+                let arguments = p.extra.get("input").cloned().unwrap_or_else(|| json!({}));
+                calls.push(ToolCall {
+                    id: text_of("id"),
+                    kind: Some("function".into()),
+                    function: FunctionCall { name, arguments },
+                    extra: Default::default(),
+                });
+            }
+            "tool_result" if m.role == "user" => {
+                let id = text_of("tool_use_id").ok_or_else(|| {
+                    ApiError::invalid(
+                        D,
+                        &field("tool_use_id"),
+                        "a tool_result block needs a `tool_use_id`",
+                    )
+                })?;
+                let text = match p.extra.get("content") {
+                    None | Some(Value::Null) => String::new(),
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(blocks)) => blocks
+                        .iter()
+                        .filter_map(|b| b.get("text").and_then(Value::as_str))
+                        .collect::<Vec<_>>()
+                        .join(""),
+                    Some(other) => other.to_string(),
+                };
+                out.push(Message::tool(id, text));
+            }
+            _ => rest.push(p.clone()),
+        }
+    }
+    if !rest.is_empty() || !calls.is_empty() {
+        let mut msg = Message::new(m.role.clone(), String::new());
+        msg.content = Some(Content::Parts(rest));
+        if !calls.is_empty() {
+            msg.tool_calls = Some(calls);
+        }
+        out.push(msg);
+    }
     Ok(out)
 }
 
@@ -150,12 +208,16 @@ pub(crate) struct DecodedMessages {
     req: MessagesRequest,
     messages: Vec<Message>,
     params: GenerateParams,
+    shaping: Shaping,
+    tools: Option<ToolUse>,
     stop: Vec<String>,
 }
 
 /// Decodes a Messages body (every check that needs no model).
 pub(crate) fn decode_messages(state: &AppState, v: Value) -> Result<DecodedMessages, ApiError> {
     reject_unsupported(&v)?;
+    let shaping = Shaping::decode(&v, D)?;
+    let tools = ToolUse::decode_anthropic(&v, D)?;
     let sampling: Sampling = typed(v.clone(), D)?;
     let req: MessagesRequest = typed(v, D)?;
     let Some(max_tokens) = req.max_tokens else {
@@ -172,6 +234,8 @@ pub(crate) fn decode_messages(state: &AppState, v: Value) -> Result<DecodedMessa
         req,
         messages,
         params,
+        shaping,
+        tools,
         stop,
     })
 }
@@ -195,11 +259,20 @@ async fn inner(
     let DecodedMessages {
         req,
         messages,
-        params,
+        mut params,
+        shaping,
+        tools,
         stop,
     } = decode_messages(&state, v)?;
     let ready = state.ready(D)?;
-    let prompt = chat_prompt(&ready.engine, &messages, D)?;
+    shaping.apply(&ready.engine, &mut params, D).await?;
+    let (prompt, format) = match &tools {
+        Some(t) => {
+            let (prompt, format) = t.prepare(&ready.engine, &messages, &mut params, D).await?;
+            (prompt, Some(format))
+        }
+        None => (chat_prompt(&ready.engine, &messages, D)?, None),
+    };
     let input_tokens = prompt.len();
     let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
     let id = new_id("msg_");
@@ -226,53 +299,154 @@ async fn inner(
             ),
             json_event(Some("ping"), &json!({"type": "ping"})),
         ];
-        return Ok(sse_response(
-            first,
-            generation,
-            MessagesStream,
-            guard.hand_off(),
-        ));
+        let stream = MessagesStream {
+            tools: format.map(|f| f.stream()),
+            block: 0,
+            text_open: true,
+            calls: 0,
+        };
+        return Ok(sse_response(first, generation, stream, guard.hand_off()));
     }
     let (out, s) = collect(generation, D).await?;
+    let (text, calls) = match format {
+        Some(f) => {
+            let parsed = f.parse(&out.text);
+            (parsed.content, parsed.calls)
+        }
+        None => (out.text, Vec::new()),
+    };
+    let mut content = Vec::new();
+    if !text.is_empty() || calls.is_empty() {
+        content.push(json!({"type": "text", "text": text}));
+    }
+    content.extend(calls.iter().map(tool_use_block));
+    let reason = if calls.is_empty() {
+        stop_reason(s.finish)
+    } else {
+        "tool_use"
+    };
     Ok(Json(json!({
         "id": id,
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [{"type": "text", "text": out.text}],
-        "stop_reason": stop_reason(s.finish),
+        "content": content,
+        "stop_reason": reason,
         "stop_sequence": s.stop_sequence,
         "usage": usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens),
     }))
     .into_response())
 }
 
-struct MessagesStream;
+/// A `tool_use` content block.
+fn tool_use_block(call: &ParsedCall) -> Value {
+    json!({"type": "tool_use", "id": call_id("toolu_"), "name": call.name, "input": call.arguments})
+}
+
+/// The Messages stream: text blocks, and with tools a `tool_use` block per
+/// call (its input sent whole as one `input_json_delta`).
+struct MessagesStream {
+    tools: Option<ToolStream>,
+    /// Index of the current (or last) content block.
+    block: usize,
+    /// Whether that block is an open text block.
+    text_open: bool,
+    calls: usize,
+}
+
+fn event(name: &str, data: Value) -> SseEvent {
+    json_event(Some(name), &data)
+}
+
+impl MessagesStream {
+    fn close_text(&mut self, evs: &mut Vec<SseEvent>) {
+        if self.text_open {
+            evs.push(event(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": self.block}),
+            ));
+            self.text_open = false;
+        }
+    }
+
+    fn items(&mut self, items: Vec<StreamItem>) -> Vec<SseEvent> {
+        let mut evs = Vec::new();
+        for item in items {
+            match item {
+                StreamItem::Content(text) => {
+                    if !self.text_open {
+                        self.block += 1;
+                        self.text_open = true;
+                        evs.push(event(
+                            "content_block_start",
+                            json!({"type": "content_block_start", "index": self.block,
+                                "content_block": {"type": "text", "text": ""}}),
+                        ));
+                    }
+                    evs.push(event(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": self.block,
+                            "delta": {"type": "text_delta", "text": text}}),
+                    ));
+                }
+                StreamItem::Call(call) => {
+                    self.close_text(&mut evs);
+                    self.block += 1;
+                    self.calls += 1;
+                    let mut start = tool_use_block(&call);
+                    start["input"] = json!({});
+                    evs.push(event(
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": self.block,
+                            "content_block": start}),
+                    ));
+                    evs.push(event(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": self.block,
+                            "delta": {"type": "input_json_delta",
+                                "partial_json": call.arguments.to_string()}}),
+                    ));
+                    evs.push(event(
+                        "content_block_stop",
+                        json!({"type": "content_block_stop", "index": self.block}),
+                    ));
+                }
+            }
+        }
+        evs
+    }
+}
 
 impl Transcoder for MessagesStream {
     fn delta(&mut self, text: &str, _tokens: &[TokenInfo]) -> Vec<SseEvent> {
-        vec![json_event(
-            Some("content_block_delta"),
-            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-        )]
+        let items = match self.tools.as_mut() {
+            Some(t) => t.push(text),
+            None => vec![StreamItem::Content(text.to_owned())],
+        };
+        self.items(items)
     }
 
     fn done(&mut self, s: &Summary) -> Vec<SseEvent> {
-        vec![
-            json_event(
-                Some("content_block_stop"),
-                &json!({"type": "content_block_stop", "index": 0}),
-            ),
-            json_event(
-                Some("message_delta"),
-                &json!({
-                    "type": "message_delta",
-                    "delta": {"stop_reason": stop_reason(s.finish), "stop_sequence": s.stop_sequence},
-                    "usage": {"output_tokens": s.completion_tokens},
-                }),
-            ),
-            json_event(Some("message_stop"), &json!({"type": "message_stop"})),
-        ]
+        let mut evs = match self.tools.take() {
+            Some(t) => self.items(t.finish()),
+            None => Vec::new(),
+        };
+        self.close_text(&mut evs);
+        let reason = if self.calls > 0 {
+            "tool_use"
+        } else {
+            stop_reason(s.finish)
+        };
+        evs.push(event(
+            "message_delta",
+            json!({
+                "type": "message_delta",
+                "delta": {"stop_reason": reason, "stop_sequence": s.stop_sequence},
+                "usage": {"output_tokens": s.completion_tokens},
+            }),
+        ));
+        evs.push(event("message_stop", json!({"type": "message_stop"})));
+        evs
     }
 
     fn error(&mut self, message: &str) -> Vec<SseEvent> {

@@ -28,6 +28,7 @@ mod serve;
 mod sse;
 mod state;
 mod structured;
+mod tools;
 
 pub use anedvd_engine::scheduler::{
     Event, Finish, Gauges, Job, Scheduler, SubmitError, Summary, TokenInfo,

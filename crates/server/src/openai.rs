@@ -9,7 +9,9 @@ use crate::request::{
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
 use crate::structured::Shaping;
+use crate::tools::{arguments_as_objects, call_id, ToolUse};
 use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
+use anedvd_engine::tool_format::{ParsedCall, StreamItem, ToolStream};
 use anedvd_engine::{Content, GenerateParams, Message, Tokenizer};
 use axum::body::Body;
 use axum::extract::State;
@@ -74,14 +76,17 @@ struct CompletionRequest {
 
 /// Fields that would change the result and are not implemented: refused by name.
 fn reject_unsupported(v: &Value, chat: bool) -> Result<(), ApiError> {
-    for key in ["tools", "functions", "function_call", "audio", "prediction"] {
+    // `functions`/`function_call` are the deprecated forms of `tools`.
+    for key in ["functions", "function_call", "audio", "prediction"] {
         if is_set(v, key) {
             return Err(ApiError::unsupported(D, key));
         }
     }
-    if let Some(tc) = v.get("tool_choice") {
-        if !(tc.is_null() || tc == "none" || tc == "auto") {
-            return Err(ApiError::unsupported(D, "tool_choice"));
+    if !chat {
+        for key in ["tools", "tool_choice"] {
+            if is_set(v, key) {
+                return Err(ApiError::unsupported(D, key));
+            }
         }
     }
     for key in ["n", "best_of"] {
@@ -232,6 +237,7 @@ pub(crate) struct DecodedChat {
     req: ChatRequest,
     params: GenerateParams,
     shaping: Shaping,
+    tools: Option<ToolUse>,
     stop: Vec<String>,
     top: u32,
     want_lp: bool,
@@ -241,9 +247,18 @@ pub(crate) struct DecodedChat {
 pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, ApiError> {
     reject_unsupported(&v, true)?;
     let shaping = Shaping::decode(&v, D)?;
+    let tools = ToolUse::decode_openai(&v, D)?;
+    if tools.is_some() && shaping.grammar.is_some() {
+        return Err(ApiError::invalid(
+            D,
+            "response_format",
+            "structured output and tools cannot be combined in one request",
+        ));
+    }
     let sampling: Sampling = typed(v.clone(), D)?;
     let mut req: ChatRequest = typed(v, D)?;
     flatten_content(&mut req.messages, D)?;
+    arguments_as_objects(&mut req.messages);
     let top = req.top_logprobs.unwrap_or(0);
     if top > MAX_TOP_LOGPROBS {
         return Err(ApiError::invalid(
@@ -268,6 +283,7 @@ pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, Api
         req,
         params,
         shaping,
+        tools,
         stop,
         top,
         want_lp,
@@ -294,14 +310,22 @@ async fn chat_inner(
         req,
         mut params,
         shaping,
+        tools,
         stop,
         top,
         want_lp,
     } = decode_chat(&state, v)?;
     let ready = state.ready(D)?;
     shaping.apply(&ready.engine, &mut params, D).await?;
-    let prompt = chat_prompt(&ready.engine, &req.messages, D)?;
-    let prompt_tokens = prompt.len();
+    let (prompt, format) = match &tools {
+        Some(t) => {
+            let (prompt, format) = t
+                .prepare(&ready.engine, &req.messages, &mut params, D)
+                .await?;
+            (prompt, Some(format))
+        }
+        None => (chat_prompt(&ready.engine, &req.messages, D)?, None),
+    };
     let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
     let id = new_id("chatcmpl-");
     let model = state.config().model_id.clone();
@@ -318,13 +342,14 @@ async fn chat_inner(
             include_usage,
             logprobs: want_lp.then_some(top as usize),
             engine: ready.engine.clone(),
+            tools: format.map(|f| f.stream()),
+            calls: 0,
         };
         let first = t.chunk(
             json!({"role": "assistant", "content": ""}),
             Value::Null,
             None,
         );
-        let _ = prompt_tokens;
         return Ok(sse_response(vec![first], generation, t, guard.hand_off()));
     }
     let (out, summary) = collect(generation, D).await?;
@@ -333,6 +358,23 @@ async fn chat_inner(
     } else {
         Value::Null
     };
+    let (content, calls) = match format {
+        Some(f) => {
+            let parsed = f.parse(&out.text);
+            (parsed.content, parsed.calls)
+        }
+        None => (out.text, Vec::new()),
+    };
+    let mut message = json!({"role": "assistant", "content": content, "refusal": null});
+    let mut finish = finish_reason(summary.finish);
+    if !calls.is_empty() {
+        let calls: Vec<Value> = calls.iter().map(|c| wire_call(c, None)).collect();
+        message["tool_calls"] = Value::Array(calls);
+        if content.is_empty() {
+            message["content"] = Value::Null;
+        }
+        finish = "tool_calls";
+    }
     Ok(Json(json!({
         "id": id,
         "object": "chat.completion",
@@ -341,14 +383,27 @@ async fn chat_inner(
         "system_fingerprint": null,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": out.text, "refusal": null},
+            "message": message,
             "logprobs": logprobs,
-            "finish_reason": finish_reason(summary.finish),
+            "finish_reason": finish,
         }],
         "usage": usage(&summary),
         "timings": {"seconds": summary.seconds, "decode_tokens_per_second": summary.decode_tps},
     }))
     .into_response())
+}
+
+/// An OpenAI `tool_calls` entry; with `index`, the streamed delta form.
+fn wire_call(call: &ParsedCall, index: Option<usize>) -> Value {
+    let mut v = json!({
+        "id": call_id("call_"),
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments.to_string()},
+    });
+    if let Some(i) = index {
+        v["index"] = json!(i);
+    }
+    v
 }
 
 struct ChatStream {
@@ -358,6 +413,10 @@ struct ChatStream {
     include_usage: bool,
     logprobs: Option<usize>,
     engine: Arc<anedvd_engine::Engine>,
+    /// With tools: splits the text into content and calls.
+    tools: Option<ToolStream>,
+    /// Calls streamed so far.
+    calls: usize,
 }
 
 impl ChatStream {
@@ -377,17 +436,51 @@ impl ChatStream {
     }
 }
 
+impl ChatStream {
+    /// Chunks for what the tool parser released.
+    fn items(&mut self, items: Vec<StreamItem>, mut lp: Value) -> Vec<SseEvent> {
+        let mut evs = Vec::new();
+        for item in items {
+            let delta = match item {
+                StreamItem::Content(text) => json!({"content": text}),
+                StreamItem::Call(call) => {
+                    let index = self.calls;
+                    self.calls += 1;
+                    json!({"tool_calls": [wire_call(&call, Some(index))]})
+                }
+            };
+            evs.push(self.chunk(delta, std::mem::take(&mut lp), None));
+        }
+        evs
+    }
+}
+
 impl Transcoder for ChatStream {
     fn delta(&mut self, text: &str, tokens: &[TokenInfo]) -> Vec<SseEvent> {
         let lp = match self.logprobs {
             Some(top) => chat_logprobs(&self.engine.tokenizer, tokens, top),
             None => Value::Null,
         };
-        vec![self.chunk(json!({"content": text}), lp, None)]
+        match self.tools.as_mut() {
+            Some(t) => {
+                let items = t.push(text);
+                self.items(items, lp)
+            }
+            None => vec![self.chunk(json!({"content": text}), lp, None)],
+        }
     }
 
     fn done(&mut self, s: &Summary) -> Vec<SseEvent> {
-        let mut evs = vec![self.chunk(json!({}), Value::Null, Some(finish_reason(s.finish)))];
+        let mut evs = match self.tools.take() {
+            Some(t) => self.items(t.finish(), Value::Null),
+            None => Vec::new(),
+        };
+        let finish = if self.calls > 0 {
+            "tool_calls"
+        } else {
+            finish_reason(s.finish)
+        };
+        evs.push(self.chunk(json!({}), Value::Null, Some(finish)));
         if self.include_usage {
             let c = json!({
                 "id": self.id,

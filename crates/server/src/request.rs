@@ -118,6 +118,9 @@ pub struct Sampling {
     /// Speculative decoding for this request (an extension of both
     /// dialects; unset = the server's `--spec` default): see [`speculation`].
     pub speculative: Option<Value>,
+    /// Token ids that end the generation like an end-of-generation token
+    /// (vLLM's field; not part of the text).
+    pub stop_token_ids: Option<Vec<u32>>,
 }
 
 /// Resolves a request's `speculative` field against the server default:
@@ -273,6 +276,7 @@ pub fn generate_params(
         speculative: speculation(s.speculative.as_ref(), c.speculative, dialect)?,
         grammar: None,
         render_special: false,
+        stop_tokens: s.stop_token_ids.clone().unwrap_or_default(),
     })
 }
 

@@ -47,10 +47,8 @@ async fn openai_bad_requests() {
         .contains("messages"));
 
     for (field, value) in [
-        (
-            "tools",
-            json!([{"type": "function", "function": {"name": "f"}}]),
-        ),
+        // a tool without a name
+        ("tools", json!([{"type": "function", "function": {}}])),
         ("n", json!(2)),
         ("tool_choice", json!("required")),
     ] {
@@ -116,7 +114,7 @@ async fn anthropic_bad_requests() {
     )
     .await;
     assert!(anthropic_error(&r, 400, "invalid_request_error").contains("max_tokens"));
-    let r = post(&app, "/v1/messages", &json!({"model": "m", "max_tokens": 5, "messages": msgs, "tools": [{"name": "f", "input_schema": {}}]})).await;
+    let r = post(&app, "/v1/messages", &json!({"model": "m", "max_tokens": 5, "messages": msgs, "tools": [{"input_schema": {}}]})).await;
     assert!(anthropic_error(&r, 400, "invalid_request_error").contains("tools"));
     let r = post(&app, "/v1/messages", &json!({"model": "m", "max_tokens": 5, "messages": msgs, "thinking": {"type": "enabled", "budget_tokens": 100}})).await;
     assert!(anthropic_error(&r, 400, "invalid_request_error").contains("thinking"));

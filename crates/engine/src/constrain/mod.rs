@@ -361,3 +361,9 @@ impl Constraint {
 
 #[cfg(test)]
 mod tests;
+
+/// The tiny qwen2 fixture's tokenizer, for other modules' tests.
+#[cfg(test)]
+pub(crate) fn tests_tokenizer() -> Tokenizer {
+    tests::tokenizer()
+}

@@ -6,7 +6,7 @@
 use super::*;
 use anedvd_tokenizer::Tokenizer;
 
-fn tokenizer() -> Tokenizer {
+pub(crate) fn tokenizer() -> Tokenizer {
     let dir = anedvd_testkit::fixtures::dir("qwen2");
     let json = std::fs::read_to_string(dir.join("tokenizer.json")).expect("tokenizer.json");
     let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok();

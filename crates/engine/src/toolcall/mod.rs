@@ -1,1 +1,0 @@
-//! Tool calls in model output: per-family formats. (Being written.)
