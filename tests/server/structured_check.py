@@ -36,8 +36,9 @@ SCHEMAS = [
     {"type": "object", "properties": {"tags": {"type": "array", "maxItems": 4,
                                                "items": {"type": "string", "maxLength": 10}}},
      "required": ["tags"], "additionalProperties": False},
-    {"type": "object", "properties": {"x": {"type": "number", "minimum": -10, "maximum": 10},
-                                      "y": {"type": "number", "minimum": -10, "maximum": 10}},
+    # integers: a random-weight model writes a float's digits until max_tokens
+    {"type": "object", "properties": {"x": {"type": "integer", "minimum": -10, "maximum": 10},
+                                      "y": {"type": "integer", "minimum": -10, "maximum": 10}},
      "required": ["x", "y"], "additionalProperties": False},
     {"type": "object", "properties": {
         "city": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},

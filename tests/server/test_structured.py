@@ -90,7 +90,7 @@ def test_anthropic_tool_use(oai):
     tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
               "input_schema": t["function"]["parameters"]} for t in sc.TOOLS]
     r = ant.messages.create(
-        model="m", max_tokens=160, temperature=1.0, messages=[{"role": "user", "content": "Weather in Oslo?"}],
+        model="m", max_tokens=160, messages=[{"role": "user", "content": "Weather in Oslo?"}],
         tools=tools, tool_choice={"type": "tool", "name": "get_weather"},
     )
     uses = [b for b in r.content if b.type == "tool_use"]
@@ -98,7 +98,7 @@ def test_anthropic_tool_use(oai):
     assert uses[0].name == "get_weather"
     jsonschema.validate(uses[0].input, tools[0]["input_schema"])
     with ant.messages.stream(
-        model="m", max_tokens=160, temperature=1.0, messages=[{"role": "user", "content": "Weather in Oslo?"}],
+        model="m", max_tokens=160, messages=[{"role": "user", "content": "Weather in Oslo?"}],
         tools=tools, tool_choice={"type": "any"},
     ) as s:
         final = s.get_final_message()
@@ -107,7 +107,7 @@ def test_anthropic_tool_use(oai):
     jsonschema.validate(streamed[0].input, {t["name"]: t["input_schema"] for t in tools}[streamed[0].name])
     # the result goes back in as a tool_result block
     follow = ant.messages.create(
-        model="m", max_tokens=8, temperature=0, tools=tools,
+        model="m", max_tokens=8, tools=tools,
         messages=[
             {"role": "user", "content": "Weather in Oslo?"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": uses[0].id, "name": uses[0].name,
