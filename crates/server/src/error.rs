@@ -40,7 +40,8 @@ impl Dialect {
 pub enum ErrorKind {
     /// 400: malformed or unsupported request.
     InvalidRequest,
-    /// 400: the prompt does not fit the context.
+    /// 400: the prompt does not fit the context (llama-server's
+    /// `exceed_context_size_error`; build it with [`ApiError::context_length`]).
     ContextLength,
     /// 401: missing or wrong API key.
     Authentication,
@@ -75,7 +76,8 @@ impl ErrorKind {
     fn openai(self) -> (&'static str, Option<&'static str>) {
         match self {
             ErrorKind::InvalidRequest => ("invalid_request_error", None),
-            ErrorKind::ContextLength => ("invalid_request_error", Some("context_length_exceeded")),
+            // llama-server's type; its `code` is the HTTP status (see `body`).
+            ErrorKind::ContextLength => ("exceed_context_size_error", None),
             ErrorKind::Authentication => ("authentication_error", Some("invalid_api_key")),
             ErrorKind::NotFound => ("not_found_error", None),
             ErrorKind::TooLarge => ("invalid_request_error", Some("request_too_large")),
@@ -111,6 +113,18 @@ pub struct ApiError {
     pub param: Option<String>,
     /// The dialect to render in.
     pub dialect: Dialect,
+    /// For [`ErrorKind::ContextLength`]: the sizes that did not fit.
+    pub context: Option<ContextOverflow>,
+}
+
+/// A prompt that does not fit the context: llama-server's `n_prompt_tokens`
+/// and `n_ctx` of an `exceed_context_size_error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextOverflow {
+    /// Tokens in the prompt.
+    pub n_prompt_tokens: usize,
+    /// Positions of the context (one must be left to generate).
+    pub n_ctx: usize,
 }
 
 /// Seconds a client should wait before retrying a 503 or 504.
@@ -124,7 +138,25 @@ impl ApiError {
             message: message.into(),
             param: None,
             dialect,
+            context: None,
         }
+    }
+
+    /// A 400 for a prompt of `n_prompt_tokens` that does not fit a context of
+    /// `n_ctx` positions, worded as llama-server words it (clients parse it).
+    pub fn context_length(dialect: Dialect, n_prompt_tokens: usize, n_ctx: usize) -> Self {
+        let mut e = Self::new(
+            dialect,
+            ErrorKind::ContextLength,
+            format!(
+                "request ({n_prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it"
+            ),
+        );
+        e.context = Some(ContextOverflow {
+            n_prompt_tokens,
+            n_ctx,
+        });
+        e
     }
 
     /// A 400 naming the field at fault.
@@ -134,6 +166,7 @@ impl ApiError {
             message: message.into(),
             param: Some(param.to_owned()),
             dialect,
+            context: None,
         }
     }
 
@@ -156,12 +189,21 @@ impl ApiError {
         match self.dialect {
             Dialect::OpenAi => {
                 let (kind, code) = self.kind.openai();
-                json!({"error": {
+                let mut body = json!({"error": {
                     "message": self.message,
                     "type": kind,
                     "param": self.param,
                     "code": code,
-                }})
+                }});
+                if self.kind == ErrorKind::ContextLength {
+                    // llama-server's shape: `code` is the status, with both sizes.
+                    body["error"]["code"] = json!(self.status().as_u16());
+                    if let Some(c) = self.context {
+                        body["error"]["n_prompt_tokens"] = json!(c.n_prompt_tokens);
+                        body["error"]["n_ctx"] = json!(c.n_ctx);
+                    }
+                }
+                body
             }
             Dialect::Anthropic => json!({
                 "type": "error",

@@ -21,6 +21,7 @@
 
 mod anthropic;
 mod error;
+mod llama;
 mod metrics;
 mod openai;
 mod request;
@@ -34,7 +35,7 @@ pub use anedvd_engine::scheduler::{
     Event, Finish, Gauges, Job, Scheduler, SubmitError, Summary, TokenInfo,
 };
 pub use anedvd_engine::scheduler::{StopMatcher, StopOutcome};
-pub use error::{ApiError, Dialect, Error, ErrorKind};
+pub use error::{ApiError, ContextOverflow, Dialect, Error, ErrorKind};
 pub use metrics::{KvSize, Metrics, Outcome, RequestGuard};
 pub use serve::serve;
 pub use state::{AppState, ChannelSink, Ready, ServerConfig};
@@ -61,7 +62,8 @@ pub fn decode_request(state: &AppState, path: &str, body: &[u8]) -> Result<(), A
     let v = request::parse_json(body, dialect)?;
     match path {
         "/v1/chat/completions" | "/chat/completions" => openai::decode_chat(state, v).map(drop),
-        "/v1/completions" | "/completions" => openai::decode_completion(state, v).map(drop),
+        "/v1/completions" => openai::decode_completion(state, v).map(drop),
+        "/completion" | "/completions" => llama::decode_completion(state, v).map(drop),
         "/v1/messages" => anthropic::decode_messages(state, v).map(drop),
         "/v1/messages/count_tokens" => anthropic::decode_count_tokens(v).map(drop),
         "/tokenize" => request::typed::<TokenizeRequest>(v, dialect).map(drop),
@@ -79,7 +81,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
-        .route("/completions", post(openai::completions))
+        // llama-server's native routes (`/completions` is its alias of `/completion`).
+        .route("/completion", post(llama::completion))
+        .route("/completions", post(llama::completion))
+        .route("/props", get(llama::props))
+        .route("/slots", get(llama::slots))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models", get(models))

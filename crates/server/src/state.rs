@@ -283,15 +283,8 @@ impl AppState {
             return Err(ApiError::invalid(dialect, "prompt", "the prompt is empty"));
         }
         if prompt.len() >= max_seq {
-            return Err(ApiError::new(
-                dialect,
-                ErrorKind::ContextLength,
-                format!(
-                    "the request has {} prompt tokens but the context holds {} (at least one must be left to generate)",
-                    prompt.len(),
-                    max_seq
-                ),
-            ));
+            // At least one position must be left to generate.
+            return Err(ApiError::context_length(dialect, prompt.len(), max_seq));
         }
         let wants_draft = params
             .speculative

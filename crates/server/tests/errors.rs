@@ -86,7 +86,14 @@ async fn prompt_longer_than_context() {
     let ids: Vec<u32> = (0..40).map(|i| 10 + i).collect();
     let r = post(&app, "/v1/completions", &json!({"prompt": ids})).await;
     let e = openai_error(&r, 400);
-    assert_eq!(e["code"], "context_length_exceeded");
+    // llama-server's shape, which its clients parse: the type, the status as
+    // `code`, and both sizes.
+    assert_eq!(e["type"], "exceed_context_size_error");
+    assert_eq!(e["code"], 400);
+    assert_eq!(
+        (e["n_prompt_tokens"].as_u64(), e["n_ctx"].as_u64()),
+        (Some(40), Some(32))
+    );
     let m = e["message"].as_str().unwrap();
     assert!(m.contains("40") && m.contains("32"), "{m}");
 
@@ -114,7 +121,12 @@ async fn anthropic_bad_requests() {
     )
     .await;
     assert!(anthropic_error(&r, 400, "invalid_request_error").contains("max_tokens"));
-    let r = post(&app, "/v1/messages", &json!({"model": "m", "max_tokens": 5, "messages": msgs, "tools": [{"input_schema": {}}]})).await;
+    let r = post(
+        &app,
+        "/v1/messages",
+        &json!({"model": "m", "max_tokens": 5, "messages": msgs, "tools": [{"input_schema": {}}]}),
+    )
+    .await;
     assert!(anthropic_error(&r, 400, "invalid_request_error").contains("tools"));
     let r = post(&app, "/v1/messages", &json!({"model": "m", "max_tokens": 5, "messages": msgs, "thinking": {"type": "enabled", "budget_tokens": 100}})).await;
     assert!(anthropic_error(&r, 400, "invalid_request_error").contains("thinking"));
