@@ -47,8 +47,9 @@ pub enum Grammar {
 }
 
 impl Grammar {
-    /// The grammar as llguidance takes it.
-    fn to_llguidance(&self) -> std::result::Result<TopLevelGrammar, String> {
+    /// The grammar as llguidance takes it (`trie` resolves GBNF's `<text>`
+    /// tokens).
+    fn to_llguidance(&self, trie: &TokTrie) -> std::result::Result<TopLevelGrammar, String> {
         Ok(match self {
             Grammar::JsonSchema { schema, strict } => {
                 TopLevelGrammar::from_json_schema(json_schema_with_layout(schema, *strict)?)
@@ -59,7 +60,13 @@ impl Grammar {
             )?),
             Grammar::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
             Grammar::Gbnf(src) => {
-                TopLevelGrammar::from_lark(gbnf::gbnf_to_lark(src).map_err(|e| e.to_string())?)
+                let token_id = |text: &str| {
+                    trie.get_special_token(text)
+                        .or_else(|| trie.token_id(text.as_bytes()))
+                };
+                TopLevelGrammar::from_lark(
+                    gbnf::gbnf_to_lark(src, &token_id).map_err(|e| e.to_string())?,
+                )
             }
             Grammar::Regex(rx) => TopLevelGrammar::from_regex(rx),
         })
@@ -186,7 +193,7 @@ impl Constraints {
     /// Compiles `grammar`; an invalid one is an error naming the problem.
     pub fn compile(&self, grammar: &Grammar) -> Result<CompiledGrammar> {
         let compiled = catch_unwind(AssertUnwindSafe(|| {
-            let top = grammar.to_llguidance()?;
+            let top = grammar.to_llguidance(self.factory.tok_env().tok_trie())?;
             let parser = self.factory.create_parser(top).map_err(|e| e.to_string())?;
             let matcher = Matcher::new(Ok(parser));
             match matcher.get_error() {
@@ -366,4 +373,17 @@ mod tests;
 #[cfg(test)]
 pub(crate) fn tests_tokenizer() -> Tokenizer {
     tests::tokenizer()
+}
+
+/// Whether the Lark `grammar` accepts exactly `tokens` over a vocabulary of
+/// one token per byte (ids 0–255), for tests.
+#[cfg(test)]
+pub(crate) fn lark_accepts_bytes(grammar: &str, tokens: &[u32]) -> bool {
+    let env = llguidance::toktrie::ApproximateTokEnv::single_byte_env();
+    let factory = ParserFactory::new_simple(&env).expect("factory");
+    let parser = factory
+        .create_parser(TopLevelGrammar::from_lark(grammar.to_owned()))
+        .unwrap_or_else(|e| panic!("{e}\n{grammar}"));
+    let mut m = Matcher::new(Ok(parser));
+    tokens.iter().all(|&t| m.consume_token(t).is_ok()) && m.is_accepting().unwrap_or(false)
 }

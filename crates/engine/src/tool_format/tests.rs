@@ -6,9 +6,6 @@
 //! accept a valid call and refuse wrong names and arguments.
 
 use super::*;
-use llguidance::api::TopLevelGrammar;
-use llguidance::toktrie::ApproximateTokEnv;
-use llguidance::{Matcher, ParserFactory};
 use serde_json::json;
 
 fn call(name: &str, arguments: Value) -> ParsedCall {
@@ -164,18 +161,8 @@ fn tools() -> Vec<ToolSpec> {
 
 /// Whether `grammar` accepts exactly `text` (a byte per token).
 fn accepts(grammar: &str, text: &str) -> bool {
-    let env = ApproximateTokEnv::single_byte_env();
-    let factory = ParserFactory::new_simple(&env).expect("factory");
-    let parser = factory
-        .create_parser(TopLevelGrammar::from_lark(grammar.to_owned()))
-        .unwrap_or_else(|e| panic!("{e}\n{grammar}"));
-    let mut m = Matcher::new(Ok(parser));
-    for b in text.bytes() {
-        if m.consume_token(u32::from(b)).is_err() {
-            return false;
-        }
-    }
-    m.is_accepting().unwrap_or(false)
+    let bytes: Vec<u32> = text.bytes().map(u32::from).collect();
+    crate::constrain::lark_accepts_bytes(grammar, &bytes)
 }
 
 #[test]
