@@ -61,6 +61,22 @@ def test_chat(oai):
     assert r.usage.total_tokens == EXP["chat_prompt_tokens"] + 6
 
 
+def test_chat_n_choices(oai):
+    r = oai.chat.completions.create(
+        model="m", messages=MSGS, max_tokens=4, n=3, temperature=1.0, seed=9
+    )
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert r.usage.prompt_tokens == EXP["chat_prompt_tokens"]
+    # Each choice generates 1..=4 tokens; usage sums them.
+    assert 3 <= r.usage.completion_tokens <= 12
+    again = oai.chat.completions.create(
+        model="m", messages=MSGS, max_tokens=4, n=3, temperature=1.0, seed=9
+    )
+    assert [c.message.content for c in again.choices] == [
+        c.message.content for c in r.choices
+    ]
+
+
 def test_chat_stream_include_usage(oai):
     full = oai.chat.completions.create(model="m", messages=MSGS, max_tokens=6)
     stream = oai.chat.completions.create(
@@ -101,8 +117,8 @@ def test_chat_errors(oai):
         )
     with pytest.raises(openai.BadRequestError, match="context"):
         oai.completions.create(model="m", prompt=[5] * 300, max_tokens=1)
-    with pytest.raises(openai.BadRequestError):
-        oai.chat.completions.create(model="m", messages=MSGS, max_tokens=1, n=2)
+    with pytest.raises(openai.BadRequestError, match="n"):
+        oai.chat.completions.create(model="m", messages=MSGS, max_tokens=1, n=17)
     with pytest.raises(openai.APIStatusError) as e:
         oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 100_000}])
     assert e.value.status_code == 413

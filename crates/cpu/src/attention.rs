@@ -65,6 +65,24 @@ impl KvCache {
         });
     }
 
+    /// Becomes the first `n` positions of `other` (same shape; keeps this
+    /// cache's allocation where it is large enough).
+    pub fn copy_prefix_from(&mut self, other: &KvCache, n: usize) {
+        let len = n * other.head_dim * 2;
+        self.head_dim = other.head_dim;
+        self.k.resize(other.k.len(), Vec::new());
+        self.v.resize(other.v.len(), Vec::new());
+        for (dst, src) in self
+            .k
+            .iter_mut()
+            .zip(&other.k)
+            .chain(self.v.iter_mut().zip(&other.v))
+        {
+            dst.clear();
+            dst.extend_from_slice(&src[..len.min(src.len())]);
+        }
+    }
+
     /// Forgets positions at and beyond `n` (keeps the allocation).
     pub fn truncate(&mut self, n: usize) {
         let len = n * self.head_dim * 2;

@@ -232,6 +232,24 @@ impl BatchSession for CpuBatch {
         self.seqs.get(seq).map_or(0, |s| s.reusable(n))
     }
 
+    fn can_copy_prefix(&self) -> bool {
+        self.seqs.first().is_some_and(SeqState::can_copy_prefix)
+    }
+
+    fn copy_prefix(&mut self, src: usize, dst: usize, n: usize) -> usize {
+        if src == dst || src >= self.seqs.len() || dst >= self.seqs.len() {
+            return 0;
+        }
+        let (from, to) = if src < dst {
+            let (a, b) = self.seqs.split_at_mut(dst);
+            (&a[src], &mut b[0])
+        } else {
+            let (a, b) = self.seqs.split_at_mut(src);
+            (&b[0], &mut a[dst])
+        };
+        to.copy_prefix_from(from, n)
+    }
+
     fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]> {
         let n_vocab = self.model.n_vocab;
         validate_batch(items, self.seqs.len(), self.max_seq, n_vocab, |s| {

@@ -113,6 +113,29 @@ impl SeqState {
             .unwrap_or(0)
     }
 
+    /// Whether [`Self::copy_prefix_from`] copies (not with recurrent state).
+    pub fn can_copy_prefix(&self) -> bool {
+        !self.recurrent()
+    }
+
+    /// Becomes a copy of the first `n` positions of `other` (at most its
+    /// own); returns the positions copied. Sequences with recurrent state
+    /// copy nothing (0: their state at `n` may be gone) and stay as they were.
+    pub fn copy_prefix_from(&mut self, other: &SeqState, n: usize) -> usize {
+        let n = n.min(other.pos);
+        if n == 0 || self.recurrent() || other.recurrent() {
+            return 0;
+        }
+        for (mine, theirs) in self.layers.iter_mut().zip(&other.layers) {
+            if let (LayerCache::Kv(dst), LayerCache::Kv(src)) = (mine, theirs) {
+                dst.copy_prefix_from(src, n);
+            }
+        }
+        self.snapshots.clear();
+        self.pos = n;
+        n
+    }
+
     /// Forgets positions at and beyond [`Self::reusable`]`(n)`.
     pub fn truncate(&mut self, n: usize) {
         let keep = self.reusable(n);

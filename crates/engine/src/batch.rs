@@ -54,6 +54,33 @@ impl EngineBatch {
         self.inner.reusable(seq, keep)
     }
 
+    /// How many of `prompt`'s tokens sequence `src` holds and could give to
+    /// another sequence by [`Self::copy_prefix`] (never the whole prompt).
+    pub fn shareable_for(&self, src: usize, prompt: &[u32]) -> usize {
+        reusable_prefix(self.cached_tokens(src), prompt)
+    }
+
+    /// Whether [`Self::copy_prefix`] can copy at all on this backend.
+    pub fn can_copy_prefix(&self) -> bool {
+        self.inner.can_copy_prefix()
+    }
+
+    /// Gives sequence `dst` the prefix of `prompt` that sequence `src`
+    /// holds ([`BatchSession::copy_prefix`]); returns the prompt tokens
+    /// `dst` now holds (0: the backend cannot copy, `dst` unchanged).
+    pub fn copy_prefix(&mut self, src: usize, dst: usize, prompt: &[u32]) -> usize {
+        let n = self.shareable_for(src, prompt);
+        if n == 0 || src == dst {
+            return 0;
+        }
+        let copied = self.inner.copy_prefix(src, dst, n);
+        if copied > 0 {
+            let tokens = self.cached[src][..copied].to_vec();
+            self.cached[dst] = tokens;
+        }
+        copied
+    }
+
     /// Drops positions at or beyond `n` of sequence `seq`; returns the
     /// positions kept (fewer where recurrent state has no snapshot at `n`).
     pub fn truncate(&mut self, seq: usize, n: usize) -> usize {

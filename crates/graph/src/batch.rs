@@ -33,6 +33,19 @@ pub trait BatchSession: Send {
     fn reusable(&self, seq: usize, n: usize) -> usize {
         n.min(self.position(seq))
     }
+    /// Makes sequence `dst` hold the first `n` positions of sequence `src`
+    /// (what `dst` held is dropped), so a prompt another sequence already
+    /// ran needs no second prefill. Returns the positions copied: 0 where
+    /// the backend cannot copy (then `dst` is left as it was).
+    fn copy_prefix(&mut self, src: usize, dst: usize, n: usize) -> usize {
+        let _ = (src, dst, n);
+        0
+    }
+    /// Whether [`BatchSession::copy_prefix`] copies (false: it always
+    /// returns 0, so nobody should wait for a prefix to copy).
+    fn can_copy_prefix(&self) -> bool {
+        false
+    }
     /// Appends every item's tokens to its sequence. Returns its `n_vocab`
     /// logits rows per item (none, one, or one per token as its `logits`
     /// asks), in item order. Everything is checked

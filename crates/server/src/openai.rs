@@ -3,21 +3,22 @@
 use crate::error::{ApiError, Dialect, ErrorKind};
 use crate::metrics::RequestGuard;
 use crate::request::{
-    collect, generate_params, is_set, new_id, now, read_json, typed, within, Deadline, Sampling,
-    StopField,
+    collect, generate_params, is_set, new_id, now, read_json, typed, within, Collected, Deadline,
+    Sampling, StopField,
 };
-use crate::sse::{json_event, sse_response, Transcoder};
+use crate::sse::{json_event, sse_response_choices, Transcoder};
 use crate::state::AppState;
 use crate::structured::Shaping;
 use crate::tools::{arguments_as_objects, call_id, ToolUse};
 use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
-use anedvd_engine::tool_format::{ParsedCall, StreamItem, ToolStream};
+use anedvd_engine::tool_format::{ParsedCall, StreamItem, ToolFormat, ToolStream};
 use anedvd_engine::{Content, GenerateParams, Message, Tokenizer};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures_util::future::try_join_all;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -74,6 +75,25 @@ struct CompletionRequest {
     logprobs: Option<u32>,
 }
 
+/// Most choices (`n`) one request may ask for.
+pub const MAX_CHOICES: u64 = 16;
+
+/// The request's `n`: how many independent choices to sample from the one
+/// prompt (its prefill is shared; see the scheduler).
+fn choices(v: &Value) -> Result<usize, ApiError> {
+    match v.get("n") {
+        None | Some(Value::Null) => Ok(1),
+        Some(n) => match n.as_u64() {
+            Some(n) if (1..=MAX_CHOICES).contains(&n) => Ok(n as usize),
+            _ => Err(ApiError::invalid(
+                D,
+                "n",
+                format!("`n` must be an integer in [1, {MAX_CHOICES}], got {n}"),
+            )),
+        },
+    }
+}
+
 /// Fields that would change the result and are not implemented: refused by name.
 fn reject_unsupported(v: &Value, chat: bool) -> Result<(), ApiError> {
     // `functions`/`function_call` are the deprecated forms of `tools`.
@@ -89,15 +109,13 @@ fn reject_unsupported(v: &Value, chat: bool) -> Result<(), ApiError> {
             }
         }
     }
-    for key in ["n", "best_of"] {
-        if let Some(n) = v.get(key) {
-            if !(n.is_null() || n == 1) {
-                return Err(ApiError::invalid(
-                    D,
-                    key,
-                    format!("`{key}` other than 1 is not supported by this server"),
-                ));
-            }
+    if let Some(n) = v.get("best_of") {
+        if !(n.is_null() || n == 1) {
+            return Err(ApiError::invalid(
+                D,
+                "best_of",
+                "`best_of` other than 1 is not supported by this server",
+            ));
         }
     }
     if !chat {
@@ -162,6 +180,16 @@ pub fn chat_prompt(
     engine
         .chat_prompt(messages)
         .map_err(|e| ApiError::new(dialect, ErrorKind::InvalidRequest, e.to_string()))
+}
+
+/// Usage of a request's choices: the prompt once (as the first choice ran
+/// it), the completions summed.
+fn usage_of(all: &[Summary]) -> Value {
+    let mut s = all[0].clone();
+    s.completion_tokens = all.iter().map(|s| s.completion_tokens).sum();
+    s.drafted_tokens = all.iter().map(|s| s.drafted_tokens).sum();
+    s.accepted_tokens = all.iter().map(|s| s.accepted_tokens).sum();
+    usage(&s)
 }
 
 fn usage(s: &Summary) -> Value {
@@ -241,11 +269,14 @@ pub(crate) struct DecodedChat {
     stop: Vec<String>,
     top: u32,
     want_lp: bool,
+    /// Choices to sample.
+    n: usize,
 }
 
 /// Decodes a chat completion body (every check that needs no model).
 pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, ApiError> {
     reject_unsupported(&v, true)?;
+    let n = choices(&v)?;
     let shaping = Shaping::decode(&v, D)?;
     let tools = ToolUse::decode_openai(&v, D)?;
     if tools.is_some() && shaping.grammar.is_some() {
@@ -287,6 +318,7 @@ pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, Api
         stop,
         top,
         want_lp,
+        n,
     })
 }
 
@@ -314,6 +346,7 @@ async fn chat_inner(
         stop,
         top,
         want_lp,
+        n,
     } = decode_chat(&state, v)?;
     let ready = state.ready(D)?;
     shaping.apply(&ready.engine, &mut params, D).await?;
@@ -326,7 +359,7 @@ async fn chat_inner(
         }
         None => (chat_prompt(&ready.engine, &req.messages, D)?, None),
     };
-    let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
+    let generations = state.submit_choices(D, &ready, prompt, params, stop, deadline, n)?;
     let id = new_id("chatcmpl-");
     let model = state.config().model_id.clone();
     let created = now();
@@ -335,35 +368,82 @@ async fn chat_inner(
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
-        let t = ChatStream {
-            id,
-            model,
-            created,
-            include_usage,
-            logprobs: want_lp.then_some(top as usize),
-            engine: ready.engine.clone(),
-            tools: format.map(|f| f.stream()),
-            calls: 0,
-        };
-        let first = t.chunk(
-            json!({"role": "assistant", "content": ""}),
-            Value::Null,
-            None,
-        );
-        return Ok(sse_response(vec![first], generation, t, guard.hand_off()));
+        let streams: Vec<ChatStream> = (0..n)
+            .map(|index| ChatStream {
+                id: id.clone(),
+                model: model.clone(),
+                created,
+                index,
+                include_usage,
+                logprobs: want_lp.then_some(top as usize),
+                engine: ready.engine.clone(),
+                tools: format.map(|f| f.stream()),
+                calls: 0,
+            })
+            .collect();
+        let first = streams
+            .iter()
+            .map(|t| {
+                t.chunk(
+                    json!({"role": "assistant", "content": ""}),
+                    Value::Null,
+                    None,
+                )
+            })
+            .collect();
+        return Ok(sse_response_choices(
+            first,
+            generations,
+            streams,
+            guard.hand_off(),
+        ));
     }
-    let (out, summary) = collect(generation, D).await?;
-    let logprobs = if want_lp {
-        chat_logprobs(&ready.engine.tokenizer, &out.tokens, top as usize)
-    } else {
-        Value::Null
-    };
+    let results = try_join_all(generations.into_iter().map(|g| collect(g, D))).await?;
+    let tokenizer = &ready.engine.tokenizer;
+    let choices: Vec<Value> = results
+        .iter()
+        .enumerate()
+        .map(|(index, (out, summary))| {
+            let logprobs = if want_lp {
+                chat_logprobs(tokenizer, &out.tokens, top as usize)
+            } else {
+                Value::Null
+            };
+            chat_choice(index, out, summary, format, logprobs)
+        })
+        .collect();
+    let summaries: Vec<Summary> = results.into_iter().map(|(_, s)| s).collect();
+    Ok(Json(json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": null,
+        "choices": choices,
+        "usage": usage_of(&summaries),
+        "timings": {
+            "seconds": summaries[0].seconds,
+            "decode_tokens_per_second": summaries[0].decode_tps,
+        },
+    }))
+    .into_response())
+}
+
+/// One choice of a chat reply: the text split into content and tool calls
+/// when tools were offered.
+fn chat_choice(
+    index: usize,
+    out: &Collected,
+    summary: &Summary,
+    format: Option<ToolFormat>,
+    logprobs: Value,
+) -> Value {
     let (content, calls) = match format {
         Some(f) => {
             let parsed = f.parse(&out.text);
             (parsed.content, parsed.calls)
         }
-        None => (out.text, Vec::new()),
+        None => (out.text.clone(), Vec::new()),
     };
     let mut message = json!({"role": "assistant", "content": content, "refusal": null});
     let mut finish = finish_reason(summary.finish);
@@ -375,22 +455,12 @@ async fn chat_inner(
         }
         finish = "tool_calls";
     }
-    Ok(Json(json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "system_fingerprint": null,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": logprobs,
-            "finish_reason": finish,
-        }],
-        "usage": usage(&summary),
-        "timings": {"seconds": summary.seconds, "decode_tokens_per_second": summary.decode_tps},
-    }))
-    .into_response())
+    json!({
+        "index": index,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": finish,
+    })
 }
 
 /// An OpenAI `tool_calls` entry; with `index`, the streamed delta form.
@@ -410,6 +480,8 @@ struct ChatStream {
     id: String,
     model: String,
     created: u64,
+    /// The choice this stream carries.
+    index: usize,
     include_usage: bool,
     logprobs: Option<usize>,
     engine: Arc<anedvd_engine::Engine>,
@@ -427,7 +499,7 @@ impl ChatStream {
             "created": self.created,
             "model": self.model,
             "system_fingerprint": null,
-            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+            "choices": [{"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         });
         if self.include_usage {
             c["usage"] = Value::Null;
@@ -471,6 +543,12 @@ impl Transcoder for ChatStream {
     }
 
     fn done(&mut self, s: &Summary) -> Vec<SseEvent> {
+        let mut evs = self.choice_done(s);
+        evs.extend(self.all_done(std::slice::from_ref(s)));
+        evs
+    }
+
+    fn choice_done(&mut self, s: &Summary) -> Vec<SseEvent> {
         let mut evs = match self.tools.take() {
             Some(t) => self.items(t.finish(), Value::Null),
             None => Vec::new(),
@@ -481,6 +559,11 @@ impl Transcoder for ChatStream {
             finish_reason(s.finish)
         };
         evs.push(self.chunk(json!({}), Value::Null, Some(finish)));
+        evs
+    }
+
+    fn all_done(&mut self, all: &[Summary]) -> Vec<SseEvent> {
+        let mut evs = Vec::new();
         if self.include_usage {
             let c = json!({
                 "id": self.id,
@@ -489,7 +572,7 @@ impl Transcoder for ChatStream {
                 "model": self.model,
                 "system_fingerprint": null,
                 "choices": [],
-                "usage": usage(s),
+                "usage": usage_of(all),
             });
             evs.push(json_event(None, &c));
         }
@@ -509,11 +592,14 @@ pub(crate) struct DecodedCompletion {
     params: GenerateParams,
     shaping: Shaping,
     stop: Vec<String>,
+    /// Choices to sample.
+    n: usize,
 }
 
 /// Decodes a legacy completion body (every check that needs no model).
 pub(crate) fn decode_completion(state: &AppState, v: Value) -> Result<DecodedCompletion, ApiError> {
     reject_unsupported(&v, false)?;
+    let n = choices(&v)?;
     let shaping = Shaping::decode(&v, D)?;
     let sampling: Sampling = typed(v.clone(), D)?;
     let mut req: CompletionRequest = typed(v, D)?;
@@ -544,6 +630,7 @@ pub(crate) fn decode_completion(state: &AppState, v: Value) -> Result<DecodedCom
         params,
         shaping,
         stop,
+        n,
     })
 }
 
@@ -568,6 +655,7 @@ async fn completions_inner(
         mut params,
         shaping,
         stop,
+        n,
     } = decode_completion(&state, v)?;
     let ready = state.ready(D)?;
     shaping.apply(&ready.engine, &mut params, D).await?;
@@ -589,7 +677,7 @@ async fn completions_inner(
         }
     }
     .map_err(|e| ApiError::new(D, ErrorKind::InvalidRequest, e.to_string()))?;
-    let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
+    let generations = state.submit_choices(D, &ready, prompt, params, stop, deadline, n)?;
     let id = new_id("cmpl-");
     let model = state.config().model_id.clone();
     let created = now();
@@ -598,35 +686,51 @@ async fn completions_inner(
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
-        let t = CompletionStream {
-            id,
-            model,
-            created,
-            include_usage,
-            logprobs: req.logprobs.map(|t| t as usize),
-            offset: 0,
-            engine: ready.engine.clone(),
-        };
-        return Ok(sse_response(Vec::new(), generation, t, guard.hand_off()));
+        let streams: Vec<CompletionStream> = (0..n)
+            .map(|index| CompletionStream {
+                id: id.clone(),
+                model: model.clone(),
+                created,
+                index,
+                include_usage,
+                logprobs: req.logprobs.map(|t| t as usize),
+                offset: 0,
+                engine: ready.engine.clone(),
+            })
+            .collect();
+        return Ok(sse_response_choices(
+            Vec::new(),
+            generations,
+            streams,
+            guard.hand_off(),
+        ));
     }
-    let (out, summary) = collect(generation, D).await?;
-    let logprobs = match req.logprobs {
-        Some(t) => legacy_logprobs(&engine.tokenizer, &out.tokens, t as usize, 0),
-        None => Value::Null,
-    };
+    let results = try_join_all(generations.into_iter().map(|g| collect(g, D))).await?;
+    let choices: Vec<Value> = results
+        .iter()
+        .enumerate()
+        .map(|(index, (out, summary))| {
+            let logprobs = match req.logprobs {
+                Some(t) => legacy_logprobs(&engine.tokenizer, &out.tokens, t as usize, 0),
+                None => Value::Null,
+            };
+            json!({
+                "text": out.text,
+                "index": index,
+                "logprobs": logprobs,
+                "finish_reason": finish_reason(summary.finish),
+            })
+        })
+        .collect();
+    let summaries: Vec<Summary> = results.into_iter().map(|(_, s)| s).collect();
     Ok(Json(json!({
         "id": id,
         "object": "text_completion",
         "created": created,
         "model": model,
         "system_fingerprint": null,
-        "choices": [{
-            "text": out.text,
-            "index": 0,
-            "logprobs": logprobs,
-            "finish_reason": finish_reason(summary.finish),
-        }],
-        "usage": usage(&summary),
+        "choices": choices,
+        "usage": usage_of(&summaries),
     }))
     .into_response())
 }
@@ -635,6 +739,8 @@ struct CompletionStream {
     id: String,
     model: String,
     created: u64,
+    /// The choice this stream carries.
+    index: usize,
     include_usage: bool,
     logprobs: Option<usize>,
     offset: usize,
@@ -649,7 +755,7 @@ impl CompletionStream {
             "created": self.created,
             "model": self.model,
             "system_fingerprint": null,
-            "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}],
+            "choices": [{"text": text, "index": self.index, "logprobs": logprobs, "finish_reason": finish}],
         });
         if self.include_usage {
             c["usage"] = Value::Null;
@@ -669,7 +775,17 @@ impl Transcoder for CompletionStream {
     }
 
     fn done(&mut self, s: &Summary) -> Vec<SseEvent> {
-        let mut evs = vec![self.chunk("", Value::Null, Some(finish_reason(s.finish)))];
+        let mut evs = self.choice_done(s);
+        evs.extend(self.all_done(std::slice::from_ref(s)));
+        evs
+    }
+
+    fn choice_done(&mut self, s: &Summary) -> Vec<SseEvent> {
+        vec![self.chunk("", Value::Null, Some(finish_reason(s.finish)))]
+    }
+
+    fn all_done(&mut self, all: &[Summary]) -> Vec<SseEvent> {
+        let mut evs = Vec::new();
         if self.include_usage {
             let c = json!({
                 "id": self.id,
@@ -677,7 +793,7 @@ impl Transcoder for CompletionStream {
                 "created": self.created,
                 "model": self.model,
                 "choices": [],
-                "usage": usage(s),
+                "usage": usage_of(all),
             });
             evs.push(json_event(None, &c));
         }

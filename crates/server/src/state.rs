@@ -326,6 +326,30 @@ impl AppState {
         }
     }
 
+    /// [`Self::submit`] `n` times for `n` choices of one prompt: choice `i`
+    /// samples with the request's seed plus `i` (so a seeded request
+    /// reproduces every choice, and the choices differ). The scheduler runs
+    /// the prompt once and copies its cache to the other choices.
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_choices(
+        &self,
+        dialect: Dialect,
+        ready: &Ready,
+        prompt: Vec<u32>,
+        params: GenerateParams,
+        stop: Vec<String>,
+        deadline: Option<(tokio::time::Instant, Duration)>,
+        n: usize,
+    ) -> Result<Vec<Generation>, ApiError> {
+        (0..n)
+            .map(|i| {
+                let mut p = params.clone();
+                p.sampling.seed = params.sampling.seed.wrapping_add(i as u64);
+                self.submit(dialect, ready, prompt.clone(), p, stop.clone(), deadline)
+            })
+            .collect()
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, ModelState> {
         self.inner.model.read().unwrap_or_else(|p| p.into_inner())
     }

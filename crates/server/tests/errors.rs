@@ -49,7 +49,7 @@ async fn openai_bad_requests() {
     for (field, value) in [
         // a tool without a name
         ("tools", json!([{"type": "function", "function": {}}])),
-        ("n", json!(2)),
+        ("n", json!(0)),
         ("tool_choice", json!("required")),
     ] {
         let mut b = json!({"messages": msgs});

@@ -280,6 +280,11 @@ fn admit<'e>(
         let Some(job) = st.queue.pop_front() else {
             break;
         };
+        if waits_for_shared_prefill(batch, slots, &job.prompt) {
+            // Admitted once that prefill is done (FIFO: nothing overtakes it).
+            st.queue.push_front(job);
+            break;
+        }
         if job.events.is_closed() {
             sh.counters.cancelled.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -313,7 +318,28 @@ fn admit<'e>(
                     (reusable, u64::MAX - last_used[i])
                 })
                 .unwrap_or(free[0]);
-            let reused = batch.reuse_prefix(slot, &prompt);
+            // A busy slot may hold more of the prompt than any free slot:
+            // copy its cache into the free slot used longest ago.
+            let own = batch.reusable_for(slot, &prompt);
+            let source = (0..slots.len())
+                .filter(|&i| slots[i].is_some())
+                .map(|i| (batch.shareable_for(i, &prompt), i))
+                .max();
+            let copied = match source {
+                Some((shared, src)) if shared > own && batch.can_copy_prefix() => {
+                    let oldest = free
+                        .iter()
+                        .copied()
+                        .min_by_key(|&i| last_used[i])
+                        .unwrap_or(slot);
+                    Some((oldest, batch.copy_prefix(src, oldest, &prompt)))
+                }
+                _ => None,
+            };
+            let (slot, reused) = match copied {
+                Some((dst, n)) if n > 0 => (dst, n),
+                _ => (slot, batch.reuse_prefix(slot, &prompt)),
+            };
             let timings = Timings {
                 reused_tokens: reused,
                 prefill_tokens: prompt.len() - reused,
@@ -358,6 +384,26 @@ fn admit<'e>(
         });
         st.busy += 1;
     }
+}
+
+/// Whether a job for `prompt` should wait: a busy slot is prefilling a
+/// prompt that holds all of this one's shared part (`n` > 1 choices, a
+/// retried request), and copying its cache once it is done saves running
+/// the same tokens twice. Not on backends that cannot copy a cache.
+fn waits_for_shared_prefill(
+    batch: &EngineBatch,
+    slots: &[Option<Active<'_>>],
+    prompt: &[u32],
+) -> bool {
+    let wanted = prompt.len().saturating_sub(1);
+    if wanted == 0 || !batch.can_copy_prefix() {
+        return false;
+    }
+    slots.iter().flatten().any(|a| {
+        a.prefilling()
+            && crate::batch::reusable_prefix(a.prompt(), prompt) == wanted
+            && batch.shareable_for(a.slot, prompt) < wanted
+    })
 }
 
 /// Drafts for every decoding sequence that speculates and waits on no
