@@ -77,6 +77,22 @@ def test_chat_n_choices(oai):
     ]
 
 
+def test_responses(oai):
+    r = oai.responses.create(model="m", input="Hello", instructions="Be brief.", max_output_tokens=4)
+    assert r.object == "response" and r.status == "incomplete"
+    assert r.incomplete_details.reason == "max_output_tokens"
+    assert r.usage.output_tokens == 4
+    deltas, kinds = [], []
+    for ev in oai.responses.create(
+        model="m", input="Hello", instructions="Be brief.", max_output_tokens=4, stream=True
+    ):
+        kinds.append(ev.type)
+        if ev.type == "response.output_text.delta":
+            deltas.append(ev.delta)
+    assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete"
+    assert "".join(deltas) == r.output_text
+
+
 def test_chat_stream_include_usage(oai):
     full = oai.chat.completions.create(model="m", messages=MSGS, max_tokens=6)
     stream = oai.chat.completions.create(

@@ -25,6 +25,7 @@ mod llama;
 mod metrics;
 mod openai;
 mod request;
+mod responses;
 mod serve;
 mod sse;
 mod state;
@@ -64,6 +65,7 @@ pub fn decode_request(state: &AppState, path: &str, body: &[u8]) -> Result<(), A
         "/v1/chat/completions" | "/chat/completions" => openai::decode_chat(state, v).map(drop),
         "/v1/completions" => openai::decode_completion(state, v).map(drop),
         "/completion" | "/completions" => llama::decode_completion(state, v).map(drop),
+        "/v1/responses" | "/responses" => responses::decode(state, v).map(drop),
         "/v1/messages" => anthropic::decode_messages(state, v).map(drop),
         "/v1/messages/count_tokens" => anthropic::decode_count_tokens(v).map(drop),
         "/tokenize" => request::typed::<TokenizeRequest>(v, dialect).map(drop),
@@ -86,6 +88,8 @@ pub fn router(state: AppState) -> Router {
         .route("/completions", post(llama::completion))
         .route("/props", get(llama::props))
         .route("/slots", get(llama::slots))
+        .route("/v1/responses", post(responses::responses))
+        .route("/responses", post(responses::responses))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models", get(models))

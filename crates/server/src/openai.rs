@@ -7,7 +7,7 @@ use crate::request::{
     Sampling, StopField,
 };
 use crate::sse::{json_event, sse_response_choices, Transcoder};
-use crate::state::AppState;
+use crate::state::{AppState, Ready};
 use crate::structured::Shaping;
 use crate::tools::{arguments_as_objects, call_id, ToolUse};
 use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
@@ -322,6 +322,52 @@ pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, Api
     })
 }
 
+/// A chat request ready to submit: the prompt rendered (with its tools),
+/// the grammar compiled.
+pub(crate) struct PreparedChat {
+    req: ChatRequest,
+    pub ready: Arc<Ready>,
+    pub prompt: Vec<u32>,
+    pub params: GenerateParams,
+    pub stop: Vec<String>,
+    /// How calls are written, when tools were offered.
+    pub format: Option<ToolFormat>,
+}
+
+/// Applies a decoded chat request to the loaded model.
+pub(crate) async fn prepare_chat(
+    state: &AppState,
+    decoded: DecodedChat,
+) -> Result<PreparedChat, ApiError> {
+    let DecodedChat {
+        req,
+        mut params,
+        shaping,
+        tools,
+        stop,
+        ..
+    } = decoded;
+    let ready = state.ready(D)?;
+    shaping.apply(&ready.engine, &mut params, D).await?;
+    let (prompt, format) = match &tools {
+        Some(t) => {
+            let (prompt, format) = t
+                .prepare(&ready.engine, &req.messages, &mut params, D)
+                .await?;
+            (prompt, Some(format))
+        }
+        None => (chat_prompt(&ready.engine, &req.messages, D)?, None),
+    };
+    Ok(PreparedChat {
+        req,
+        ready,
+        prompt,
+        params,
+        stop,
+        format,
+    })
+}
+
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(State(state): State<AppState>, body: Body) -> Response {
     let mut guard = state.begin("chat_completions");
@@ -338,27 +384,16 @@ async fn chat_inner(
     deadline: Deadline,
 ) -> Result<Response, ApiError> {
     let v = read_json(body, state.config().max_body_bytes, D).await?;
-    let DecodedChat {
+    let decoded = decode_chat(&state, v)?;
+    let (top, want_lp, n) = (decoded.top, decoded.want_lp, decoded.n);
+    let PreparedChat {
         req,
-        mut params,
-        shaping,
-        tools,
+        ready,
+        prompt,
+        params,
         stop,
-        top,
-        want_lp,
-        n,
-    } = decode_chat(&state, v)?;
-    let ready = state.ready(D)?;
-    shaping.apply(&ready.engine, &mut params, D).await?;
-    let (prompt, format) = match &tools {
-        Some(t) => {
-            let (prompt, format) = t
-                .prepare(&ready.engine, &req.messages, &mut params, D)
-                .await?;
-            (prompt, Some(format))
-        }
-        None => (chat_prompt(&ready.engine, &req.messages, D)?, None),
-    };
+        format,
+    } = prepare_chat(&state, decoded).await?;
     let generations = state.submit_choices(D, &ready, prompt, params, stop, deadline, n)?;
     let id = new_id("chatcmpl-");
     let model = state.config().model_id.clone();
@@ -384,8 +419,9 @@ async fn chat_inner(
         let first = streams
             .iter()
             .map(|t| {
+                // llama-server's first delta: the role, content null.
                 t.chunk(
-                    json!({"role": "assistant", "content": ""}),
+                    json!({"role": "assistant", "content": null}),
                     Value::Null,
                     None,
                 )

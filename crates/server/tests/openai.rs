@@ -191,7 +191,7 @@ async fn chat_stream_transcript() {
     assert!(done);
     assert_eq!(
         chunks[0]["choices"][0]["delta"],
-        json!({"role": "assistant", "content": ""})
+        json!({"role": "assistant", "content": null})
     );
     let mut text = String::new();
     for (i, c) in chunks.iter().enumerate() {

@@ -6,30 +6,10 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
-use anedvd_engine::{Engine, LoadOptions};
-use anedvd_server::{router, AppState};
-use anedvd_testkit::fixtures::{self, Format};
-use axum::Router;
 use common::*;
 use serde_json::{json, Value};
 
 const CHAT: &str = "/v1/chat/completions";
-
-fn wide_app() -> Router {
-    let mut overrides = fixtures::overrides("qwen2", Format::GgufF32);
-    overrides.n_ctx_train = Some(2048);
-    let options = LoadOptions {
-        backend_options: anedvd_engine::BackendOptions::with_threads(1),
-        overrides,
-        ..LoadOptions::default()
-    };
-    let engine = Engine::load(fixtures::path("qwen2", Format::GgufF32), &options, |_| {}).unwrap();
-    let mut cfg = config();
-    cfg.max_seq = 2048;
-    let st = AppState::new(cfg);
-    st.set_engine(engine, None).unwrap();
-    router(st)
-}
 
 fn tools() -> Value {
     json!([

@@ -166,3 +166,21 @@ pub async fn open_stream(app: &Router, prompt: &Value) -> Body {
     assert_eq!(resp.status(), 200);
     resp.into_body()
 }
+
+/// The tiny qwen2 fixture with a 2048-position context (its trained 256 is
+/// too short for a rendered tool listing: ~1 token per byte).
+pub fn wide_app() -> Router {
+    let mut overrides = fixtures::overrides("qwen2", Format::GgufF32);
+    overrides.n_ctx_train = Some(2048);
+    let options = LoadOptions {
+        backend_options: anedvd_engine::BackendOptions::with_threads(1),
+        overrides,
+        ..LoadOptions::default()
+    };
+    let engine = Engine::load(fixtures::path("qwen2", Format::GgufF32), &options, |_| {}).unwrap();
+    let mut cfg = config();
+    cfg.max_seq = 2048;
+    let st = AppState::new(cfg);
+    st.set_engine(engine, None).unwrap();
+    router(st)
+}
