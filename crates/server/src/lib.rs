@@ -1,7 +1,8 @@
 //! The anedvd HTTP server: OpenAI-compatible (`/v1/chat/completions`,
-//! `/v1/completions`, `/v1/models`) and Anthropic-compatible (`/v1/messages`)
-//! endpoints, `/health`, Prometheus `/metrics`, `/tokenize`, `/detokenize`
-//! and a built-in WebUI at `/`.
+//! `/v1/completions`, `/v1/responses`, `/v1/models`), Anthropic-compatible
+//! (`/v1/messages`) and llama-server's native (`/completion`, `/props`,
+//! `/slots`) endpoints, `/health`, Prometheus `/metrics`, `/tokenize`,
+//! `/detokenize` and a built-in WebUI at `/`.
 //!
 //! It knows HTTP and the two wire dialects; it does not know models, backends
 //! or how requests are batched (the engine does: `anedvd_engine::scheduler`
