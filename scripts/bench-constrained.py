@@ -3,6 +3,9 @@
 schema against the same run without one, interleaved (this host is shared
 and noisy), as ratios with min/median/max.
 
+With --gbnf the same list is a GBNF grammar (llama.cpp's format, translated
+to Lark with one-character lexemes) instead of a JSON schema.
+
 The schema (a long list of objects) never completes within -n tokens, so both
 runs decode the same number of tokens; the unconstrained run uses
 --ignore-eos for the same reason. Greedy, same prompt, same threads.
@@ -29,6 +32,13 @@ SCHEMA = {
     "required": ["items"],
 }
 
+# The same shape in GBNF: at least 1000 items, so it never completes.
+GBNF = r"""root ::= "{\"items\": [" item (", " item){999,} "]}"
+item ::= "{\"name\": " string ", \"count\": " int "}"
+string ::= "\"" [^"\\\x00-\x1f]* "\""
+int ::= "-"? ([0-9] | [1-9] [0-9]+)
+"""
+
 
 def run(args, extra):
     cmd = [args.binary, "run", "-m", args.model, "-p", args.prompt, "-n", str(args.n),
@@ -50,10 +60,15 @@ def main():
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--gbnf", action="store_true", help="constrain by a GBNF grammar instead of a JSON schema")
     args = ap.parse_args()
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(SCHEMA, f)
+    with tempfile.NamedTemporaryFile("w", suffix=".gbnf" if args.gbnf else ".json", delete=False) as f:
+        if args.gbnf:
+            f.write(GBNF)
+        else:
+            json.dump(SCHEMA, f)
         schema_path = f.name
+    flag = "--grammar-file" if args.gbnf else "--json-schema-file"
     try:
         plain, constrained, ratios, rss = [], [], [], []
         for i in range(args.runs):
@@ -61,7 +76,7 @@ def main():
             order = [False, True] if i % 2 == 0 else [True, False]
             pair = {}
             for with_schema in order:
-                extra = ["--json-schema-file", schema_path] if with_schema else ["--ignore-eos"]
+                extra = [flag, schema_path] if with_schema else ["--ignore-eos"]
                 pair[with_schema] = run(args, extra)
             (p_tps, p_n, p_rss), (c_tps, c_n, c_rss) = pair[False], pair[True]
             if c_n != p_n:
