@@ -39,6 +39,10 @@ pub struct GenerateParams {
     /// More tokens that end the generation as an end-of-generation token
     /// does (not rendered; vLLM's `stop_token_ids`).
     pub stop_tokens: Vec<u32>,
+    /// Start from a cached prefix of the prompt where a slot holds one
+    /// (false: prefill the whole prompt afresh; llama-server's
+    /// `cache_prompt: false`). Sessions driven by the caller ignore it.
+    pub reuse_prefix: bool,
 }
 
 impl Default for GenerateParams {
@@ -52,6 +56,7 @@ impl Default for GenerateParams {
             grammar: None,
             render_special: false,
             stop_tokens: Vec::new(),
+            reuse_prefix: true,
         }
     }
 }

@@ -345,9 +345,9 @@ pub(crate) fn decode_completion(state: &AppState, v: Value) -> Result<DecodedCom
             .validate()
             .map_err(|m| ApiError::invalid(D, "repeat_last_n", m))?;
     }
-    // Accepted, nothing to do: prefixes are always reused, and there is
-    // no context shift for `n_keep` to shape.
-    let _ = (req.cache_prompt, req.n_keep);
+    // `n_keep` is accepted: there is no context shift for it to shape.
+    let _ = req.n_keep;
+    params.reuse_prefix = req.cache_prompt.unwrap_or(true);
     let stop = req
         .stop
         .map(StopField::into_vec)
@@ -414,7 +414,8 @@ fn settings(
     let bias: Vec<Value> = s
         .logit_bias
         .iter()
-        .map(|&(token, bias)| json!({"bias": finite(bias), "token": token}))
+        // −∞ (a banned token) is `null`, as llama-server writes it.
+        .map(|&(token, bias)| json!({"bias": bias.is_finite().then_some(bias), "token": token}))
         .collect();
     json!({
         "seed": seed,

@@ -75,6 +75,9 @@ struct CompletionRequest {
     logprobs: Option<u32>,
 }
 
+/// The build a reply came from, llama-server's way (`b<build>-<name>`).
+const FINGERPRINT: &str = concat!("b", env!("CARGO_PKG_VERSION"), "-anedvd");
+
 /// Most choices (`n`) one request may ask for.
 pub const MAX_CHOICES: u64 = 16;
 
@@ -454,7 +457,7 @@ async fn chat_inner(
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "system_fingerprint": null,
+        "system_fingerprint": FINGERPRINT,
         "choices": choices,
         "usage": usage_of(&summaries),
         "timings": {
@@ -534,7 +537,7 @@ impl ChatStream {
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
-            "system_fingerprint": null,
+            "system_fingerprint": FINGERPRINT,
             "choices": [{"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         });
         if self.include_usage {
@@ -606,7 +609,7 @@ impl Transcoder for ChatStream {
                 "object": "chat.completion.chunk",
                 "created": self.created,
                 "model": self.model,
-                "system_fingerprint": null,
+                "system_fingerprint": FINGERPRINT,
                 "choices": [],
                 "usage": usage_of(all),
             });
@@ -764,7 +767,7 @@ async fn completions_inner(
         "object": "text_completion",
         "created": created,
         "model": model,
-        "system_fingerprint": null,
+        "system_fingerprint": FINGERPRINT,
         "choices": choices,
         "usage": usage_of(&summaries),
     }))
@@ -790,7 +793,7 @@ impl CompletionStream {
             "object": "text_completion",
             "created": self.created,
             "model": self.model,
-            "system_fingerprint": null,
+            "system_fingerprint": FINGERPRINT,
             "choices": [{"text": text, "index": self.index, "logprobs": logprobs, "finish_reason": finish}],
         });
         if self.include_usage {

@@ -277,6 +277,7 @@ pub fn generate_params(
         grammar: None,
         render_special: false,
         stop_tokens: s.stop_token_ids.clone().unwrap_or_default(),
+        reuse_prefix: true,
     })
 }
 

@@ -212,7 +212,8 @@ fn response_format(rf: Option<&Value>, dialect: Dialect) -> Result<Option<Gramma
 /// Most `logit_bias` entries read (OpenAI allows 300).
 const MAX_BIAS_ENTRIES: usize = 1024;
 
-/// `logit_bias`: OpenAI's object `{"123": -100}` (bias in [-100, 100]) or
+/// `logit_bias`: OpenAI's object `{"123": -100}` (bias in [-100, 100]; a key
+/// that is not an id is a text, as llama-server reads it) or
 /// llama-server's list `[[123, -1.5], [123, false], ["text", 2.0]]`
 /// (`false` bans the token).
 fn logit_bias(v: Option<&Value>, dialect: Dialect) -> Result<Vec<(BiasTarget, f32)>, ApiError> {
@@ -242,12 +243,12 @@ fn logit_bias(v: Option<&Value>, dialect: Dialect) -> Result<Vec<(BiasTarget, f3
                 )));
             }
             for (key, b) in o {
-                let Ok(id) = key.trim().parse::<u64>() else {
-                    return Err(bad(format!(
-                        "logit_bias key {key:?} is not a token id (keys are token ids as strings)"
-                    )));
+                // A key that is not a token id is a text (llama-server's reading).
+                let target = match key.trim().parse::<u64>() {
+                    Ok(id) => BiasTarget::Id(id),
+                    Err(_) => BiasTarget::Text(key.clone()),
                 };
-                out.push((BiasTarget::Id(id), bias_of(key, b)?));
+                out.push((target, bias_of(key, b)?));
             }
         }
         Some(Value::Array(a)) => {

@@ -427,7 +427,12 @@ async fn grammar_logit_bias_and_response_fields() {
     let v = complete(&app, banned).await;
     assert_ne!(v["tokens"][0], first, "{v}");
     let bias = v["generation_settings"]["logit_bias"].as_array().unwrap();
-    assert!(bias.iter().any(|b| b["token"] == first), "{bias:?}");
+    // A ban is −∞, written as null (as llama-server does).
+    assert!(
+        bias.iter()
+            .any(|b| b["token"] == first && b["bias"].is_null()),
+        "{bias:?}"
+    );
 
     let v = complete(
         &app,
@@ -569,4 +574,35 @@ fn decode_request_checks_completion_bodies_without_a_model() {
     let e = ok(CMPL, json!({"prompt": "x", "temperature": "hot"})).unwrap_err();
     assert_eq!(e.param.as_deref(), Some("temperature"));
     assert!(ok(CMPL, json!({"n_predict": 3})).is_err());
+}
+
+#[tokio::test]
+async fn cache_prompt_false_prefills_the_whole_prompt() {
+    let app = app(config());
+    let body = json!({"prompt": "Once upon a time", "n_predict": 2, "ignore_eos": true});
+    let first = complete(&app, body.clone()).await;
+    assert_eq!(first["timings"]["cache_n"], 0, "{first}");
+    let cached = complete(&app, body.clone()).await;
+    let n = first["tokens_evaluated"].as_u64().unwrap();
+    assert_eq!(cached["timings"]["cache_n"], n - 1, "{cached}");
+    let mut fresh = body;
+    fresh["cache_prompt"] = json!(false);
+    let v = complete(&app, fresh).await;
+    assert_eq!(v["timings"]["cache_n"], 0, "{v}");
+    assert_eq!(v["timings"]["prompt_n"], n);
+    assert_eq!(v["content"], first["content"]);
+}
+
+#[tokio::test]
+async fn logit_bias_map_keys_may_be_texts() {
+    let app = app(config());
+    let body = json!({"prompt": "Hi", "n_predict": 1, "temperature": 0, "return_tokens": true,
+        "ignore_eos": true});
+    let first = complete(&app, body.clone()).await["tokens"][0].clone();
+    let r = post(&app, "/detokenize", &json!({"tokens": [first]})).await;
+    let text = r.json()["content"].as_str().unwrap().to_owned();
+    let mut banned = body;
+    banned["logit_bias"] = json!({ text.clone(): false });
+    let v = complete(&app, banned).await;
+    assert_ne!(v["tokens"][0], first, "{text:?}: {v}");
 }

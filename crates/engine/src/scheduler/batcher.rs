@@ -280,7 +280,7 @@ fn admit<'e>(
         let Some(job) = st.queue.pop_front() else {
             break;
         };
-        if waits_for_shared_prefill(batch, slots, &job.prompt) {
+        if job.params.reuse_prefix && waits_for_shared_prefill(batch, slots, &job.prompt) {
             // Admitted once that prefill is done (FIFO: nothing overtakes it).
             st.queue.push_front(job);
             break;
@@ -326,6 +326,7 @@ fn admit<'e>(
                 .map(|i| (batch.shareable_for(i, &prompt), i))
                 .max();
             let copied = match source {
+                _ if !params.reuse_prefix => None,
                 Some((shared, src)) if shared > own && batch.can_copy_prefix() => {
                     let oldest = free
                         .iter()
@@ -338,6 +339,7 @@ fn admit<'e>(
             };
             let (slot, reused) = match copied {
                 Some((dst, n)) if n > 0 => (dst, n),
+                _ if !params.reuse_prefix => (slot, batch.truncate(slot, 0)),
                 _ => (slot, batch.reuse_prefix(slot, &prompt)),
             };
             let timings = Timings {
