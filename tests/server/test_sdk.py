@@ -93,6 +93,17 @@ def test_responses(oai):
     assert "".join(deltas) == r.output_text
 
 
+def test_embeddings(oai):
+    # The SDK asks for base64 and decodes it.
+    r = oai.embeddings.create(model="m", input=["Hello world", "Hello world", "Other"])
+    assert [d.index for d in r.data] == [0, 1, 2]
+    a, b, c = (d.embedding for d in r.data)
+    assert len(a) == 64 and a == b and a != c
+    assert abs(sum(x * x for x in a) - 1.0) < 1e-4
+    f = oai.embeddings.create(model="m", input="Hello world", encoding_format="float")
+    assert max(abs(x - y) for x, y in zip(f.data[0].embedding, a)) < 1e-6
+
+
 def test_chat_stream_include_usage(oai):
     full = oai.chat.completions.create(model="m", messages=MSGS, max_tokens=6)
     stream = oai.chat.completions.create(

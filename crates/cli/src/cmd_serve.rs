@@ -67,6 +67,11 @@ pub struct ServeArgs {
     /// limit; the worst case is printed at start and exported at /metrics).
     #[arg(long, value_name = "MIB")]
     kv_budget: Option<u64>,
+    /// How /v1/embeddings pools a text's final hidden states: `mean` over
+    /// its tokens or the `last` token's (then scaled to unit length). They
+    /// are the loaded model's states, not a trained embedding model's.
+    #[arg(long, default_value = "mean", value_name = "mean|last")]
+    pooling: anedvd_engine::Pooling,
     /// Default sampling for fields a request leaves out.
     #[command(flatten)]
     sampling: SamplingArgs,
@@ -102,6 +107,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         max_header_bytes: args.max_header_bytes,
         header_timeout: Duration::from_secs(args.header_timeout),
         kv_budget_bytes: args.kv_budget.map(|m| m.saturating_mul(1024 * 1024)),
+        pooling: args.pooling,
     };
     if args.max_connections == 0 {
         anyhow::bail!("--max-connections must be at least 1");

@@ -79,18 +79,27 @@ fn add_bias(x: &mut [f32], bias: Option<&Vec<f32>>) {
     }
 }
 
+/// What [`run`] writes for the rows it is asked for.
+pub enum RowOutput<'a> {
+    /// Logits, `n_vocab` per row.
+    Logits(&'a mut [f32]),
+    /// Final hidden states, `n_embd` per row (embeddings).
+    Hidden(&'a mut [f32]),
+}
+
 /// Runs the rows of `segs` (concatenated in order) through the model, storing
 /// each segment's keys and values in `seqs[seg.seq]` at `seg.pos0..` (the
 /// caller advances positions). Writes the logits of the batch rows listed in
-/// `logit_rows` (ascending) into `out`, one `n_vocab` row each. Must run
-/// inside the backend's thread pool.
+/// `logit_rows` (ascending) into `out`: one `n_vocab` row each, or for
+/// [`RowOutput::Hidden`] their final hidden states (after the output norm),
+/// one `n_embd` row each. Must run inside the backend's thread pool.
 pub fn run(
     m: &Model,
     bufs: &mut Buffers,
     seqs: &mut [SeqState],
     segs: &[Segment<'_>],
     logit_rows: &[usize],
-    out: &mut [f32],
+    out: RowOutput<'_>,
     dump: &mut Option<Dump>,
 ) -> Result<()> {
     let src = m.weights.as_ref();
@@ -295,7 +304,13 @@ pub fn run(
     h.resize(rows * d, 0.0);
     rms_norm(picked, &m.output_norm, m.eps, h);
     Dump::put_opt(dump, None, names::RESULT_NORM, h, rows);
-    let out = &mut out[..rows * m.n_vocab];
+    let out = match out {
+        RowOutput::Hidden(states) => {
+            states[..rows * d].copy_from_slice(h);
+            return Ok(());
+        }
+        RowOutput::Logits(logits) => &mut logits[..rows * m.n_vocab],
+    };
     acts.prepare(h, rows, &[&m.output])?;
     m.output.matmul(src, h, rows, acts, out, tmp)?;
     if let Some(cap) = m.final_softcap {

@@ -41,13 +41,17 @@ impl CpuSession {
     }
 }
 
-impl Session for CpuSession {
-    fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
-        let n_vocab = self.model.n_vocab;
+impl CpuSession {
+    /// Runs `tokens` in passes of at most [`MAX_CHUNK`] rows into
+    /// `self.logits`: logits per `mode`, or with `hidden` every token's
+    /// final hidden state (`mode` is then `All`).
+    fn run(&mut self, tokens: &[u32], mode: LogitsMode, hidden: bool) -> Result<()> {
+        let width = if hidden {
+            self.model.n_embd
+        } else {
+            self.model.n_vocab
+        };
         let pos = self.seq[0].pos;
-        if !validate_forward(tokens, mode, pos, self.max_seq, n_vocab)? {
-            return Ok(&[]);
-        }
         self.seq[0].begin_forward(tokens.len());
         let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
         // A dump names whole-input intermediates, so it runs in one pass.
@@ -62,7 +66,7 @@ impl Session for CpuSession {
             LogitsMode::All => tokens.len(),
         };
         let mut logits = std::mem::take(&mut self.logits);
-        logits.resize(rows * n_vocab, 0.0);
+        logits.resize(rows * width, 0.0);
         let (model, pool) = (self.model.clone(), self.pool.clone());
         let (seqs, bufs) = (&mut self.seq, &mut self.bufs);
         let all_rows: Vec<usize> = match mode {
@@ -83,12 +87,17 @@ impl Session for CpuSession {
                     LogitsMode::Last if ci + 1 == n_chunks => (&last_row, &mut logits[..]),
                     LogitsMode::Last => (&[], &mut []),
                     LogitsMode::All => {
-                        let start = ci * chunk * n_vocab;
+                        let start = ci * chunk * width;
                         (
                             &all_rows[..part.len()],
-                            &mut logits[start..start + part.len() * n_vocab],
+                            &mut logits[start..start + part.len() * width],
                         )
                     }
+                };
+                let out = if hidden {
+                    forward::RowOutput::Hidden(out)
+                } else {
+                    forward::RowOutput::Logits(out)
                 };
                 forward::run(&model, bufs, seqs, &[seg], rows, out, &mut dump)?;
             }
@@ -103,7 +112,33 @@ impl Session for CpuSession {
             d.finish()?;
         }
         self.seq[0].end_forward(tokens.len());
+        Ok(())
+    }
+}
+
+impl Session for CpuSession {
+    fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
+        let pos = self.seq[0].pos;
+        if !validate_forward(tokens, mode, pos, self.max_seq, self.model.n_vocab)? {
+            return Ok(&[]);
+        }
+        self.run(tokens, mode, false)?;
         Ok(&self.logits)
+    }
+
+    fn hidden_states(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let pos = self.seq[0].pos;
+        if !validate_forward(
+            tokens,
+            LogitsMode::All,
+            pos,
+            self.max_seq,
+            self.model.n_vocab,
+        )? {
+            return Ok(Vec::new());
+        }
+        self.run(tokens, LogitsMode::All, true)?;
+        Ok(self.logits.clone())
     }
 
     fn position(&self) -> usize {
@@ -283,7 +318,7 @@ impl BatchSession for CpuBatch {
                     }
                     segs.push(*seg);
                 }
-                let out = &mut logits[done_rows * n_vocab..];
+                let out = forward::RowOutput::Logits(&mut logits[done_rows * n_vocab..]);
                 forward::run(&model, bufs, seqs, &segs, &logit_rows, out, &mut None)?;
                 done_rows += logit_rows.len();
             }

@@ -25,6 +25,7 @@
 mod backends;
 mod batch;
 pub mod constrain;
+mod embed;
 mod error;
 mod generate;
 mod load;
@@ -49,6 +50,7 @@ pub fn family_names() -> Vec<&'static str> {
 pub use anedvd_tokenizer::Tokenizer;
 pub use backends::{build_backend, BackendChoice, BackendOptions};
 pub use batch::EngineBatch;
+pub use embed::Pooling;
 pub use error::{Error, Result};
 pub use generate::{
     check_request, generate, generate_speculative, Decoding, FinishReason, GenerateParams,

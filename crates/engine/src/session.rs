@@ -65,6 +65,14 @@ impl EngineSession {
         Ok(out)
     }
 
+    /// Appends `tokens` and returns their final hidden states
+    /// ([`Session::hidden_states`]).
+    pub fn hidden_states(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let out = self.inner.hidden_states(tokens)?;
+        self.cached.extend_from_slice(tokens);
+        Ok(out)
+    }
+
     /// Dumps the intermediates of the next forward call into `dir`.
     pub fn set_dump(&mut self, dir: Option<std::path::PathBuf>) {
         self.inner.set_dump(dir);

@@ -524,3 +524,73 @@ fn speculative_sampling_has_the_plain_distribution() {
         );
     }
 }
+
+/// Hidden states checked through transformers' logits: the qwen2 fixture
+/// ties its output projection to the token embeddings, so each position's
+/// state times that matrix (read by HF's `safetensors` crate, multiplied
+/// here in f64) must give transformers' logits at that position. The
+/// embedding is then their mean or last row at unit length.
+#[test]
+fn hidden_states_project_to_transformers_logits() {
+    use anedvd_engine::Pooling;
+    let r = reference("qwen2");
+    let prompt = ids(&r["prompt_ids"]);
+    let bytes = std::fs::read(fixtures::dir("qwen2").join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let emb = st.tensor("model.embed_tokens.weight").unwrap();
+    let (vocab, d) = (emb.shape()[0], emb.shape()[1]);
+    let table: Vec<f32> = emb
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    for (path, overrides) in variants("qwen2") {
+        let engine = load(&path, overrides);
+        let states = engine.hidden_states(&prompt).unwrap();
+        assert_eq!(states.len(), prompt.len() * d, "{}", path.display());
+        for (t, want) in r["all_logits"].as_array().unwrap().iter().enumerate() {
+            let h = &states[t * d..(t + 1) * d];
+            let want: Vec<f64> = want
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            assert_eq!(want.len(), vocab);
+            let got: Vec<f64> = (0..vocab)
+                .map(|v| {
+                    let row = &table[v * d..(v + 1) * d];
+                    row.iter()
+                        .zip(h)
+                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                        .sum()
+                })
+                .collect();
+            // The conformance suite's bound for the CPU on float weights
+            // (its f16 KV cache is the only rounding).
+            let tol = anedvd_testkit::tolerance::against_transformers(
+                anedvd_testkit::backends::TestBackend::Cpu,
+                Format::GgufF32,
+                false,
+                false,
+            );
+            let as32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+            let cos = anedvd_testkit::cosine(&as32(&got), &as32(&want));
+            assert!(
+                cos >= tol.min_cos_worst,
+                "{} position {t}: cosine {cos}",
+                path.display()
+            );
+        }
+        let last = engine.embed(&prompt, Pooling::Last).unwrap();
+        let mean = engine.embed(&prompt, Pooling::Mean).unwrap();
+        let tail = &states[(prompt.len() - 1) * d..];
+        let norm = tail.iter().map(|x| x * x).sum::<f32>().sqrt();
+        for (a, b) in last.iter().zip(tail) {
+            assert!((a - b / norm).abs() < 1e-6);
+        }
+        let len = mean.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((len - 1.0).abs() < 1e-5, "{len}");
+        assert!(mean.iter().zip(&last).any(|(a, b)| (a - b).abs() > 1e-3));
+    }
+}

@@ -47,6 +47,17 @@ pub trait Session: Send {
     /// Errors on an empty batch with logits requested, out-of-range ids, or
     /// exceeding [`Session::max_seq`] (nothing is appended then).
     fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]>;
+    /// Appends `tokens` as [`Session::forward`] does and returns each
+    /// token's final hidden state instead of logits: the output norm's
+    /// result, `n_embd` values per token (for embeddings). Backends that do
+    /// not expose it refuse.
+    fn hidden_states(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let _ = tokens;
+        Err(crate::Error::Backend {
+            backend: "this backend".into(),
+            message: "hidden states (embeddings) are computed by the cpu backend only".into(),
+        })
+    }
     /// Number of positions held.
     fn position(&self) -> usize;
     /// Drops every position at or beyond `n` (no-op if `n >= position()`).

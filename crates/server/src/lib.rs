@@ -1,5 +1,5 @@
 //! The anedvd HTTP server: OpenAI-compatible (`/v1/chat/completions`,
-//! `/v1/completions`, `/v1/responses`, `/v1/models`), Anthropic-compatible
+//! `/v1/completions`, `/v1/responses`, `/v1/embeddings`, `/v1/models`), Anthropic-compatible
 //! (`/v1/messages`) and llama-server's native (`/completion`, `/props`,
 //! `/slots`) endpoints, `/health`, Prometheus `/metrics`, `/tokenize`,
 //! `/detokenize` and a built-in WebUI at `/`.
@@ -21,6 +21,7 @@
 //! ```
 
 mod anthropic;
+mod embeddings;
 mod error;
 mod llama;
 mod metrics;
@@ -67,6 +68,7 @@ pub fn decode_request(state: &AppState, path: &str, body: &[u8]) -> Result<(), A
         "/v1/completions" => openai::decode_completion(state, v).map(drop),
         "/completion" | "/completions" => llama::decode_completion(state, v).map(drop),
         "/v1/responses" | "/responses" => responses::decode(state, v).map(drop),
+        "/v1/embeddings" | "/embeddings" => embeddings::decode(&v).map(drop),
         "/v1/messages" => anthropic::decode_messages(state, v).map(drop),
         "/v1/messages/count_tokens" => anthropic::decode_count_tokens(v).map(drop),
         "/tokenize" => request::typed::<TokenizeRequest>(v, dialect).map(drop),
@@ -91,6 +93,8 @@ pub fn router(state: AppState) -> Router {
         .route("/slots", get(llama::slots))
         .route("/v1/responses", post(responses::responses))
         .route("/responses", post(responses::responses))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/embeddings", post(embeddings::embeddings))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models", get(models))

@@ -9,7 +9,7 @@ use anedvd_engine::scheduler::{
     DraftModel, Event, EventSink, Gauges, Job, Scheduler, SendError, SubmitError,
 };
 use anedvd_engine::speculative::{ProposerKind, SpecParams};
-use anedvd_engine::{Engine, GenerateParams, SamplingParams};
+use anedvd_engine::{Engine, GenerateParams, Pooling, SamplingParams};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc::error::TrySendError;
@@ -72,6 +72,8 @@ pub struct ServerConfig {
     /// Most bytes the slots' KV caches may take together (`--kv-budget`):
     /// a `--parallel` x context that could take more is refused at start.
     pub kv_budget_bytes: Option<u64>,
+    /// How `/v1/embeddings` pools a text's hidden states (`--pooling`).
+    pub pooling: Pooling,
 }
 
 impl Default for ServerConfig {
@@ -92,6 +94,7 @@ impl Default for ServerConfig {
             max_header_bytes: 64 * 1024,
             header_timeout: Duration::from_secs(30),
             kv_budget_bytes: None,
+            pooling: Pooling::Mean,
         }
     }
 }

@@ -353,7 +353,7 @@ mod tests {
                 json!({"grammar": "root ::= \"a\"", "json_schema": {}}),
                 "json_schema",
             ),
-            (json!({"logit_bias": {"abc": 1}}), "logit_bias"),
+            (json!({"logit_bias": {"abc": "high"}}), "logit_bias"),
             (json!({"logit_bias": {"5": 101}}), "logit_bias"),
             (json!({"logit_bias": [[1]]}), "logit_bias"),
             (json!({"logit_bias": [[1, "x"]]}), "logit_bias"),
