@@ -73,6 +73,15 @@ elif [ "${ANEDVD_WEBUI_TEST:-0}" = 1 ]; then
 else
   echo "tests/server/run.sh: WebUI test skipped (no /usr/bin/chromedriver or selenium)"
 fi
+# Two replicas behind HAProxy (docs/scale-out.md), when haproxy is installed
+# (ANEDVD_SCALEOUT_TEST=1 makes its absence an error).
+if command -v haproxy >/dev/null; then
+  "$PY" tests/server/scaleout_check.py --binary "$ANEDVD_BIN"
+elif [ "${ANEDVD_SCALEOUT_TEST:-0}" = 1 ]; then
+  echo "tests/server/run.sh: the scale-out test needs haproxy" >&2; exit 1
+else
+  echo "tests/server/run.sh: scale-out test skipped (no haproxy)"
+fi
 # Graceful shutdown last: SIGTERM with a stalled stream in flight; the server
 # must cancel it with an error event and exit with status 0.
 "$PY" tests/server/sigterm_check.py --base-url "$ANEDVD_BASE_URL" --api-key "$KEY" --pid "$PID" || {
