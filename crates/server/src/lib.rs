@@ -224,11 +224,19 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
         per_position: r.engine.kv_bytes_per_position(),
         capacity_positions: r.max_seq * state.config().parallel,
     });
+    // llama-server's header: when this server started, for rate queries.
+    let started = state.created().to_string();
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [
+            (
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8".to_owned(),
+            ),
+            (
+                header::HeaderName::from_static("process-start-time-unix"),
+                started,
+            ),
+        ],
         state.metrics().render(g, kv),
     )
         .into_response()

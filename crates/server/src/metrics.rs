@@ -22,9 +22,12 @@ pub struct Metrics {
 }
 
 /// Endpoints counted by [`Metrics::begin`].
-pub const ENDPOINTS: [&str; 5] = [
+pub const ENDPOINTS: [&str; 8] = [
     "chat_completions",
     "completions",
+    "completion",
+    "responses",
+    "embeddings",
     "messages",
     "tokenize",
     "detokenize",
@@ -125,6 +128,10 @@ impl Metrics {
     /// Counts one request to `endpoint` (one of [`ENDPOINTS`]) and returns
     /// the guard that counts how it ends.
     pub fn begin(self: &Arc<Self>, endpoint: &str) -> RequestGuard {
+        debug_assert!(
+            ENDPOINTS.contains(&endpoint),
+            "{endpoint} is not in ENDPOINTS"
+        );
         if let Some(i) = ENDPOINTS.iter().position(|e| *e == endpoint) {
             self.requests[i].fetch_add(1, Ordering::Relaxed);
         }
@@ -308,7 +315,96 @@ impl Metrics {
         for (name, help, v) in gauges {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
+        llama_server_series(&mut s, c, g);
         s
+    }
+}
+
+/// The same figures under llama-server's names (`llamacpp:*`), so its
+/// dashboards and tests read them.
+fn llama_server_series(s: &mut String, c: &SchedulerCounters, g: Gauges) {
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let prefill = get(&c.prefill_us) as f64 / 1e6;
+    let decode = get(&c.decode_us) as f64 / 1e6;
+    let rate = |n: u64, t: f64| if t > 0.0 { n as f64 / t } else { 0.0 };
+    let passes = get(&c.batch_passes);
+    let series: [(&str, &str, &str, f64); 11] = [
+        (
+            "prompt_tokens_total",
+            "counter",
+            "Number of prompt tokens processed.",
+            get(&c.prompt_tokens) as f64,
+        ),
+        (
+            "prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens served from a slot's cache.",
+            get(&c.cached_prompt_tokens) as f64,
+        ),
+        (
+            "prompt_seconds_total",
+            "counter",
+            "Prompt process time.",
+            prefill,
+        ),
+        (
+            "tokens_predicted_total",
+            "counter",
+            "Number of generation tokens processed.",
+            get(&c.generated_tokens) as f64,
+        ),
+        (
+            "tokens_predicted_seconds_total",
+            "counter",
+            "Predict process time.",
+            decode,
+        ),
+        (
+            "n_decode_total",
+            "counter",
+            "Total number of batched forward passes.",
+            passes as f64,
+        ),
+        (
+            "prompt_tokens_seconds",
+            "gauge",
+            "Average prompt throughput in tokens/s.",
+            rate(get(&c.prompt_tokens), prefill),
+        ),
+        (
+            "predicted_tokens_seconds",
+            "gauge",
+            "Average generation throughput in tokens/s.",
+            rate(get(&c.decode_tokens), decode),
+        ),
+        (
+            "n_busy_slots_per_decode",
+            "gauge",
+            "Average number of busy slots per forward pass.",
+            if passes > 0 {
+                get(&c.batch_sequences) as f64 / passes as f64
+            } else {
+                0.0
+            },
+        ),
+        (
+            "requests_processing",
+            "gauge",
+            "Number of requests processing.",
+            g.slots_busy as f64,
+        ),
+        (
+            "requests_deferred",
+            "gauge",
+            "Number of requests deferred.",
+            g.queue_depth as f64,
+        ),
+    ];
+    for (name, kind, help, v) in series {
+        let _ = writeln!(
+            s,
+            "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {v}"
+        );
     }
 }
 

@@ -606,3 +606,34 @@ async fn logit_bias_map_keys_may_be_texts() {
     let v = complete(&app, banned).await;
     assert_ne!(v["tokens"][0], first, "{text:?}: {v}");
 }
+
+#[tokio::test]
+async fn metrics_carry_llama_server_names_and_start_time() {
+    let app = app(config());
+    complete(
+        &app,
+        json!({"prompt": "Hi there", "n_predict": 3, "ignore_eos": true}),
+    )
+    .await;
+    let r = send(&app, "GET", "/metrics", &[], "").await;
+    let started: u64 = r.headers["process-start-time-unix"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(started > 1_700_000_000, "{started}");
+    let m = r.text;
+    assert_eq!(
+        metric(&m, "anedvd_requests_total{endpoint=\"completion\"}"),
+        1.0
+    );
+    assert_eq!(metric(&m, "llamacpp:tokens_predicted_total"), 3.0);
+    assert_eq!(
+        metric(&m, "llamacpp:prompt_tokens_total"),
+        metric(&m, "anedvd_prompt_tokens_total")
+    );
+    assert!(
+        m.contains("# TYPE llamacpp:requests_processing gauge"),
+        "{m}"
+    );
+}
