@@ -31,8 +31,8 @@ TESTS=$WORK/$TESTS_SUB
 APPLY=(test_basic.py test_completion.py test_chat_completion.py test_tokenize.py
        test_ignore_eos.py test_compat_anthropic.py test_tool_call.py test_metrics.py
        test_security.py test_stream.py test_template.py test_ctx_shift.py
-       test_kv_keep_only_active.py test_proxy.py)
-OTHER=(test_embedding.py test_compat_oai_responses.py test_infill.py test_rerank.py
+       test_kv_keep_only_active.py test_proxy.py test_embedding.py test_compat_oai_responses.py)
+OTHER=(test_infill.py test_rerank.py
        test_lora.py test_vision_api.py test_router.py test_mcp_servers.py test_speculative.py
        test_slot_save.py test_sleep.py test_compat_gcp.py test_tools_builtin.py)
 
