@@ -630,7 +630,6 @@ impl ReplyContext {
 
 /// `POST /completion` (and `/completions`): llama-server's native completion.
 pub async fn completion(State(state): State<AppState>, body: Body) -> Response {
-    // Counted with the OpenAI completions: /metrics has a fixed endpoint list.
     let mut guard = state.begin("completion");
     let deadline = state.deadline();
     let work = completion_inner(state, body, &mut guard, deadline);
