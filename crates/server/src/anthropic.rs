@@ -4,7 +4,7 @@ use crate::error::{ApiError, Dialect, ErrorKind};
 use crate::metrics::RequestGuard;
 use crate::openai::{chat_prompt, flatten_content};
 use crate::request::{
-    collect, generate_params, is_set, new_id, read_json, typed, within, Deadline, Sampling,
+    collect, generate_params, handle, is_set, new_id, read_json, typed, Deadline, Sampling,
 };
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
@@ -242,11 +242,10 @@ pub(crate) fn decode_messages(state: &AppState, v: Value) -> Result<DecodedMessa
 
 /// `POST /v1/messages`.
 pub async fn messages(State(state): State<AppState>, body: Body) -> Response {
-    let mut guard = state.begin("messages");
-    let deadline = state.deadline();
-    let work = inner(state, body, &mut guard, deadline);
-    let result = within(deadline, D, work).await;
-    guard.respond(result)
+    handle(state, "messages", D, body, |s, b, g, d| {
+        Box::pin(inner(s, b, g, d))
+    })
+    .await
 }
 
 async fn inner(

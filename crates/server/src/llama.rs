@@ -6,7 +6,7 @@
 use crate::error::{ApiError, Dialect, ErrorKind};
 use crate::metrics::RequestGuard;
 use crate::request::{
-    collect, generate_params, is_set, read_json, typed, within, Collected, Deadline, Sampling,
+    collect, generate_params, handle, is_set, read_json, typed, Collected, Deadline, Sampling,
     StopField,
 };
 use crate::sse::{json_event, sse_response, Transcoder};
@@ -630,11 +630,10 @@ impl ReplyContext {
 
 /// `POST /completion` (and `/completions`): llama-server's native completion.
 pub async fn completion(State(state): State<AppState>, body: Body) -> Response {
-    let mut guard = state.begin("completion");
-    let deadline = state.deadline();
-    let work = completion_inner(state, body, &mut guard, deadline);
-    let result = within(deadline, D, work).await;
-    guard.respond(result)
+    handle(state, "completion", D, body, |s, b, g, d| {
+        Box::pin(completion_inner(s, b, g, d))
+    })
+    .await
 }
 
 async fn completion_inner(

@@ -3,7 +3,7 @@
 use crate::error::{ApiError, Dialect, ErrorKind};
 use crate::metrics::RequestGuard;
 use crate::request::{
-    collect, generate_params, is_set, new_id, now, read_json, typed, within, Collected, Deadline,
+    collect, generate_params, handle, is_set, new_id, now, read_json, typed, Collected, Deadline,
     Sampling, StopField,
 };
 use crate::sse::{json_event, sse_response_choices, Transcoder};
@@ -373,11 +373,10 @@ pub(crate) async fn prepare_chat(
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(State(state): State<AppState>, body: Body) -> Response {
-    let mut guard = state.begin("chat_completions");
-    let deadline = state.deadline();
-    let work = chat_inner(state, body, &mut guard, deadline);
-    let result = within(deadline, D, work).await;
-    guard.respond(result)
+    handle(state, "chat_completions", D, body, |s, b, g, d| {
+        Box::pin(chat_inner(s, b, g, d))
+    })
+    .await
 }
 
 async fn chat_inner(
@@ -675,11 +674,10 @@ pub(crate) fn decode_completion(state: &AppState, v: Value) -> Result<DecodedCom
 
 /// `POST /v1/completions`.
 pub async fn completions(State(state): State<AppState>, body: Body) -> Response {
-    let mut guard = state.begin("completions");
-    let deadline = state.deadline();
-    let work = completions_inner(state, body, &mut guard, deadline);
-    let result = within(deadline, D, work).await;
-    guard.respond(result)
+    handle(state, "completions", D, body, |s, b, g, d| {
+        Box::pin(completions_inner(s, b, g, d))
+    })
+    .await
 }
 
 async fn completions_inner(

@@ -3,6 +3,7 @@
 //! collecting a generation for non-streamed replies.
 
 use crate::error::{ApiError, Dialect, ErrorKind};
+use crate::metrics::RequestGuard;
 use crate::state::AppState;
 use anedvd_engine::scheduler::{Event, Finish, Summary, TokenInfo};
 use anedvd_engine::speculative::{ProposerKind, SpecParams};
@@ -393,6 +394,26 @@ impl Generation {
         };
         next.map_or(Received::Ended, Received::Event)
     }
+}
+
+/// A route's work: it may hand its guard to a response stream
+/// ([`RequestGuard::hand_off`]).
+pub type Work<'g> = futures_util::future::BoxFuture<'g, Result<axum::response::Response, ApiError>>;
+
+/// Serves one request to `endpoint`: counts it in /metrics, runs `work`
+/// within the server's `--request-timeout` (a 504 past it) and settles the
+/// count by the result.
+pub async fn handle(
+    state: AppState,
+    endpoint: &str,
+    dialect: Dialect,
+    body: Body,
+    work: impl for<'g> FnOnce(AppState, Body, &'g mut RequestGuard, Deadline) -> Work<'g>,
+) -> axum::response::Response {
+    let mut guard = state.begin(endpoint);
+    let deadline = state.deadline();
+    let result = within(deadline, dialect, work(state, body, &mut guard, deadline)).await;
+    guard.respond(result)
 }
 
 /// Runs a handler's work until `deadline` (a 504 past it; the work, and

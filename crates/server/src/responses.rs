@@ -8,7 +8,7 @@
 use crate::error::{ApiError, Dialect};
 use crate::metrics::RequestGuard;
 use crate::openai::{decode_chat, prepare_chat, DecodedChat, PreparedChat};
-use crate::request::{collect, new_id, now, read_json, within, Deadline};
+use crate::request::{collect, handle, new_id, now, read_json, Deadline};
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
 use crate::tools::call_id;
@@ -389,11 +389,10 @@ fn call_item(call: &ParsedCall, status: &str, arguments: &str) -> Value {
 
 /// `POST /v1/responses`.
 pub async fn responses(State(state): State<AppState>, body: Body) -> Response {
-    let mut guard = state.begin("responses");
-    let deadline = state.deadline();
-    let work = responses_inner(state, body, &mut guard, deadline);
-    let result = within(deadline, D, work).await;
-    guard.respond(result)
+    handle(state, "responses", D, body, |s, b, g, d| {
+        Box::pin(responses_inner(s, b, g, d))
+    })
+    .await
 }
 
 async fn responses_inner(

@@ -21,7 +21,9 @@ pub trait Transcoder: Send + 'static {
     /// Closing events.
     fn done(&mut self, summary: &Summary) -> Vec<SseEvent>;
     /// Closing events of one choice of several (`n` > 1): what [`Self::done`]
-    /// sends for this choice alone (by default all of it).
+    /// sends for this choice alone (by default all of it). `choice_done`
+    /// then `all_done` of one summary must be what `done` sends: a single
+    /// generation streams that way.
     fn choice_done(&mut self, summary: &Summary) -> Vec<SseEvent> {
         self.done(summary)
     }
@@ -53,48 +55,8 @@ pub fn sse_response<T: Transcoder>(
     transcoder: T,
     guard: RequestGuard,
 ) -> Response {
-    struct Live<T> {
-        generation: Generation,
-        transcoder: T,
-        guard: RequestGuard,
-    }
-    type St<T> = Option<(Live<T>, Option<Vec<SseEvent>>)>;
-    let live = Live {
-        generation,
-        transcoder,
-        guard,
-    };
-    let init: St<T> = Some((live, Some(first)));
-    let stream = stream::unfold(init, |st| async move {
-        let (mut live, first) = st?;
-        if let Some(f) = first {
-            return Some((f, Some((live, None))));
-        }
-        let t = &mut live.transcoder;
-        let (events, outcome) = match live.generation.recv().await {
-            Received::Event(Event::Delta { text, tokens }) => {
-                let evs = t.delta(&text, &tokens);
-                return Some((evs, Some((live, None))));
-            }
-            Received::Event(Event::Done(s)) if s.finish == Finish::Cancelled => {
-                (t.error(CANCELLED), Outcome::Errored)
-            }
-            Received::Event(Event::Done(s)) => (t.done(&s), Outcome::Completed),
-            Received::Event(Event::Error(m)) | Received::TimedOut(m) => {
-                (t.error(&m), Outcome::Errored)
-            }
-            Received::Ended => (
-                t.error("the generation ended without a result"),
-                Outcome::Errored,
-            ),
-        };
-        live.guard.settle(outcome);
-        Some((events, None))
-    })
-    .flat_map(|evs| stream::iter(evs.into_iter().map(Ok::<_, Infallible>)));
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+    // One choice: its `choice_done` then `all_done` are what `done` sends.
+    sse_response_choices(first, vec![generation], vec![transcoder], guard)
 }
 
 /// An SSE response over several choices of one request (`n` > 1): `first`
