@@ -117,3 +117,19 @@ async fn bad_requests_name_the_field() {
     assert_eq!(r.status, 400, "{}", r.text);
     assert_eq!(r.json()["error"]["type"], "exceed_context_size_error");
 }
+
+#[tokio::test]
+async fn backends_without_hidden_states_refuse_clearly() {
+    let engine = load_on(
+        "qwen2",
+        anedvd_testkit::fixtures::Format::GgufF32,
+        anedvd_engine::BackendChoice::AneSim,
+    );
+    let st = anedvd_server::AppState::new(config());
+    st.set_engine(engine, None).unwrap();
+    let app = anedvd_server::router(st);
+    let r = post(&app, EMB, &json!({"input": "Hello"})).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    let m = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(m.contains("cpu backend"), "{m}");
+}

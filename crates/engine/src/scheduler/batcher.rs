@@ -314,7 +314,13 @@ fn admit<'e>(
                 .iter()
                 .copied()
                 .max_by_key(|&i| {
-                    let reusable = batch.reusable_for(i, &prompt);
+                    // A job that refuses its cached prefix takes the slot
+                    // used longest ago, sparing the others' caches.
+                    let reusable = if params.reuse_prefix {
+                        batch.reusable_for(i, &prompt)
+                    } else {
+                        0
+                    };
                     (reusable, u64::MAX - last_used[i])
                 })
                 .unwrap_or(free[0]);
