@@ -69,6 +69,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let template_note = match origin {
         TemplateOrigin::File => "the model's own template".to_string(),
         TemplateOrigin::Builtin(name) => format!("built-in `{name}` template"),
+        TemplateOrigin::Given(from) => format!("the template from {from}"),
     };
     eprintln!(
         "{} · {} · context {max_seq} · /help for commands",

@@ -72,6 +72,11 @@ pub struct ServeArgs {
     /// are the loaded model's states, not a trained embedding model's.
     #[arg(long, default_value = "mean", value_name = "mean|last")]
     pooling: anedvd_engine::Pooling,
+    /// Most tokens one request may generate (llama-server's --n-predict): the
+    /// default for a request that sets no max_tokens / n_predict, and a cap
+    /// on one that asks for more. Default: no limit but the context.
+    #[arg(long, short = 'n', value_name = "N")]
+    n_predict: Option<usize>,
     /// Default sampling for fields a request leaves out.
     #[command(flatten)]
     sampling: SamplingArgs,
@@ -108,7 +113,11 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         header_timeout: Duration::from_secs(args.header_timeout),
         kv_budget_bytes: args.kv_budget.map(|m| m.saturating_mul(1024 * 1024)),
         pooling: args.pooling,
+        max_tokens_cap: args.n_predict,
     };
+    if args.n_predict == Some(0) {
+        anyhow::bail!("--n-predict must be at least 1 (leave it out for no limit)");
+    }
     if args.max_connections == 0 {
         anyhow::bail!("--max-connections must be at least 1");
     }

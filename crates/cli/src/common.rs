@@ -1,8 +1,8 @@
 //! Options and helpers shared by the model-running subcommands.
 
 use anedvd_engine::{
-    BackendChoice, BackendOptions, ConfigOverrides, CpuOptions, Engine, IsaCap, LoadOptions,
-    LoadStage, LowerOptions, RopePairing, SamplingParams, Variant,
+    BackendChoice, BackendOptions, BuiltinTemplate, ConfigOverrides, CpuOptions, Engine, IsaCap,
+    LoadOptions, LoadStage, LowerOptions, RopePairing, SamplingParams, TemplateOverride, Variant,
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -49,7 +49,20 @@ pub struct ModelArgs {
     /// is caught too. The load fails naming the first bad tensor and element.
     #[arg(long)]
     pub check_tensors: bool,
+    /// Use this chat template instead of the model's own: a built-in's name
+    /// (gemma, chatml, llama3, llama2, mistral, phi3, lfm2, smollm2, qwen3)
+    /// or the Jinja text itself (as llama-server's --chat-template with --jinja).
+    /// The template decides the tool-call format too.
+    #[arg(long, value_name = "NAME|JINJA", conflicts_with = "chat_template_file")]
+    pub chat_template: Option<String>,
+    /// Read the chat template (Jinja, as in a model's tokenizer_config.json or
+    /// chat_template.jinja) from this file instead of using the model's own.
+    #[arg(long, value_name = "PATH")]
+    pub chat_template_file: Option<PathBuf>,
 }
+
+/// Largest chat template file read (real ones are under 100 KiB).
+const MAX_TEMPLATE_FILE_BYTES: u64 = 4 << 20;
 
 /// Which backend runs the model (for run, chat, serve, bench).
 #[derive(Debug, Args, Clone)]
@@ -228,6 +241,52 @@ impl ModelArgs {
         })
     }
 
+    /// The chat template given by `--chat-template` or `--chat-template-file`.
+    /// A bare word is a built-in's name (a typo is an error listing them);
+    /// anything else is Jinja text.
+    pub fn template_override(&self) -> Result<Option<TemplateOverride>> {
+        if let Some(path) = &self.chat_template_file {
+            let size = std::fs::metadata(path)
+                .with_context(|| format!("--chat-template-file {}", path.display()))?
+                .len();
+            if size > MAX_TEMPLATE_FILE_BYTES {
+                bail!(
+                    "--chat-template-file {}: {size} bytes; a chat template is at most {} bytes",
+                    path.display(),
+                    MAX_TEMPLATE_FILE_BYTES
+                );
+            }
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--chat-template-file {}", path.display()))?;
+            return Ok(Some(TemplateOverride::Source {
+                text,
+                from: path.display().to_string(),
+            }));
+        }
+        let Some(given) = &self.chat_template else {
+            return Ok(None);
+        };
+        if let Some(b) = BuiltinTemplate::from_name(given) {
+            return Ok(Some(TemplateOverride::Builtin(b)));
+        }
+        let is_word = !given.is_empty()
+            && given
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if is_word {
+            let names: Vec<&str> = BuiltinTemplate::ALL.iter().map(|b| b.name()).collect();
+            bail!(
+                "--chat-template {given}: no built-in template has that name (built-ins: {}); \
+                 pass Jinja text, or a file with --chat-template-file",
+                names.join(", ")
+            );
+        }
+        Ok(Some(TemplateOverride::Source {
+            text: given.clone(),
+            from: "--chat-template".into(),
+        }))
+    }
+
     /// CPU threads: the flag, else one per logical CPU.
     pub fn threads(&self) -> usize {
         self.threads.unwrap_or_else(default_threads)
@@ -240,6 +299,7 @@ impl ModelArgs {
             backend_options: backend.options(self.threads())?,
             overrides: self.overrides()?,
             check_tensors: self.check_tensors,
+            chat_template: self.template_override()?,
         })
     }
 
@@ -445,6 +505,7 @@ impl SpecArgs {
         };
         let options = LoadOptions {
             overrides: ConfigOverrides::default(),
+            chat_template: None,
             ..model.load_options(backend)?
         };
         let path = resolve_model_path(path)?;
@@ -559,6 +620,53 @@ mod tests {
         for name in anedvd_engine::family_names() {
             assert!(help.contains(name), "--family help lacks {name}: {help}");
         }
+    }
+
+    fn given(args: &[&str]) -> Result<Option<TemplateOverride>> {
+        let cli = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))?;
+        cli.model.template_override()
+    }
+
+    #[test]
+    fn chat_template_flags() {
+        assert_eq!(given(&[]).unwrap(), None);
+        assert_eq!(
+            given(&["--chat-template", "chatml"]).unwrap(),
+            Some(TemplateOverride::Builtin(BuiltinTemplate::Chatml))
+        );
+        // Anything but a bare word is Jinja text, as llama-server takes it.
+        let text = "{{ messages[0].content }}";
+        assert_eq!(
+            given(&["--chat-template", text]).unwrap(),
+            Some(TemplateOverride::Source {
+                text: text.into(),
+                from: "--chat-template".into()
+            })
+        );
+        // A bare word that names no built-in is a typo, not a template.
+        let err = given(&["--chat-template", "chatm1"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("chatm1") && err.contains("llama3"), "{err}");
+        let dir = std::env::temp_dir().join(format!("anedvd-tmpl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("t.jinja");
+        std::fs::write(&file, text).unwrap();
+        let f = file.to_str().unwrap();
+        assert_eq!(
+            given(&["--chat-template-file", f]).unwrap(),
+            Some(TemplateOverride::Source {
+                text: text.into(),
+                from: f.into()
+            })
+        );
+        let missing = dir.join("missing.jinja");
+        let err = given(&["--chat-template-file", missing.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing.jinja"), "{err}");
+        assert!(given(&["--chat-template", "chatml", "--chat-template-file", f]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
 

@@ -122,6 +122,14 @@ pub enum Error {
     /// The model has no chat template and none is built in for its family.
     #[error("the model has no chat template and no built-in template matches it; use --raw")]
     NoTemplate,
+    /// A chat template given in place of the model's does not compile.
+    #[error("chat template ({from}): {detail}")]
+    GivenTemplate {
+        /// Where it came from (a file's path, `--chat-template`, a built-in's name).
+        from: String,
+        /// The template engine's message.
+        detail: String,
+    },
 }
 
 /// Result alias for this crate.

@@ -47,6 +47,7 @@ pub use anedvd_model::ConfigOverrides;
 pub fn family_names() -> Vec<&'static str> {
     anedvd_model::family::all().iter().map(|f| f.name).collect()
 }
+pub use anedvd_chat::BuiltinTemplate;
 pub use anedvd_tokenizer::Tokenizer;
 pub use backends::{build_backend, BackendChoice, BackendOptions};
 pub use batch::EngineBatch;
@@ -56,6 +57,6 @@ pub use generate::{
     check_request, generate, generate_speculative, Decoding, FinishReason, GenerateParams,
     Generation, Step, Timings, TokenEvent,
 };
-pub use load::{check_tensors, Engine, LoadOptions, LoadStage, TemplateOrigin};
+pub use load::{check_tensors, Engine, LoadOptions, LoadStage, TemplateOrigin, TemplateOverride};
 pub use sampler::{Sampler, SamplingParams};
 pub use session::EngineSession;

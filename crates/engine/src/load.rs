@@ -6,7 +6,9 @@ use crate::constrain::{CompiledGrammar, Constraints, Grammar};
 use crate::session::EngineSession;
 use crate::{Error, Result};
 use anedvd_base::WeightSource;
-use anedvd_chat::{builtin_for, template_from_hf_files, ChatTemplate, Message, RenderOptions};
+use anedvd_chat::{
+    builtin_for, template_from_hf_files, BuiltinTemplate, ChatTemplate, Message, RenderOptions,
+};
 use anedvd_graph::Executable;
 use anedvd_model::{ConfigOverrides, DecoderConfig};
 use anedvd_tokenizer::Tokenizer;
@@ -29,6 +31,24 @@ pub struct LoadOptions {
     /// prepared ([`check_tensors`]; reads the whole model once). A bad
     /// weight fails the load with [`Error::NonFiniteWeight`] naming it.
     pub check_tensors: bool,
+    /// A chat template to use instead of the model's own (or the built-in
+    /// one chosen for it): `--chat-template`, `--chat-template-file`.
+    pub chat_template: Option<TemplateOverride>,
+}
+
+/// A chat template given by the user in place of the model's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateOverride {
+    /// One of the built-in templates, by name (`chatml`, `llama3`, ...).
+    Builtin(BuiltinTemplate),
+    /// Jinja text; `from` says where it came from (a file's path, or
+    /// `--chat-template`), for messages.
+    Source {
+        /// The Jinja source.
+        text: String,
+        /// Its origin, as shown to the user.
+        from: String,
+    },
 }
 
 /// Where the chat template came from.
@@ -38,6 +58,8 @@ pub enum TemplateOrigin {
     File,
     /// A built-in template chosen by architecture and vocabulary (named).
     Builtin(&'static str),
+    /// Given in place of the model's ([`LoadOptions::chat_template`]): where from.
+    Given(String),
 }
 
 /// Progress of [`Engine::load`], for progress displays.
@@ -139,7 +161,10 @@ impl Engine {
         let (config, program) =
             build_model(path, opened.kind, weights.clone(), &options.overrides)?;
 
-        let template = pick_template(file_template, &config, &tokenizer)?;
+        let template = match &options.chat_template {
+            Some(given) => Some(given_template(given, &tokenizer)?),
+            None => pick_template(file_template, &config, &tokenizer)?,
+        };
 
         if options.check_tensors {
             scan_with_progress(weights.as_ref(), path, |done, total| {
@@ -282,12 +307,20 @@ impl Engine {
     /// [`Engine::chat_prompt`] with explicit render options (template kwargs,
     /// tools, a fixed clock, ...).
     pub fn chat_prompt_with(&self, messages: &[Message], opts: &RenderOptions) -> Result<Vec<u32>> {
-        let (tmpl, origin) = self.template.as_ref().ok_or(Error::NoTemplate)?;
-        let text = tmpl.render(messages, opts)?;
-        match origin {
-            TemplateOrigin::File => Ok(self.tokenizer.encode(&text, false, true)?),
-            TemplateOrigin::Builtin(_) => self.encode_rendered(&text),
+        let text = self.chat_text(messages, opts)?;
+        match self.template.as_ref().map(|(_, origin)| origin) {
+            Some(TemplateOrigin::File) => Ok(self.tokenizer.encode(&text, false, true)?),
+            // Templates not made for this model may or may not write BOS: add
+            // it where the model wants one and the text lacks it (as llama.cpp).
+            _ => self.encode_rendered(&text),
         }
+    }
+
+    /// The conversation rendered by the chat template, as text (what
+    /// [`Engine::chat_prompt_with`] tokenizes; llama-server's `/apply-template`).
+    pub fn chat_text(&self, messages: &[Message], opts: &RenderOptions) -> Result<String> {
+        let (tmpl, _) = self.template.as_ref().ok_or(Error::NoTemplate)?;
+        Ok(tmpl.render(messages, opts)?)
     }
 
     /// Tokenizes raw text as a prompt: BOS per the model's metadata.
@@ -305,17 +338,40 @@ impl Engine {
     }
 }
 
-fn pick_template(
-    file_template: Option<String>,
-    config: &DecoderConfig,
-    tokenizer: &Tokenizer,
-) -> Result<Option<(ChatTemplate, TemplateOrigin)>> {
+/// The tokenizer's BOS and EOS texts, as templates see them (`bos_token`, `eos_token`).
+fn special_texts(tokenizer: &Tokenizer) -> (String, String) {
     let text = |id: Option<u32>| {
         id.and_then(|i| tokenizer.token_text(i))
             .unwrap_or("")
             .to_owned()
     };
-    let (bos, eos) = (text(tokenizer.bos_id()), text(tokenizer.eos_id()));
+    (text(tokenizer.bos_id()), text(tokenizer.eos_id()))
+}
+
+/// The template the user gave in place of the model's; a template that does
+/// not compile is an error naming where it came from.
+fn given_template(
+    given: &TemplateOverride,
+    tokenizer: &Tokenizer,
+) -> Result<(ChatTemplate, TemplateOrigin)> {
+    let (bos, eos) = special_texts(tokenizer);
+    let (text, from) = match given {
+        TemplateOverride::Builtin(b) => (b.source(), format!("built-in `{}`", b.name())),
+        TemplateOverride::Source { text, from } => (text.as_str(), from.clone()),
+    };
+    let tmpl = ChatTemplate::new(text, &bos, &eos).map_err(|e| Error::GivenTemplate {
+        from: from.clone(),
+        detail: e.to_string(),
+    })?;
+    Ok((tmpl, TemplateOrigin::Given(from)))
+}
+
+fn pick_template(
+    file_template: Option<String>,
+    config: &DecoderConfig,
+    tokenizer: &Tokenizer,
+) -> Result<Option<(ChatTemplate, TemplateOrigin)>> {
+    let (bos, eos) = special_texts(tokenizer);
     if let Some(src) = file_template {
         return Ok(Some((
             ChatTemplate::new(&src, &bos, &eos)?,

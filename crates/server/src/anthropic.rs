@@ -2,17 +2,20 @@
 
 use crate::error::{ApiError, Dialect, ErrorKind};
 use crate::metrics::RequestGuard;
-use crate::openai::{chat_prompt, flatten_content};
+use crate::openai::flatten_content;
 use crate::request::{
     collect, generate_params, handle, is_set, new_id, read_json, typed, Deadline, Sampling,
 };
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
 use crate::structured::Shaping;
+use crate::template::{chat_prompt, render_options};
 use crate::tools::{call_id, ToolUse};
 use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
 use anedvd_engine::tool_format::{ParsedCall, StreamItem, ToolStream};
-use anedvd_engine::{Content, ContentPart, FunctionCall, GenerateParams, Message, ToolCall};
+use anedvd_engine::{
+    Content, ContentPart, FunctionCall, GenerateParams, Message, RenderOptions, ToolCall,
+};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
@@ -85,7 +88,9 @@ fn to_messages(req: &MessagesRequest) -> Result<Vec<Message>, ApiError> {
         }
         out.extend(split_tool_blocks(i, m)?);
     }
-    if out.is_empty() {
+    if req.messages.is_empty() {
+        // Anthropic's API refuses an empty conversation (llama-server
+        // accepts one; most templates index messages[0] and fail anyway).
         return Err(ApiError::invalid(
             D,
             "messages",
@@ -211,6 +216,13 @@ pub(crate) struct DecodedMessages {
     shaping: Shaping,
     tools: Option<ToolUse>,
     stop: Vec<String>,
+    render: RenderOptions,
+}
+
+/// Anthropic's render rule: a final assistant message is a prefill the
+/// reply continues; otherwise a new assistant turn is opened.
+fn prefill_options(messages: &[Message]) -> Result<RenderOptions, ApiError> {
+    render_options(&Value::Null, messages, D)
 }
 
 /// Decodes a Messages body (every check that needs no model).
@@ -228,6 +240,7 @@ pub(crate) fn decode_messages(state: &AppState, v: Value) -> Result<DecodedMessa
         ));
     };
     let messages = to_messages(&req)?;
+    let render = prefill_options(&messages)?;
     let params = generate_params(state, &sampling, Some(max_tokens), 0, D)?;
     let stop = req.stop_sequences.clone().unwrap_or_default();
     Ok(DecodedMessages {
@@ -237,6 +250,7 @@ pub(crate) fn decode_messages(state: &AppState, v: Value) -> Result<DecodedMessa
         shaping,
         tools,
         stop,
+        render,
     })
 }
 
@@ -262,15 +276,18 @@ async fn inner(
         shaping,
         tools,
         stop,
+        render,
     } = decode_messages(&state, v)?;
     let ready = state.ready(D)?;
     shaping.apply(&ready.engine, &mut params, D).await?;
     let (prompt, format) = match &tools {
         Some(t) => {
-            let (prompt, format) = t.prepare(&ready.engine, &messages, &mut params, D).await?;
+            let (prompt, format) = t
+                .prepare(&ready.engine, &messages, &render, &mut params, D)
+                .await?;
             (prompt, Some(format))
         }
-        None => (chat_prompt(&ready.engine, &messages, D)?, None),
+        None => (chat_prompt(&ready.engine, &messages, &render, D)?, None),
     };
     let input_tokens = prompt.len();
     let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
@@ -466,8 +483,9 @@ pub async fn count_tokens(State(state): State<AppState>, body: Body) -> Response
     let run = async {
         let v = read_json(body, state.config().max_body_bytes, D).await?;
         let messages = decode_count_tokens(v)?;
+        let render = prefill_options(&messages)?;
         let ready = state.ready(D)?;
-        let prompt = chat_prompt(&ready.engine, &messages, D)?;
+        let prompt = chat_prompt(&ready.engine, &messages, &render, D)?;
         Ok::<_, ApiError>(Json(json!({"input_tokens": prompt.len()})).into_response())
     };
     run.await.unwrap_or_else(IntoResponse::into_response)

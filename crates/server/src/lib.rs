@@ -32,6 +32,7 @@ mod serve;
 mod sse;
 mod state;
 mod structured;
+mod template;
 mod tools;
 
 pub use anedvd_engine::scheduler::{
@@ -100,6 +101,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(models))
         .route("/models", get(models))
         .route("/metrics", get(metrics_text))
+        .route("/apply-template", post(template::apply_template))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));

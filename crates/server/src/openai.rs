@@ -9,10 +9,11 @@ use crate::request::{
 use crate::sse::{json_event, sse_response_choices, Transcoder};
 use crate::state::{AppState, Ready};
 use crate::structured::Shaping;
+use crate::template::{chat_prompt, render_options};
 use crate::tools::{arguments_as_objects, call_id, ToolUse};
 use anedvd_engine::scheduler::{Finish, Summary, TokenInfo};
 use anedvd_engine::tool_format::{ParsedCall, StreamItem, ToolFormat, ToolStream};
-use anedvd_engine::{Content, GenerateParams, Message, Tokenizer};
+use anedvd_engine::{Content, GenerateParams, Message, RenderOptions, Tokenizer};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
@@ -167,24 +168,6 @@ pub fn flatten_content(messages: &mut [Message], dialect: Dialect) -> Result<(),
     Ok(())
 }
 
-/// Renders messages with the model's chat template into prompt ids.
-pub fn chat_prompt(
-    engine: &anedvd_engine::Engine,
-    messages: &[Message],
-    dialect: Dialect,
-) -> Result<Vec<u32>, ApiError> {
-    if messages.is_empty() {
-        return Err(ApiError::invalid(
-            dialect,
-            "messages",
-            "`messages` must not be empty",
-        ));
-    }
-    engine
-        .chat_prompt(messages)
-        .map_err(|e| ApiError::new(dialect, ErrorKind::InvalidRequest, e.to_string()))
-}
-
 /// Usage of a request's choices: the prompt once (as the first choice ran
 /// it), the completions summed.
 fn usage_of(all: &[Summary]) -> Value {
@@ -274,6 +257,8 @@ pub(crate) struct DecodedChat {
     want_lp: bool,
     /// Choices to sample.
     n: usize,
+    /// How the conversation is rendered.
+    render: RenderOptions,
 }
 
 /// Decodes a chat completion body (every check that needs no model).
@@ -290,9 +275,17 @@ pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, Api
         ));
     }
     let sampling: Sampling = typed(v.clone(), D)?;
-    let mut req: ChatRequest = typed(v, D)?;
+    let mut req: ChatRequest = typed(v.clone(), D)?;
+    if req.messages.is_empty() {
+        return Err(ApiError::invalid(
+            D,
+            "messages",
+            "`messages` must not be empty",
+        ));
+    }
     flatten_content(&mut req.messages, D)?;
     arguments_as_objects(&mut req.messages);
+    let render = render_options(&v, &req.messages, D)?;
     let top = req.top_logprobs.unwrap_or(0);
     if top > MAX_TOP_LOGPROBS {
         return Err(ApiError::invalid(
@@ -322,6 +315,7 @@ pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, Api
         top,
         want_lp,
         n,
+        render,
     })
 }
 
@@ -348,6 +342,7 @@ pub(crate) async fn prepare_chat(
         shaping,
         tools,
         stop,
+        render,
         ..
     } = decoded;
     let ready = state.ready(D)?;
@@ -355,11 +350,11 @@ pub(crate) async fn prepare_chat(
     let (prompt, format) = match &tools {
         Some(t) => {
             let (prompt, format) = t
-                .prepare(&ready.engine, &req.messages, &mut params, D)
+                .prepare(&ready.engine, &req.messages, &render, &mut params, D)
                 .await?;
             (prompt, Some(format))
         }
-        None => (chat_prompt(&ready.engine, &req.messages, D)?, None),
+        None => (chat_prompt(&ready.engine, &req.messages, &render, D)?, None),
     };
     Ok(PreparedChat {
         req,

@@ -83,6 +83,9 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
     if let Some(m) = obj.get("max_output_tokens") {
         chat.insert("max_completion_tokens".into(), m.clone());
     }
+    // An input that ends with an assistant message is context, not a
+    // prefill: a new turn is opened whatever the last item is.
+    chat.insert("add_generation_prompt".into(), Value::Bool(true));
     let mut messages = Vec::new();
     match obj.get("instructions") {
         None | Some(Value::Null) => {}

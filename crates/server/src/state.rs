@@ -74,6 +74,9 @@ pub struct ServerConfig {
     pub kv_budget_bytes: Option<u64>,
     /// How `/v1/embeddings` pools a text's hidden states (`--pooling`).
     pub pooling: Pooling,
+    /// Most tokens one request generates (`--n-predict`): the default where
+    /// a request sets none, and a cap where it asks for more.
+    pub max_tokens_cap: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -95,6 +98,7 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(30),
             kv_budget_bytes: None,
             pooling: Pooling::Mean,
+            max_tokens_cap: None,
         }
     }
 }

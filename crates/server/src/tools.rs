@@ -136,17 +136,53 @@ impl ToolUse {
         Ok(Some(ToolUse { specs, choice }))
     }
 
-    /// Renders `messages` with the tools into prompt ids and sets up
-    /// `params` (special tokens shown, so call markers reach the parser; a
-    /// grammar when a call is required). Returns the ids and the format the
-    /// output is parsed with.
+    /// Renders `messages` with the tools into prompt ids (under the
+    /// request's render options `base`) and sets up `params` (special tokens
+    /// shown, so call markers reach the parser; a grammar when a call is
+    /// required). Returns the ids and the format the output is parsed with.
     pub async fn prepare(
         &self,
         engine: &Arc<Engine>,
         messages: &[Message],
+        base: &RenderOptions,
         params: &mut GenerateParams,
         dialect: Dialect,
     ) -> Result<(Vec<u32>, ToolFormat), ApiError> {
+        let (messages, opts, format) = self.with_tools(engine, messages, base);
+        let prompt = engine
+            .chat_prompt_with(&messages, &opts)
+            .map_err(|e| ApiError::invalid(dialect, "messages", e.to_string()))?;
+        params.render_special = true;
+        if matches!(self.choice, ToolChoice::Required | ToolChoice::Function(_)) {
+            let lark = format.call_grammar(&self.specs, &self.choice, &engine.tokenizer);
+            params.grammar = Some(compile(engine, Grammar::Lark(lark), "tools", dialect).await?);
+        }
+        Ok((prompt, format))
+    }
+
+    /// The text [`ToolUse::prepare`] tokenizes (llama-server's `/apply-template`).
+    pub fn render_text(
+        &self,
+        engine: &Engine,
+        messages: &[Message],
+        base: &RenderOptions,
+        dialect: Dialect,
+    ) -> Result<String, ApiError> {
+        let (messages, opts, _) = self.with_tools(engine, messages, base);
+        engine
+            .chat_text(&messages, &opts)
+            .map_err(|e| ApiError::invalid(dialect, "messages", e.to_string()))
+    }
+
+    /// The conversation and render options with the tools shown: to the
+    /// template as `tools` where it renders them, else described in the
+    /// system message; and the call format the template implies.
+    fn with_tools(
+        &self,
+        engine: &Engine,
+        messages: &[Message],
+        base: &RenderOptions,
+    ) -> (Vec<Message>, RenderOptions, ToolFormat) {
         let source = engine
             .template
             .as_ref()
@@ -160,28 +196,23 @@ impl ToolUse {
             describe_tools(&mut messages, &template_tools);
         }
         let opts = RenderOptions {
-            add_generation_prompt: true,
             tools: native.then(|| Value::Array(template_tools)),
-            ..RenderOptions::default()
+            ..base.clone()
         };
-        let prompt = engine
-            .chat_prompt_with(&messages, &opts)
-            .map_err(|e| ApiError::invalid(dialect, "messages", e.to_string()))?;
-        params.render_special = true;
-        if matches!(self.choice, ToolChoice::Required | ToolChoice::Function(_)) {
-            let lark = format.call_grammar(&self.specs, &self.choice, &engine.tokenizer);
-            params.grammar = Some(compile(engine, Grammar::Lark(lark), "tools", dialect).await?);
-        }
-        Ok((prompt, format))
+        (messages, opts, format)
     }
 }
 
 /// A tool in the OpenAI shape chat templates expect.
 fn openai_tool(spec: &ToolSpec) -> Value {
-    let mut f = json!({"name": spec.name, "parameters": spec.parameters});
+    // OpenAI's key order (name, description, parameters): templates print
+    // the object with `tojson`, which keeps it.
+    let mut f = serde_json::Map::new();
+    f.insert("name".into(), json!(spec.name));
     if let Some(d) = &spec.description {
-        f["description"] = json!(d);
+        f.insert("description".into(), json!(d));
     }
+    f.insert("parameters".into(), spec.parameters.clone());
     json!({"type": "function", "function": f})
 }
 

@@ -170,16 +170,30 @@ pub async fn open_stream(app: &Router, prompt: &Value) -> Body {
 /// The tiny qwen2 fixture with a 2048-position context (its trained 256 is
 /// too short for a rendered tool listing: ~1 token per byte).
 pub fn wide_app() -> Router {
+    wide_app_with(None, ServerConfig::default())
+}
+
+/// The qwen2 fixture with a 2048-position context, `chat_template` in place
+/// of its own, and `config`'s settings beyond [`config`]'s (model, sampling,
+/// context size are set here).
+pub fn wide_app_with(
+    chat_template: Option<anedvd_engine::TemplateOverride>,
+    config_extra: ServerConfig,
+) -> Router {
     let mut overrides = fixtures::overrides("qwen2", Format::GgufF32);
     overrides.n_ctx_train = Some(2048);
     let options = LoadOptions {
         backend_options: anedvd_engine::BackendOptions::with_threads(1),
         overrides,
+        chat_template,
         ..LoadOptions::default()
     };
     let engine = Engine::load(fixtures::path("qwen2", Format::GgufF32), &options, |_| {}).unwrap();
-    let mut cfg = config();
-    cfg.max_seq = 2048;
+    let cfg = ServerConfig {
+        max_seq: 2048,
+        max_tokens_cap: config_extra.max_tokens_cap,
+        ..config()
+    };
     let st = AppState::new(cfg);
     st.set_engine(engine, None).unwrap();
     router(st)
