@@ -63,6 +63,13 @@ if [ ! -f "$TESTS/utils.py" ]; then
   fi
   tar -xzf "$SDIST" -C "$WORK" "$TESTS_SUB/" || exit 1
 fi
+# the chat templates the tests give with --chat-template-file (../../../models/templates)
+TEMPLATES_SUB=llama_cpp_python-$VER/vendor/llama.cpp/models/templates
+if [ ! -d "$WORK/$TEMPLATES_SUB" ]; then
+  SDIST=""
+  for c in "$WORK/sdist/$SDIST_NAME" "/tmp/lcpp/sdist/$SDIST_NAME"; do [ -f "$c" ] && SDIST=$c && break; done
+  [ -n "$SDIST" ] && tar -xzf "$SDIST" -C "$WORK" "$TEMPLATES_SUB/"
+fi
 
 # 2. the venv (requirements.txt's packages, plus pytest-timeout so a hang fails one test)
 VENV=$WORK/venv

@@ -63,7 +63,9 @@ cases = [
     case("own_no_generation_prompt", own, CHAT, add_generation_prompt=False),
     case("own_prefill", own, PREFILL, continue_final_message=True),
     case("own_tools", own, CHAT, add_generation_prompt=True, tools=TOOLS),
-    case("builtin_llama3", llama3, CHAT, template_name="llama3", add_generation_prompt=True),
+    # the server passes today as `date_string` (as llama-server does): fixed here by the request
+    case("builtin_llama3", llama3, CHAT, template_name="llama3", add_generation_prompt=True,
+         date_string="01 Jan 2030"),
     case("inline_kwargs", INLINE, CHAT, template_name="inline", add_generation_prompt=True,
          greeting="hi"),
 ]

@@ -77,6 +77,17 @@ pub struct ServeArgs {
     /// on one that asks for more. Default: no limit but the context.
     #[arg(long, short = 'n', value_name = "N")]
     n_predict: Option<usize>,
+    /// Every (non-streamed) chat reply carries a `__verbose` object with the
+    /// prompt the chat template rendered, as llama-server's --verbose; for
+    /// debugging templates. One request asks for it with `"verbose": true`.
+    #[arg(long)]
+    verbose: bool,
+    /// Whether reasoning models think: the `enable_thinking` variable every
+    /// chat template gets (as llama-server's --reasoning; a request's
+    /// `chat_template_kwargs` overrides it). The thinking text is part of the
+    /// reply's content (no `reasoning_content` split).
+    #[arg(long, default_value = "on", value_name = "on|off")]
+    reasoning: Toggle,
     /// Default sampling for fields a request leaves out.
     #[command(flatten)]
     sampling: SamplingArgs,
@@ -114,6 +125,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         kv_budget_bytes: args.kv_budget.map(|m| m.saturating_mul(1024 * 1024)),
         pooling: args.pooling,
         max_tokens_cap: args.n_predict,
+        verbose_replies: args.verbose,
+        thinking: args.reasoning == Toggle::On,
     };
     if args.n_predict == Some(0) {
         anyhow::bail!("--n-predict must be at least 1 (leave it out for no limit)");
@@ -234,4 +247,11 @@ async fn wait_for_signal() {
         () = ctrl_c => {}
         () = term => {}
     }
+}
+
+/// An on/off switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Toggle {
+    On,
+    Off,
 }

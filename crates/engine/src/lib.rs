@@ -38,7 +38,9 @@ pub mod tool_format;
 pub mod tools;
 
 pub use anedvd_ane::{DriverKind, LowerOptions, Variant, DEFAULT_COMPILE_BUDGET};
-pub use anedvd_chat::{Content, ContentPart, FunctionCall, Message, RenderOptions, ToolCall};
+pub use anedvd_chat::{
+    Content, ContentPart, FunctionCall, Message, RenderOptions, Timestamp, ToolCall,
+};
 pub use anedvd_cpu::{CpuOptions, IsaCap};
 pub use anedvd_graph::{BatchItem, LogitsMode, RopePairing};
 pub use anedvd_model::ConfigOverrides;

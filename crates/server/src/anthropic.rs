@@ -221,8 +221,8 @@ pub(crate) struct DecodedMessages {
 
 /// Anthropic's render rule: a final assistant message is a prefill the
 /// reply continues; otherwise a new assistant turn is opened.
-fn prefill_options(messages: &[Message]) -> Result<RenderOptions, ApiError> {
-    render_options(&Value::Null, messages, D)
+fn prefill_options(state: &AppState, messages: &[Message]) -> Result<RenderOptions, ApiError> {
+    render_options(&Value::Null, messages, state.config().thinking, D)
 }
 
 /// Decodes a Messages body (every check that needs no model).
@@ -240,7 +240,7 @@ pub(crate) fn decode_messages(state: &AppState, v: Value) -> Result<DecodedMessa
         ));
     };
     let messages = to_messages(&req)?;
-    let render = prefill_options(&messages)?;
+    let render = prefill_options(state, &messages)?;
     let params = generate_params(state, &sampling, Some(max_tokens), 0, D)?;
     let stop = req.stop_sequences.clone().unwrap_or_default();
     Ok(DecodedMessages {
@@ -483,7 +483,7 @@ pub async fn count_tokens(State(state): State<AppState>, body: Body) -> Response
     let run = async {
         let v = read_json(body, state.config().max_body_bytes, D).await?;
         let messages = decode_count_tokens(v)?;
-        let render = prefill_options(&messages)?;
+        let render = prefill_options(&state, &messages)?;
         let ready = state.ready(D)?;
         let prompt = chat_prompt(&ready.engine, &messages, &render, D)?;
         Ok::<_, ApiError>(Json(json!({"input_tokens": prompt.len()})).into_response())

@@ -51,6 +51,10 @@ struct ChatRequest {
     logprobs: Option<bool>,
     #[serde(default)]
     top_logprobs: Option<u32>,
+    /// llama-server's debugging aid: the reply carries `__verbose` with the
+    /// rendered prompt (also for every request under `serve --verbose`).
+    #[serde(default)]
+    verbose: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -285,7 +289,7 @@ pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, Api
     }
     flatten_content(&mut req.messages, D)?;
     arguments_as_objects(&mut req.messages);
-    let render = render_options(&v, &req.messages, D)?;
+    let render = render_options(&v, &req.messages, state.config().thinking, D)?;
     let top = req.top_logprobs.unwrap_or(0);
     if top > MAX_TOP_LOGPROBS {
         return Err(ApiError::invalid(
@@ -391,6 +395,13 @@ async fn chat_inner(
         stop,
         format,
     } = prepare_chat(&state, decoded).await?;
+    let verbose = (req.verbose.unwrap_or(false) || state.config().verbose_replies).then(|| {
+        ready
+            .engine
+            .tokenizer
+            .decode(&prompt, false)
+            .unwrap_or_default()
+    });
     let generations = state.submit_choices(D, &ready, prompt, params, stop, deadline, n)?;
     let id = new_id("chatcmpl-");
     let model = state.config().model_id.clone();
@@ -446,7 +457,7 @@ async fn chat_inner(
         })
         .collect();
     let summaries: Vec<Summary> = results.into_iter().map(|(_, s)| s).collect();
-    Ok(Json(json!({
+    let mut reply = json!({
         "id": id,
         "object": "chat.completion",
         "created": created,
@@ -458,8 +469,11 @@ async fn chat_inner(
             "seconds": summaries[0].seconds,
             "decode_tokens_per_second": summaries[0].decode_tps,
         },
-    }))
-    .into_response())
+    });
+    if let Some(prompt) = verbose {
+        reply["__verbose"] = json!({ "prompt": prompt });
+    }
+    Ok(Json(reply).into_response())
 }
 
 /// One choice of a chat reply: the text split into content and tool calls

@@ -77,6 +77,12 @@ pub struct ServerConfig {
     /// Most tokens one request generates (`--n-predict`): the default where
     /// a request sets none, and a cap where it asks for more.
     pub max_tokens_cap: Option<usize>,
+    /// Every chat reply carries `__verbose` with its rendered prompt
+    /// (`serve --verbose`, as llama-server's).
+    pub verbose_replies: bool,
+    /// The `enable_thinking` every template gets unless the request's
+    /// `chat_template_kwargs` says otherwise (`serve --reasoning on|off`).
+    pub thinking: bool,
 }
 
 impl Default for ServerConfig {
@@ -99,6 +105,8 @@ impl Default for ServerConfig {
             kv_budget_bytes: None,
             pooling: Pooling::Mean,
             max_tokens_cap: None,
+            verbose_replies: false,
+            thinking: true,
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::openai::flatten_content;
 use crate::request::{read_json, typed};
 use crate::state::AppState;
 use crate::tools::{arguments_as_objects, ToolUse};
-use anedvd_engine::{Engine, Message, RenderOptions};
+use anedvd_engine::{Engine, Message, RenderOptions, Timestamp};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -22,10 +22,13 @@ use serde_json::{json, Value};
 /// assistant's, i.e. a final assistant message is a prefill the reply
 /// continues, as llama-server does and as Anthropic's API defines it, unless
 /// `add_generation_prompt` is explicitly true), `chat_template_kwargs` (extra
-/// template variables such as `enable_thinking`).
+/// template variables such as `enable_thinking`), over the server's defaults:
+/// today's date as `date_string` and `datetime`, and `enable_thinking` =
+/// `thinking` (`serve --reasoning`).
 pub(crate) fn render_options(
     v: &Value,
     messages: &[Message],
+    thinking: bool,
     dialect: Dialect,
 ) -> Result<RenderOptions, ApiError> {
     let flag = |key: &str| -> Result<Option<bool>, ApiError> {
@@ -50,9 +53,17 @@ pub(crate) fn render_options(
     }
     let last_is_assistant = messages.last().is_some_and(|m| m.role == "assistant");
     let continue_final_message = cont.unwrap_or(last_is_assistant && add != Some(true));
-    let extra = match v.get("chat_template_kwargs") {
-        None | Some(Value::Null) => Default::default(),
-        Some(Value::Object(m)) => m.clone(),
+    // Today's date, as llama-server gives every template (Llama 3.x reads
+    // `date_string`, FireFunction `datetime`); the request may override.
+    let today = Timestamp::now_utc();
+    let mut extra = serde_json::Map::new();
+    extra.insert("date_string".into(), json!(today.strftime("%d %b %Y")));
+    extra.insert("datetime".into(), json!(today.strftime("%b %d %Y")));
+    // `serve --reasoning`, as llama-server passes it to every template.
+    extra.insert("enable_thinking".into(), json!(thinking));
+    match v.get("chat_template_kwargs") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => extra.extend(m.clone()),
         Some(other) => {
             return Err(ApiError::invalid(
                 dialect,
@@ -60,7 +71,7 @@ pub(crate) fn render_options(
                 format!("`chat_template_kwargs` must be an object, got {other}"),
             ))
         }
-    };
+    }
     Ok(RenderOptions {
         add_generation_prompt: !continue_final_message && add.unwrap_or(true),
         continue_final_message,
@@ -98,7 +109,7 @@ pub async fn apply_template(State(state): State<AppState>, body: Body) -> Respon
         let mut req: ApplyTemplateRequest = typed(v.clone(), D)?;
         flatten_content(&mut req.messages, D)?;
         arguments_as_objects(&mut req.messages);
-        let opts = render_options(&v, &req.messages, D)?;
+        let opts = render_options(&v, &req.messages, state.config().thinking, D)?;
         let ready = state.ready(D)?;
         let prompt = match &tools {
             Some(t) => t.render_text(&ready.engine, &req.messages, &opts, D)?,

@@ -111,6 +111,27 @@ async fn a_given_template_replaces_the_models() {
         json!(c["ids"].as_array().unwrap().len())
     );
 
+    // Without the request's date, the template gets today's (as llama-server
+    // gives it), here checked against the system's `date`.
+    let mut today_body = c["body"].clone();
+    today_body
+        .as_object_mut()
+        .unwrap()
+        .remove("chat_template_kwargs");
+    let r = post(&app, "/apply-template", &today_body).await;
+    let text = r.json()["prompt"].as_str().unwrap().to_owned();
+    if let Ok(out) = std::process::Command::new("date")
+        .env("LC_ALL", "C")
+        .args(["-u", "+%d %b %Y"])
+        .output()
+    {
+        let today = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            text.contains(&format!("Today Date: {today}")),
+            "{today}: {text:?}"
+        );
+    }
+
     let inline = expected()["inline_template"].as_str().unwrap().to_owned();
     let given = TemplateOverride::Source {
         text: inline,
@@ -178,4 +199,19 @@ async fn n_predict_is_the_default_and_the_cap() {
             assert_eq!(n, json!(3), "{v}");
         }
     }
+}
+
+#[tokio::test]
+async fn verbose_replies_carry_the_rendered_prompt() {
+    let app = app_with_template(None);
+    let c = case("own_prefill");
+    let mut body = c["body"].clone();
+    body["max_tokens"] = json!(1);
+    body["verbose"] = json!(true);
+    let r = post(&app, "/v1/chat/completions", &body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json()["__verbose"]["prompt"], c["text"]);
+    body["verbose"] = json!(false);
+    let r = post(&app, "/v1/chat/completions", &body).await;
+    assert!(r.json().get("__verbose").is_none(), "{}", r.text);
 }
