@@ -30,7 +30,7 @@ fn case(name: &str) -> Value {
 }
 
 fn app_with_template(given: Option<TemplateOverride>) -> axum::Router {
-    wide_app_with(given, ServerConfig::default())
+    wide_app_with(given, config())
 }
 
 async fn check_apply(app: &axum::Router, c: &Value) {
@@ -214,4 +214,28 @@ async fn verbose_replies_carry_the_rendered_prompt() {
     body["verbose"] = json!(false);
     let r = post(&app, "/v1/chat/completions", &body).await;
     assert!(r.json().get("__verbose").is_none(), "{}", r.text);
+}
+
+#[tokio::test]
+async fn enable_thinking_follows_the_server_unless_the_request_says() {
+    let probe = TemplateOverride::Source {
+        text: "{% if enable_thinking %}thinks{% else %}does not think{% endif %}".into(),
+        from: "--chat-template".into(),
+    };
+    let body = json!({"messages": [{"role": "user", "content": "hi"}]});
+    for (thinking, expect) in [(true, "thinks"), (false, "does not think")] {
+        let app = wide_app_with(
+            Some(probe.clone()),
+            ServerConfig {
+                thinking,
+                ..config()
+            },
+        );
+        let r = post(&app, "/apply-template", &body).await;
+        assert_eq!(r.json()["prompt"], expect, "{}", r.text);
+        let mut asked = body.clone();
+        asked["chat_template_kwargs"] = json!({"enable_thinking": !thinking});
+        let r = post(&app, "/apply-template", &asked).await;
+        assert_ne!(r.json()["prompt"], expect, "{}", r.text);
+    }
 }

@@ -170,15 +170,14 @@ pub async fn open_stream(app: &Router, prompt: &Value) -> Body {
 /// The tiny qwen2 fixture with a 2048-position context (its trained 256 is
 /// too short for a rendered tool listing: ~1 token per byte).
 pub fn wide_app() -> Router {
-    wide_app_with(None, ServerConfig::default())
+    wide_app_with(None, config())
 }
 
-/// The qwen2 fixture with a 2048-position context, `chat_template` in place
-/// of its own, and `config`'s settings beyond [`config`]'s (model, sampling,
-/// context size are set here).
+/// The qwen2 fixture with a 2048-position context (`cfg.max_seq` is set so)
+/// and `chat_template` in place of its own.
 pub fn wide_app_with(
     chat_template: Option<anedvd_engine::TemplateOverride>,
-    config_extra: ServerConfig,
+    mut cfg: ServerConfig,
 ) -> Router {
     let mut overrides = fixtures::overrides("qwen2", Format::GgufF32);
     overrides.n_ctx_train = Some(2048);
@@ -189,11 +188,7 @@ pub fn wide_app_with(
         ..LoadOptions::default()
     };
     let engine = Engine::load(fixtures::path("qwen2", Format::GgufF32), &options, |_| {}).unwrap();
-    let cfg = ServerConfig {
-        max_seq: 2048,
-        max_tokens_cap: config_extra.max_tokens_cap,
-        ..config()
-    };
+    cfg.max_seq = 2048;
     let st = AppState::new(cfg);
     st.set_engine(engine, None).unwrap();
     router(st)
