@@ -72,9 +72,8 @@ pub struct ServeArgs {
     /// are the loaded model's states, not a trained embedding model's.
     #[arg(long, default_value = "mean", value_name = "mean|last")]
     pooling: anedvd_engine::Pooling,
-    /// Most tokens one request may generate (llama-server's --n-predict): the
-    /// default for a request that sets no max_tokens / n_predict, and a cap
-    /// on one that asks for more. Default: no limit but the context.
+    /// Tokens a request generates when it sets no max_tokens / n_predict
+    /// (llama-server's --n-predict). Default: until EOS or the context's end.
     #[arg(long, short = 'n', value_name = "N")]
     n_predict: Option<usize>,
     /// Every (non-streamed) chat reply carries a `__verbose` object with the
@@ -124,7 +123,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         header_timeout: Duration::from_secs(args.header_timeout),
         kv_budget_bytes: args.kv_budget.map(|m| m.saturating_mul(1024 * 1024)),
         pooling: args.pooling,
-        max_tokens_cap: args.n_predict,
+        default_max_tokens: args.n_predict,
         verbose_replies: args.verbose,
         thinking: args.reasoning == Toggle::On,
     };

@@ -336,8 +336,7 @@ pub(crate) fn decode_completion(state: &AppState, v: Value) -> Result<DecodedCom
     };
     let mut params = generate_params(state, &sampling, None, engine_top, D)?;
     if n_predict >= 0 {
-        let cap = state.config().max_tokens_cap.unwrap_or(usize::MAX);
-        params.max_tokens = usize::try_from(n_predict).unwrap_or(usize::MAX).min(cap);
+        params.max_tokens = usize::try_from(n_predict).unwrap_or(usize::MAX);
     }
     if let Some(n) = req.repeat_last_n {
         params.sampling.repeat_last_n = n;

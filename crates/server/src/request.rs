@@ -267,9 +267,8 @@ pub fn generate_params(
             ));
         }
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        None => usize::MAX,
-    }
-    .min(c.max_tokens_cap.unwrap_or(usize::MAX));
+        None => c.default_max_tokens.unwrap_or(usize::MAX),
+    };
     Ok(GenerateParams {
         max_tokens,
         sampling: p,

@@ -74,9 +74,9 @@ pub struct ServerConfig {
     pub kv_budget_bytes: Option<u64>,
     /// How `/v1/embeddings` pools a text's hidden states (`--pooling`).
     pub pooling: Pooling,
-    /// Most tokens one request generates (`--n-predict`): the default where
-    /// a request sets none, and a cap where it asks for more.
-    pub max_tokens_cap: Option<usize>,
+    /// Tokens a request generates when it sets no `max_tokens` /
+    /// `n_predict` (`--n-predict`); `None` = until EOS or the context's end.
+    pub default_max_tokens: Option<usize>,
     /// Every chat reply carries `__verbose` with its rendered prompt
     /// (`serve --verbose`, as llama-server's).
     pub verbose_replies: bool,
@@ -104,7 +104,7 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(30),
             kv_budget_bytes: None,
             pooling: Pooling::Mean,
-            max_tokens_cap: None,
+            default_max_tokens: None,
             verbose_replies: false,
             thinking: true,
         }

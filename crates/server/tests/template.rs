@@ -1,7 +1,7 @@
 //! Chat rendering through the router: llama-server's `/apply-template`, the
 //! request's `add_generation_prompt` / `continue_final_message` /
 //! `chat_template_kwargs`, an assistant prefill, a template given in place of
-//! the model's (`--chat-template`), and the `--n-predict` cap. Expected texts
+//! the model's (`--chat-template`), and the `--n-predict` default. Expected texts
 //! and ids are transformers' `apply_chat_template`
 //! (tests/server/gen_template_expected.py → template_expected.json).
 #![allow(clippy::unwrap_used)]
@@ -166,39 +166,33 @@ fn a_given_template_that_does_not_compile_is_an_error_naming_it() {
 }
 
 #[tokio::test]
-async fn n_predict_is_the_default_and_the_cap() {
+async fn n_predict_is_the_default_a_request_may_exceed() {
     let app = app(ServerConfig {
-        max_tokens_cap: Some(3),
+        default_max_tokens: Some(3),
         ..config()
     });
     let exp = common::expected();
-    for (body, path) in [
+    let ids = &exp["prompt_ids"];
+    for (body, want) in [
+        (json!({"prompt": ids, "ignore_eos": true}), 3),
         (
-            json!({"prompt": exp["prompt_ids"], "ignore_eos": true}),
-            "/completion",
-        ),
-        (
-            json!({"prompt": exp["prompt_ids"], "n_predict": 10, "ignore_eos": true}),
-            "/completion",
-        ),
-        (
-            json!({"messages": exp["chat_messages"], "max_tokens": 10}),
-            "/v1/chat/completions",
+            json!({"prompt": ids, "n_predict": 5, "ignore_eos": true}),
+            5,
         ),
     ] {
-        let r = post(&app, path, &body).await;
+        let r = post(&app, "/completion", &body).await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-        let v = r.json();
-        let n = if path == "/completion" {
-            v["tokens_predicted"].clone()
-        } else {
-            v["usage"]["completion_tokens"].clone()
-        };
-        assert!(n.as_u64().unwrap() <= 3, "{path} {body}: {v}");
-        if path == "/completion" {
-            assert_eq!(n, json!(3), "{v}");
-        }
+        assert_eq!(
+            r.json()["tokens_predicted"],
+            json!(want),
+            "{body}: {}",
+            r.text
+        );
     }
+    let chat = json!({"messages": exp["chat_messages"]});
+    let r = post(&app, "/v1/chat/completions", &chat).await;
+    let n = r.json()["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!((1..=3).contains(&n), "{}", r.text);
 }
 
 #[tokio::test]
