@@ -489,6 +489,9 @@ struct ReplyContext {
     n_probs: usize,
     return_tokens: bool,
     response_fields: Vec<String>,
+    /// The generation was given the rest of the context (no `n_predict`):
+    /// reaching that limit is the context filling up (`truncated`).
+    fills_context: bool,
 }
 
 fn stop_type(f: Finish) -> &'static str {
@@ -615,7 +618,8 @@ impl ReplyContext {
             "generation_settings": self.settings,
             "prompt": self.prompt,
             "has_new_line": has_new_line,
-            "truncated": s.finish == Finish::ContextFull,
+            "truncated": s.finish == Finish::ContextFull
+                || (self.fills_context && s.finish == Finish::Length),
             "stop_type": stop_type(s.finish),
             "stopping_word": s.stop_sequence.clone().unwrap_or_default(),
             "tokens_cached": s.cached_tokens,
@@ -696,12 +700,20 @@ async fn completion_inner(
             n_probs,
             return_tokens,
             response_fields: response_fields.clone(),
+            fills_context: params.max_tokens == usize::MAX,
         };
         jobs.push((ids, ctx));
     }
     let mut running = Vec::with_capacity(jobs.len());
     for (ids, ctx) in jobs {
-        let g = state.submit(D, &ready, ids, params.clone(), stop.clone(), deadline)?;
+        let mut params = params.clone();
+        if params.max_tokens == usize::MAX {
+            // "Until the context is full" as llama-server counts it: prompt
+            // and generated tokens together fill n_ctx (the engine could
+            // sample one more, from the last position, which needs no row).
+            params.max_tokens = ready.max_seq.saturating_sub(ids.len()).max(1);
+        }
+        let g = state.submit(D, &ready, ids, params, stop.clone(), deadline)?;
         running.push((g, ctx));
     }
     if stream {

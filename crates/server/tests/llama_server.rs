@@ -126,9 +126,8 @@ async fn n_predict_limits_the_output() {
     assert_eq!(v["truncated"], true);
     assert_eq!(v["generation_settings"]["n_predict"], -1);
     let total = v["tokens_evaluated"].as_u64().unwrap() + v["tokens_predicted"].as_u64().unwrap();
-    // Every position is used: the last token is sampled from the last
-    // position's logits and never fed back.
-    assert_eq!(total, 33, "{v}");
+    // As llama-server counts it: prompt and generated tokens fill n_ctx.
+    assert_eq!(total, 32, "{v}");
 
     let r = post(&app, CMPL, &json!({"prompt": "x", "n_predict": -2})).await;
     assert_eq!(error(&r, 400)["param"], "n_predict");
