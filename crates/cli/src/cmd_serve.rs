@@ -74,8 +74,9 @@ pub struct ServeArgs {
     pooling: anedvd_engine::Pooling,
     /// Tokens a request generates when it sets no max_tokens / n_predict
     /// (llama-server's --n-predict). Default: until EOS or the context's end.
-    #[arg(long, short = 'n', value_name = "N")]
-    n_predict: Option<usize>,
+    #[arg(long, short = 'n', value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    n_predict: Option<u64>,
     /// Every (non-streamed) chat reply carries a `__verbose` object with the
     /// prompt the chat template rendered, as llama-server's --verbose; for
     /// debugging templates. One request asks for it with `"verbose": true`.
@@ -123,13 +124,13 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         header_timeout: Duration::from_secs(args.header_timeout),
         kv_budget_bytes: args.kv_budget.map(|m| m.saturating_mul(1024 * 1024)),
         pooling: args.pooling,
-        default_max_tokens: args.n_predict,
+        default_max_tokens: args
+            .n_predict
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         verbose_replies: args.verbose,
         thinking: args.reasoning == Toggle::On,
     };
-    if args.n_predict == Some(0) {
-        anyhow::bail!("--n-predict must be at least 1 (leave it out for no limit)");
-    }
+
     if args.max_connections == 0 {
         anyhow::bail!("--max-connections must be at least 1");
     }
@@ -253,4 +254,35 @@ async fn wait_for_signal() {
 enum Toggle {
     On,
     Off,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[test]
+    fn bad_serve_flag_values_are_refused_by_name() {
+        for (args, flag) in [
+            (&["--n-predict", "0"][..], "--n-predict"),
+            // clap reads a negative number as an unknown flag, and says so.
+            (&["--n-predict", "-3"][..], "'-3'"),
+            (&["--reasoning", "maybe"][..], "--reasoning"),
+        ] {
+            let err = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} was accepted"))
+                .to_string();
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+        let ok = Cli::try_parse_from(["serve", "--n-predict", "64", "--reasoning", "off"]).unwrap();
+        assert_eq!(ok.serve.n_predict, Some(64));
+        assert_eq!(ok.serve.reasoning, Toggle::Off);
+    }
 }

@@ -666,6 +666,19 @@ mod tests {
             .to_string();
         assert!(err.contains("missing.jinja"), "{err}");
         assert!(given(&["--chat-template", "chatml", "--chat-template-file", f]).is_err());
+        // A file far larger than any template is refused before it is read.
+        let huge = dir.join("huge.jinja");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(MAX_TEMPLATE_FILE_BYTES + 1)
+            .unwrap();
+        let err = given(&["--chat-template-file", huge.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("huge.jinja") && err.contains("at most"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -687,6 +687,8 @@ async fn completion_inner(
     settings_v["n_ctx"] = json!(ready.max_seq);
     settings_v["model"] = json!(state.config().model_id);
     let engine = &ready.engine;
+    // No n_predict: the generation is given the rest of the context.
+    let fills_context = params.max_tokens == usize::MAX;
     let mut jobs = Vec::with_capacity(prompts.len());
     for (index, spec) in prompts.iter().enumerate() {
         let ids = tokenize(engine, spec)?;
@@ -700,14 +702,14 @@ async fn completion_inner(
             n_probs,
             return_tokens,
             response_fields: response_fields.clone(),
-            fills_context: params.max_tokens == usize::MAX,
+            fills_context,
         };
         jobs.push((ids, ctx));
     }
     let mut running = Vec::with_capacity(jobs.len());
     for (ids, ctx) in jobs {
         let mut params = params.clone();
-        if params.max_tokens == usize::MAX {
+        if fills_context {
             // "Until the context is full" as llama-server counts it: prompt
             // and generated tokens together fill n_ctx (the engine could
             // sample one more, from the last position, which needs no row).

@@ -335,6 +335,18 @@ pub(crate) struct PreparedChat {
     pub format: Option<ToolFormat>,
 }
 
+impl DecodedChat {
+    /// The text [`prepare_chat`] would tokenize (llama-server's `/apply-template`).
+    pub(crate) fn rendered_text(&self, engine: &anedvd_engine::Engine) -> Result<String, ApiError> {
+        match &self.tools {
+            Some(t) => t.render_text(engine, &self.req.messages, &self.render, D),
+            None => engine
+                .chat_text(&self.req.messages, &self.render)
+                .map_err(|e| ApiError::new(D, ErrorKind::InvalidRequest, e.to_string())),
+        }
+    }
+}
+
 /// Applies a decoded chat request to the loaded model.
 pub(crate) async fn prepare_chat(
     state: &AppState,

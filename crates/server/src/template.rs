@@ -5,16 +5,14 @@
 //! `POST /apply-template`, which returns the rendered text.
 
 use crate::error::{ApiError, Dialect, ErrorKind};
-use crate::openai::flatten_content;
-use crate::request::{read_json, typed};
+use crate::openai::decode_chat;
+use crate::request::read_json;
 use crate::state::AppState;
-use crate::tools::{arguments_as_objects, ToolUse};
 use anedvd_engine::{Engine, Message, RenderOptions, Timestamp};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// The render options in a request body: `add_generation_prompt` (default
@@ -92,32 +90,16 @@ pub fn chat_prompt(
         .map_err(|e| ApiError::new(dialect, ErrorKind::InvalidRequest, e.to_string()))
 }
 
-#[derive(Debug, Deserialize)]
-struct ApplyTemplateRequest {
-    #[serde(default)]
-    messages: Vec<Message>,
-}
-
-/// `POST /apply-template` (llama-server): the conversation rendered by the
-/// chat template, as text (`{"prompt": ...}`), tools included; nothing is
-/// generated.
+/// `POST /apply-template` (llama-server): a chat request's conversation
+/// rendered by the chat template, as text (`{"prompt": ...}`), tools
+/// included; nothing is generated. The body is decoded as a chat request.
 pub async fn apply_template(State(state): State<AppState>, body: Body) -> Response {
     const D: Dialect = Dialect::OpenAi;
     let run = async {
         let v = read_json(body, state.config().max_body_bytes, D).await?;
-        let tools = ToolUse::decode_openai(&v, D)?;
-        let mut req: ApplyTemplateRequest = typed(v.clone(), D)?;
-        flatten_content(&mut req.messages, D)?;
-        arguments_as_objects(&mut req.messages);
-        let opts = render_options(&v, &req.messages, state.config().thinking, D)?;
+        let decoded = decode_chat(&state, v)?;
         let ready = state.ready(D)?;
-        let prompt = match &tools {
-            Some(t) => t.render_text(&ready.engine, &req.messages, &opts, D)?,
-            None => ready
-                .engine
-                .chat_text(&req.messages, &opts)
-                .map_err(|e| ApiError::new(D, ErrorKind::InvalidRequest, e.to_string()))?,
-        };
+        let prompt = decoded.rendered_text(&ready.engine)?;
         Ok::<_, ApiError>(Json(json!({ "prompt": prompt })).into_response())
     };
     run.await.unwrap_or_else(IntoResponse::into_response)

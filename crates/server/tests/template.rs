@@ -94,6 +94,17 @@ async fn a_final_assistant_message_is_continued_unless_a_new_turn_is_asked_for()
         text.ends_with("The capital is<|im_end|>\n<|im_start|>assistant\n"),
         "{text:?}"
     );
+    // A flag that is not a boolean is refused by name.
+    let mut wrong = body.clone();
+    wrong["add_generation_prompt"] = json!("yes");
+    let r = post(&app, "/apply-template", &wrong).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(
+        r.json()["error"]["param"],
+        "add_generation_prompt",
+        "{}",
+        r.text
+    );
     // Both at once is a contradiction.
     body["continue_final_message"] = json!(true);
     let r = post(&app, "/v1/chat/completions", &body).await;
