@@ -161,6 +161,10 @@ pub struct DecoderConfig {
     /// Per layer: the earlier layer whose cached K/V it reads (Gemma 4's
     /// last `num_kv_shared_layers`), `None` for layers with their own cache.
     pub kv_sources: Vec<Option<usize>>,
+    /// Per layer: V is the K projection before its norm and RoPE (Gemma 4
+    /// 31B's `attention_k_eq_v` on full layers; in GGUF, such a layer has
+    /// no `attn_v`).
+    pub v_from_k_layers: Vec<bool>,
     /// Width of the per-layer input embeddings (Gemma 4), if any.
     pub per_layer_input: Option<usize>,
     /// Values get a weightless per-head RMS norm.
@@ -427,9 +431,19 @@ pub(crate) fn resolve(
             });
         }
     }
-    let n_head_kv_layers = r
+    let mut n_head_kv_layers = r
         .per_layer_usize(Param::NHeadKv, n_layer)?
         .unwrap_or_else(|| vec![n_head; n_layer]);
+    // Gemma 4 31B: full layers take V from the K projection, and may have
+    // their own K/V head count.
+    let k_eq_v = r.bool(Param::AttnKEqV)? == Some(true);
+    if r.format == SourceFormat::HuggingFace {
+        let mut types = local_layers(&r, n_layer)?;
+        if last_layer_forced(&r, &types) {
+            types[n_layer - 1] = false;
+        }
+        hf_layer_kv_heads(&r, k_eq_v, &types, &mut n_head_kv_layers)?;
+    }
     let conv_layers = conv_layers(&r, n_layer, &n_head_kv_layers)?;
     // The scalar: the first attention layer's (per-layer zeros mark LFM2's
     // convolution layers, which have no heads).
@@ -458,19 +472,10 @@ pub(crate) fn resolve(
         };
         return Err(r.bad(Param::NHeadKv, reason));
     }
-    for (p, what) in [
-        (
-            Param::AttnKEqV,
-            "`attention_k_eq_v` (full layers taking V from the K projection, Gemma 4 31B)",
-        ),
-        (
-            Param::EnableMoeBlock,
-            "`enable_moe_block` (experts beside the dense FFN, Gemma 4 26B-A4B)",
-        ),
-    ] {
-        if r.bool(p)? == Some(true) {
-            return Err(Error::Unsupported(what.into()));
-        }
+    if r.bool(Param::EnableMoeBlock)? == Some(true) {
+        return Err(Error::Unsupported(
+            "`enable_moe_block` (experts beside the dense FFN, Gemma 4 26B-A4B)".into(),
+        ));
     }
     let head_dim = match r.usize(Param::HeadDim)? {
         Some(d) => d,
@@ -648,6 +653,21 @@ pub(crate) fn resolve(
         }
     }
     let kv_sources = kv_sources(&r, shared_kv, &local_layers)?;
+    let v_from_k_layers = (0..n_layer)
+        .map(|i| {
+            let full_own_kv = !local_layers[i] && kv_sources[i].is_none() && !conv_layers[i];
+            full_own_kv
+                && match format {
+                    SourceFormat::HuggingFace => k_eq_v,
+                    SourceFormat::Gguf => {
+                        q.gguf_v_from_k_when_absent
+                            && [Role::AttnV, Role::AttnQkv].iter().all(|role| {
+                                present_tensor(source, family, format, *role, i).is_none()
+                            })
+                    }
+                }
+        })
+        .collect();
     if r.bool(Param::UseDoubleWideMlp)? == Some(true) {
         for (ff, src) in n_ff_layers.iter_mut().zip(&kv_sources) {
             if src.is_some() {
@@ -708,6 +728,7 @@ pub(crate) fn resolve(
         n_ff,
         n_ff_layers,
         kv_sources,
+        v_from_k_layers,
         per_layer_input,
         v_norm: q.v_norm,
         n_vocab,
@@ -810,15 +831,9 @@ fn head_dims(
     head_dim_swa: Option<usize>,
     sliding: &[bool],
 ) -> Result<Vec<usize>> {
-    let width = sliding.len().saturating_sub(1).to_string().len();
     let head_dim = match r.family.quirks.hf_global_head_dim {
         Some(default) if r.format == SourceFormat::HuggingFace => {
-            let listed = r.md.iter().any(|(k, _)| {
-                k.strip_prefix("text_config.")
-                    .unwrap_or(k)
-                    .starts_with("per_layer_config.")
-            });
-            if listed {
+            if has_per_layer_config(r) {
                 head_dim_swa.unwrap_or(head_dim)
             } else if r.lookup("global_head_dim").is_some() {
                 head_dim
@@ -832,26 +847,68 @@ fn head_dims(
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let keys = [
-                format!("per_layer_config.{i}.head_dim"),
-                format!("per_layer_config.{i:0width$}.head_dim"),
-            ];
-            let given = keys.iter().find_map(|k| r.lookup(k));
-            let hd = match given {
-                Some((key, v)) => v
-                    .as_i64()
-                    .and_then(|x| usize::try_from(x).ok())
-                    .filter(|x| (1..=MAX_DIM).contains(x))
-                    .ok_or_else(|| Error::BadValue {
-                        key,
-                        reason: format!("expected a head dim in 1..={MAX_DIM}, found {v:?}"),
-                    })?,
+            Ok(match per_layer_dim(r, i, sliding.len(), "head_dim")? {
+                Some(hd) => hd,
                 None if *s => head_dim_swa.unwrap_or(head_dim),
                 None => head_dim,
-            };
-            Ok(hd)
+            })
         })
         .collect()
+}
+
+/// HF's `per_layer_config.{i}.<field>` (keys zero-padded to equal width
+/// from 10 layers on) as a dimension in `1..=MAX_DIM`, if given.
+fn per_layer_dim(r: &Reader<'_>, i: usize, n_layer: usize, field: &str) -> Result<Option<usize>> {
+    let width = n_layer.saturating_sub(1).to_string().len();
+    let keys = [
+        format!("per_layer_config.{i}.{field}"),
+        format!("per_layer_config.{i:0width$}.{field}"),
+    ];
+    let Some((key, v)) = keys.iter().find_map(|k| r.lookup(k)) else {
+        return Ok(None);
+    };
+    v.as_i64()
+        .and_then(|x| usize::try_from(x).ok())
+        .filter(|x| (1..=MAX_DIM).contains(x))
+        .map(Some)
+        .ok_or_else(|| Error::BadValue {
+            key,
+            reason: format!("expected a value in 1..={MAX_DIM}, found {v:?}"),
+        })
+}
+
+/// Whether the HF config lists any `per_layer_config`.
+fn has_per_layer_config(r: &Reader<'_>) -> bool {
+    r.md.iter().any(|(k, _)| {
+        k.strip_prefix("text_config.")
+            .unwrap_or(k)
+            .starts_with("per_layer_config.")
+    })
+}
+
+/// HF K/V heads per layer as transformers' Gemma 4 config resolves them:
+/// `per_layer_config.{i}.num_key_value_heads` where listed; without a
+/// `per_layer_config`, full layers (`local` false) of an
+/// `attention_k_eq_v` model take `num_global_key_value_heads`.
+fn hf_layer_kv_heads(
+    r: &Reader<'_>,
+    k_eq_v: bool,
+    local: &[bool],
+    heads: &mut [usize],
+) -> Result<()> {
+    let n_layer = heads.len();
+    if has_per_layer_config(r) {
+        for (i, h) in heads.iter_mut().enumerate() {
+            if let Some(n) = per_layer_dim(r, i, n_layer, "num_key_value_heads")? {
+                *h = n;
+            }
+        }
+    } else if let (true, Some(n)) = (k_eq_v, r.usize(Param::NHeadKvGlobal)?) {
+        for (h, _) in heads.iter_mut().zip(local).filter(|(_, l)| !**l) {
+            *h = n;
+        }
+    }
+    Ok(())
 }
 
 /// The K/V source of each layer: the last `shared` layers read the cache of

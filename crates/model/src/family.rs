@@ -75,6 +75,8 @@ pub enum Param {
     PerLayerInputWidth,
     /// Gemma 4 31B: full layers take V from the K projection.
     AttnKEqV,
+    /// K/V heads of full-attention layers (Gemma 4 31B, with `AttnKEqV`).
+    NHeadKvGlobal,
     /// Gemma 4 26B-A4B: experts beside the dense FFN.
     EnableMoeBlock,
     /// HF's "proportional" RoPE: the share of pairs that rotate.
@@ -325,6 +327,7 @@ pub const COMMON_KEYS: &[KeySpec] = &[
         &["hidden_size_per_layer_input"],
     ),
     key(Param::AttnKEqV, &[], &["attention_k_eq_v"]),
+    key(Param::NHeadKvGlobal, &[], &["num_global_key_value_heads"]),
     key(Param::ExpertGatingFunc, &["{arch}.expert_gating_func"], &[]),
     key(
         Param::LeadingDenseLayers,
@@ -794,6 +797,10 @@ pub struct Quirks {
     /// `global_head_dim`, this when it is absent (transformers'
     /// `Gemma4TextConfig`: 512); `None`: they take `head_dim`.
     pub hf_global_head_dim: Option<usize>,
+    /// GGUF: a full-attention layer without `attn_v` takes V from the K
+    /// projection (llama.cpp's gemma4 loader; how its converter writes
+    /// `attention_k_eq_v` models).
+    pub gguf_v_from_k_when_absent: bool,
 }
 
 impl Quirks {
@@ -820,6 +827,7 @@ impl Quirks {
         expert_gating: Gating::Softmax,
         hf_last_layer_full: false,
         hf_global_head_dim: None,
+        gguf_v_from_k_when_absent: false,
     };
 }
 

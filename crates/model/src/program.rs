@@ -456,6 +456,20 @@ pub(crate) fn build(
                             a.k_norm.clone(),
                         )
                     }
+                    // V is the K projection (Gemma 4 31B): name K's
+                    // tensors for both.
+                    None if cfg.v_from_k_layers.get(i).copied().unwrap_or(false) => {
+                        let wk = names.required(Role::AttnK)?;
+                        let k_bias = names.required_if(cfg.qkv_bias, Role::AttnKBias)?;
+                        (
+                            names.required(Role::AttnQ)?,
+                            wk.clone(),
+                            wk,
+                            k_bias.clone(),
+                            k_bias,
+                            names.required_if(cfg.qk_norm, Role::AttnKNorm)?,
+                        )
+                    }
                     None => {
                         let [wq, wk, wv] = names.split(
                             [Role::AttnQ, Role::AttnK, Role::AttnV],

@@ -27,6 +27,8 @@ fn hf_and_gguf_configs_agree() {
         assert_eq!(hf.format, SourceFormat::HuggingFace);
         assert_eq!(gg.format, SourceFormat::Gguf);
         assert_eq!(hf.family, gg.family, "{family}");
+        assert_eq!(hf.family, fixtures::family_of(family), "{family}");
+        let family = fixtures::family_of(family);
         // Gemma 2/3 HF files store `w` of a `(1 + w)` norm; Gemma 4's are plain.
         let gemma = ["gemma2", "gemma3"].contains(&family);
         assert_eq!(
@@ -128,14 +130,20 @@ fn inv_freq(p: &anedvd_graph::DecoderProgram, layer: usize) -> &[f64] {
 /// the layer whose K/V each layer attends over.
 #[test]
 fn gemma4_layers_match_transformers() {
-    let r = fixtures::reference("gemma4").json;
+    for fixture in ["gemma4", "gemma4_keqv"] {
+        gemma4_layers_match(fixture);
+    }
+}
+
+fn gemma4_layers_match(fixture: &str) {
+    let r = fixtures::reference(fixture).json;
     let want = r["gemma4_layers"].as_array().unwrap();
-    for format in [Format::Hf, Format::GgufF32] {
-        let p = fixtures::program("gemma4", format);
+    for format in [Format::Hf, Format::GgufF32, Format::GgufQ8] {
+        let p = fixtures::program(fixture, format);
         assert_eq!(p.layers.len(), want.len());
         for (i, (b, w)) in p.layers.iter().zip(want).enumerate() {
             let a = b.attention().unwrap();
-            let tag = format!("{} layer {i}", format.name());
+            let tag = format!("{fixture} {} layer {i}", format.name());
             assert_eq!(a.head_dim as u64, w["head_dim"].as_u64().unwrap(), "{tag}");
             assert_eq!(
                 a.n_head_kv as u64,
@@ -154,6 +162,11 @@ fn gemma4_layers_match_transformers() {
             };
             assert_eq!(f.n_ff as u64, w["ffn"].as_u64().unwrap(), "{tag}");
             assert!(a.v_norm && a.scale == 1.0, "{tag}");
+            // transformers builds no v_proj for the full layers of an
+            // `attention_k_eq_v` model (V is the raw K projection)
+            let v_is_k = fixture == "gemma4_keqv" && w["type"] == "full_attention";
+            assert_eq!(a.wv == a.wk, v_is_k, "{tag}: {} vs {}", a.wv, a.wk);
+            assert_eq!(a.bias.v, a.bias.k, "{tag}");
             assert!(
                 b.per_layer_input.is_some() && b.layer_scale.is_some(),
                 "{tag}"

@@ -21,7 +21,17 @@ fn filtered(
     keep: impl Fn(&str) -> bool,
     edit: impl Fn(&mut anedvd_base::Metadata),
 ) -> Arc<dyn WeightSource> {
-    let src = anedvd_weights::open(fixtures::path("gemma4", format))
+    filtered_from("gemma4", format, keep, edit)
+}
+
+/// [`filtered`] of another Gemma 4 fixture.
+fn filtered_from(
+    fixture: &str,
+    format: Format,
+    keep: impl Fn(&str) -> bool,
+    edit: impl Fn(&mut anedvd_base::Metadata),
+) -> Arc<dyn WeightSource> {
+    let src = anedvd_weights::open(fixtures::path(fixture, format))
         .unwrap()
         .source;
     let name = if format == Format::Hf {
@@ -113,8 +123,15 @@ fn hf_head_dims_and_unsupported_variants_are_checked() {
     let hf = |key: &'static str, v: V| error(edited(Format::Hf, move |m| m.insert(key, v.clone())));
     let e = hf("per_layer_config.3.head_dim", V::I64(0));
     assert!(e.contains("per_layer_config.3.head_dim"), "{e}");
-    let e = hf("attention_k_eq_v", V::Bool(true));
-    assert!(e.contains("attention_k_eq_v"), "{e}");
+    for bad in [0, 3] {
+        let e = hf("per_layer_config.3.num_key_value_heads", V::I64(bad));
+        let named = if bad == 0 {
+            "per_layer_config.3.num_key_value_heads"
+        } else {
+            "do not divide"
+        };
+        assert!(e.contains(named), "{bad}: {e}");
+    }
     let e = hf("enable_moe_block", V::Bool(true));
     assert!(e.contains("enable_moe_block"), "{e}");
     // a multimodal config's nested decoder keys win over the top level
@@ -125,11 +142,70 @@ fn hf_head_dims_and_unsupported_variants_are_checked() {
     );
     assert!(matches!(
         load(
-            edited(Format::Hf, |m| m.insert("attention_k_eq_v", V::Bool(true))),
+            edited(Format::Hf, |m| m.insert("enable_moe_block", V::Bool(true))),
             &ConfigOverrides::default()
         ),
         Err(Error::Unsupported(_))
     ));
+}
+
+/// Gemma 4 31B's `attention_k_eq_v` (fixture `gemma4_keqv`, made by
+/// transformers): a hub-style config (`global_head_dim` and
+/// `num_global_key_value_heads`, no `per_layer_config`) resolves to the
+/// program of the `per_layer_config` transformers wrote; the flag on a
+/// model whose full layers have their own `v_proj` still takes V from K;
+/// and the GGUF, which has no `attn_v` on those layers, reads as the HF
+/// directory does.
+#[test]
+fn attention_k_eq_v_takes_v_from_k_on_full_layers() {
+    let want = fixtures::program("gemma4_keqv", Format::Hf);
+    let hub = filtered_from(
+        "gemma4_keqv",
+        Format::Hf,
+        |k| !k.starts_with("per_layer_config."),
+        |m| {
+            m.insert("global_head_dim", V::I64(32));
+            m.insert("num_global_key_value_heads", V::I64(1));
+        },
+    );
+    let (cfg, p) = load(hub, &ConfigOverrides::default()).unwrap();
+    assert_eq!(cfg.n_head_kv_layers, [2, 2, 2, 1, 2, 1]);
+    assert_eq!(
+        cfg.v_from_k_layers,
+        [false, false, false, true, false, false]
+    );
+    assert_eq!(p.layers, want.layers);
+    // without the flag, `num_global_key_value_heads` is not read
+    // (transformers gates it on `attention_k_eq_v`)
+    let ungated = filtered_from(
+        "gemma4_keqv",
+        Format::Hf,
+        |k| !k.starts_with("per_layer_config.") && k != "attention_k_eq_v",
+        |m| {
+            m.insert("global_head_dim", V::I64(32));
+            m.insert("num_global_key_value_heads", V::I64(1));
+        },
+    );
+    let e = error(ungated);
+    assert!(
+        e.contains("`model.layers.3.self_attn.v_proj.weight` not found"),
+        "{e}"
+    );
+    // the flag on the plain fixture: its full layers' v_proj goes unused
+    let (cfg, p) = load(
+        edited(Format::Hf, |m| m.insert("attention_k_eq_v", V::Bool(true))),
+        &ConfigOverrides::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.v_from_k_layers,
+        [false, false, false, true, false, false]
+    );
+    let a = p.layers[3].attention().unwrap();
+    assert_eq!(a.wv, a.wk);
+    let gg = fixtures::program("gemma4_keqv", Format::GgufF32);
+    let a = gg.layers[3].attention().unwrap();
+    assert_eq!((a.wv.as_str(), a.n_head_kv), ("blk.3.attn_k.weight", 1));
 }
 
 /// HF head dims as transformers' `Gemma4TextConfig` resolves them: a

@@ -56,10 +56,27 @@ pub fn path(family: &str, format: Format) -> PathBuf {
     dir(family).join(format.file())
 }
 
-/// Every family the model crate knows, in its registry order. Each must
-/// have a fixture: a family added without one fails the conformance suite.
+/// Fixtures of a family's config variant, each with the family it
+/// belongs to (a directory beside the family's own, same generator).
+pub const VARIANTS: &[(&str, &str)] = &[
+    // Gemma 4 31B's `attention_k_eq_v`: full layers take V from K.
+    ("gemma4_keqv", "gemma4"),
+];
+
+/// Every fixture: each family the model crate knows, in its registry
+/// order, then the variants. Each family must have a fixture: a family
+/// added without one fails the conformance suite.
 pub fn families() -> Vec<&'static str> {
-    anedvd_model::family::all().iter().map(|f| f.name).collect()
+    let registered = anedvd_model::family::all().iter().map(|f| f.name);
+    registered.chain(VARIANTS.iter().map(|(v, _)| *v)).collect()
+}
+
+/// The family a fixture belongs to (itself unless a variant).
+pub fn family_of(fixture: &str) -> &str {
+    VARIANTS
+        .iter()
+        .find(|(v, _)| *v == fixture)
+        .map_or(fixture, |(_, f)| f)
 }
 
 /// The families whose F32 programs the ANE lowering accepts (the others

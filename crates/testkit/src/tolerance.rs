@@ -43,7 +43,10 @@ pub struct Tolerance {
 ///   float64 forward with only the named rounding: on float weights the
 ///   CPU's f16 KV cache alone costs cosine 0.99997 at the worst position
 ///   (probe `f16kv`: 0.9999666 at position 14, where ours is 0.9999646 and
-///   equals that forward to 0.9999994). The ANE path rounds weights and
+///   equals that forward to 0.9999994), and max rel at the last position
+///   0.00199 (ours 0.00197); on the `attention_k_eq_v` variant
+///   (`GEMMA4_FIXTURE=gemma4_keqv`) 0.9999864 worst and max rel 0.00230
+///   (ours 0.9999864 and 0.00231), hence a max rel of 0.0025. The ANE path rounds weights and
 ///   every activation to fp16: fp16 weights and q/k/v alone (probe `fp16`)
 ///   give 0.99958 worst, 0.99997 last; ours 0.99935 (split) and 0.99909
 ///   (fused, whose residual crosses in fp16 too), last 0.99998 / 0.99996.
@@ -51,6 +54,11 @@ pub struct Tolerance {
 ///   over the dequantized Q8_0 weights (probe `q8`) has cosine 0.9977 last
 ///   and 0.894 worst against transformers, llama.cpp's Q8 run 0.9929 last
 ///   (ours 0.9888 last, 0.927 worst on the CPU; 0.9977 / 0.892 on the ANE).
+///   The `attention_k_eq_v` variant is more sensitive still: the exact
+///   dequantized forward is 0.9973 last / 0.959 worst, llama.cpp's own Q8
+///   run 0.9949 last / 0.682 worst (position 13; all positions through
+///   `scripts/fixtures/llamacpp_helper.py`), ours 0.9962 / 0.752 on the CPU
+///   and 0.9972 / 0.955 on the ANE path, hence a worst bound of 0.7.
 pub fn against_transformers(
     backend: TestBackend,
     format: Format,
@@ -61,12 +69,13 @@ pub fn against_transformers(
     match (format, routed, unit_scale) {
         (Format::GgufQ8, _, true) => Tolerance {
             min_cos_last: 0.98,
-            min_cos_worst: 0.85,
+            min_cos_worst: 0.7,
             max_rel_last: 0.2,
             ..t
         },
         (Format::Hf | Format::GgufF32, _, true) => Tolerance {
             min_cos_worst: if backend.is_ane() { 0.998 } else { 0.9999 },
+            max_rel_last: t.max_rel_last.max(0.0025),
             ..t
         },
         (Format::GgufQ8, true, false) => Tolerance {

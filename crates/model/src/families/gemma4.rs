@@ -5,8 +5,11 @@
 //! or `per_layer_config`, `key_length`) under "proportional" RoPE; per-layer
 //! input embeddings; K/V of the last `num_kv_shared_layers` layers read from
 //! the last earlier layer of the same type; a residual scale per layer.
-//! Not supported (refused at load): the 26B-A4B expert block and the 31B's
-//! `attention_k_eq_v`.
+//! The 31B's `attention_k_eq_v`: full layers take V from the raw K
+//! projection (before k_norm and RoPE), with their own K/V head count
+//! (`num_global_key_value_heads` or `per_layer_config`; GGUF: the per-layer
+//! `head_count_kv` array and no `attn_v` tensor).
+//! Not supported (refused at load): the 26B-A4B expert block.
 
 use crate::family::{key, Family, KeySpec, Param, Quirks, SlidingDefault, TensorName};
 use crate::family::{GEMMA4_TENSORS, GEMMA_TENSORS};
@@ -53,6 +56,7 @@ pub const FAMILY: Family = Family {
         v_norm: true,
         hf_last_layer_full: true,
         hf_global_head_dim: Some(512),
+        gguf_v_from_k_when_absent: true,
         ..Quirks::BASE
     },
 };
