@@ -9,6 +9,7 @@ use super::avx2::{
     self, f16v, hsum128, ld128, ld256, ld256i, rd16, rd32, signed_iq4_nl, signed_q8_0,
 };
 use super::avx512_panel::ld512;
+use super::avx512_x4::{dpw_bw, dpw_vnni};
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
 
@@ -26,20 +27,6 @@ pub(super) fn dp_vnni(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
 pub(super) fn dp_bw(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
     let p = _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
     _mm512_add_epi32(acc, p)
-}
-
-/// `acc + sum of 2 (i16 × i16)` per i32 lane, with VNNI (`vpdpwssd`).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-pub(super) fn dpw_vnni(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-    _mm512_dpwssd_epi32(acc, a, b)
-}
-
-/// `acc + sum of 2 (i16 × i16)` per i32 lane, without VNNI.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-#[inline]
-pub(super) fn dpw_bw(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-    _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
 }
 
 /// A `vpshufb` index repeating i16 lane `lo` of each 128-bit lane in the
@@ -379,10 +366,10 @@ macro_rules! kernels {
             }
 
             /// Q4_K rows one at a time, prefetched as the other row loops.
-            /// (Four rows per call, sharing the activation's work, ran
-            /// faster from the caches but at less than half the speed from
-            /// DRAM on a Zen 4 host: the interleaved streams defeat the
-            /// prefetchers.)
+            /// (Two or four rows per call, sharing the activation's work,
+            /// ran ~15% faster from the caches but at less than half the
+            /// speed from DRAM on a Zen 4 host, whatever the prefetching;
+            /// not understood, see docs/BENCHMARKS.md.)
             #[target_feature(enable = $feat)]
             fn inner_q4_k(w: &[u8], rb: usize, a: &[BlockQ8K], out: &mut [f32]) {
                 if rb == 0 {

@@ -1,0 +1,84 @@
+//! Memory read bandwidth at 1..=N threads: the ceiling a weight-streaming
+//! decode can reach (`cargo bench -p anedvd-cpu --bench membw`). Each
+//! thread sums its own slice of a buffer far larger than the caches as
+//! u64 words (8 independent lanes, so the adds never limit it); a round is
+//! every thread reading its slice once, started together; the figure is
+//! the best round of `BENCH_ROUNDS` (default 10) — the host is shared, so
+//! the least disturbed round is the closest to the hardware.
+//! `BENCH_MIB` sets the buffer (default 1024), `BENCH_THREADS` the largest
+//! thread count (default: the available parallelism).
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::Instant;
+
+/// Wrapping sum of the bytes as u64 words, 8 independent lanes.
+fn read_all(w: &[u8]) -> u64 {
+    let mut acc = [0u64; 8];
+    for c in w.chunks_exact(64) {
+        for (a, b) in acc.iter_mut().zip(c.chunks_exact(8)) {
+            *a = a.wrapping_add(u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+        }
+    }
+    acc.iter().fold(0, |s, v| s ^ v)
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Seconds of the best of `rounds` rounds in which `threads` threads each
+/// read their share of `buf` once.
+fn best_round(buf: &[u8], threads: usize, rounds: usize) -> f64 {
+    let share = buf.len() / threads / 64 * 64;
+    let start = Barrier::new(threads + 1);
+    let done = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let part = &buf[t * share..(t + 1) * share];
+            let (start, done) = (&start, &done);
+            s.spawn(move || {
+                for _ in 0..rounds {
+                    start.wait();
+                    black_box(read_all(black_box(part)));
+                    done.wait();
+                }
+            });
+        }
+        (0..rounds)
+            .map(|_| {
+                start.wait();
+                let t0 = Instant::now();
+                done.wait();
+                t0.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min)
+    })
+}
+
+fn main() {
+    let mib = env("BENCH_MIB", 1024).max(64);
+    let rounds = env("BENCH_ROUNDS", 10).max(1);
+    let max_threads = env(
+        "BENCH_THREADS",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+    )
+    .max(1);
+    // Written once, so every page is backed before the first round.
+    let buf: Vec<u8> = (0..mib << 20).map(|i| (i * 31 % 251) as u8).collect();
+    println!("| threads | MiB read | best round (ms) | GB/s |");
+    println!("|---|---|---|---|");
+    for threads in 1..=max_threads {
+        let secs = best_round(&buf, threads, rounds);
+        let bytes = (buf.len() / threads / 64 * 64 * threads) as f64;
+        println!(
+            "| {threads} | {} | {:.1} | {:.2} |",
+            bytes as usize >> 20,
+            secs * 1e3,
+            bytes / secs / 1e9
+        );
+    }
+}
