@@ -2,7 +2,8 @@
 //! the conformance suite (`tests/conformance.rs`).
 //!
 //! - [`fixtures`]: the tiny reference checkpoints in `tests/fixtures/models`
-//!   (one per family, made by `scripts/fixtures/gen_tiny_models.py` with HF
+//!   (one per family, plus config variants such as `gemma4_keqv`, made by
+//!   `scripts/fixtures/gen_tiny_models.py` with HF
 //!   transformers and llama.cpp's converter), their `reference.json`, and the
 //!   one place that knows which overrides a fixture format needs.
 //! - [`backends`]: every backend under test, built the same way everywhere.
