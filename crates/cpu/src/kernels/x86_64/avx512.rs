@@ -368,8 +368,9 @@ macro_rules! kernels {
             /// Q4_K rows one at a time, prefetched as the other row loops.
             /// (Two or four rows per call, sharing the activation's work,
             /// ran ~15% faster from the caches but at less than half the
-            /// speed from DRAM on a Zen 4 host, whatever the prefetching;
-            /// not understood, see docs/BENCHMARKS.md.)
+            /// speed from DRAM on a Zen 4 host, whatever the prefetching:
+            /// likely the interleaved streams defeat the hardware stream
+            /// prefetcher; see docs/BENCHMARKS.md.)
             #[target_feature(enable = $feat)]
             fn inner_q4_k(w: &[u8], rb: usize, a: &[BlockQ8K], out: &mut [f32]) {
                 if rb == 0 {
