@@ -434,15 +434,20 @@ pub(crate) fn resolve(
     let mut n_head_kv_layers = r
         .per_layer_usize(Param::NHeadKv, n_layer)?
         .unwrap_or_else(|| vec![n_head; n_layer]);
+    // The layer types decide head dims, K/V heads and sources and RoPE
+    // whether or not a window is applied (`--sliding-window 0` only drops
+    // the mask). transformers' Gemma4TextConfig makes the last layer full
+    // attention whatever `layer_types` says (`model::notes` tells the user).
+    let mut local_layers = local_layers(&r, n_layer)?;
+    let last_forced_full = last_layer_forced(&r, &local_layers);
+    if last_forced_full {
+        local_layers[n_layer - 1] = false;
+    }
     // Gemma 4 31B: full layers take V from the K projection, and may have
     // their own K/V head count.
     let k_eq_v = r.bool(Param::AttnKEqV)? == Some(true);
     if r.format == SourceFormat::HuggingFace {
-        let mut types = local_layers(&r, n_layer)?;
-        if last_layer_forced(&r, &types) {
-            types[n_layer - 1] = false;
-        }
-        hf_layer_kv_heads(&r, k_eq_v, &types, &mut n_head_kv_layers)?;
+        hf_layer_kv_heads(&r, k_eq_v, n_head, &local_layers, &mut n_head_kv_layers)?;
     }
     let conv_layers = conv_layers(&r, n_layer, &n_head_kv_layers)?;
     // The scalar: the first attention layer's (per-layer zeros mark LFM2's
@@ -603,14 +608,8 @@ pub(crate) fn resolve(
             .filter(|w| *w > 0)
             .or(q.default_sliding_window),
     };
-    // The layer types decide head dims, K/V sources and RoPE whether or not
-    // a window is applied (`--sliding-window 0` only drops the mask).
-    let mut local_layers = local_layers(&r, n_layer)?;
     let mut sliding_layers = sliding_layers(&r, n_layer, sliding_window.is_some())?;
-    // transformers' Gemma4TextConfig makes the last layer full attention
-    // whatever `layer_types` says (`model::notes` tells the user)
-    if last_layer_forced(&r, &local_layers) {
-        local_layers[n_layer - 1] = false;
+    if last_forced_full {
         sliding_layers[n_layer - 1] = false;
     }
     let head_dim_layers = head_dims(&r, head_dim, head_dim_swa, &local_layers)?;
@@ -889,10 +888,12 @@ fn has_per_layer_config(r: &Reader<'_>) -> bool {
 /// HF K/V heads per layer as transformers' Gemma 4 config resolves them:
 /// `per_layer_config.{i}.num_key_value_heads` where listed; without a
 /// `per_layer_config`, full layers (`local` false) of an
-/// `attention_k_eq_v` model take `num_global_key_value_heads`.
+/// `attention_k_eq_v` model take `num_global_key_value_heads`, which must
+/// divide the `n_head` query heads.
 fn hf_layer_kv_heads(
     r: &Reader<'_>,
     k_eq_v: bool,
+    n_head: usize,
     local: &[bool],
     heads: &mut [usize],
 ) -> Result<()> {
@@ -904,6 +905,12 @@ fn hf_layer_kv_heads(
             }
         }
     } else if let (true, Some(n)) = (k_eq_v, r.usize(Param::NHeadKvGlobal)?) {
+        if n == 0 || !n_head.is_multiple_of(n) {
+            return Err(r.bad(
+                Param::NHeadKvGlobal,
+                format!("{n} key/value heads do not divide {n_head} query heads"),
+            ));
+        }
         for (h, _) in heads.iter_mut().zip(local).filter(|(_, l)| !**l) {
             *h = n;
         }

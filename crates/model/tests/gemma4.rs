@@ -191,6 +191,22 @@ fn attention_k_eq_v_takes_v_from_k_on_full_layers() {
         e.contains("`model.layers.3.self_attn.v_proj.weight` not found"),
         "{e}"
     );
+    // a global K/V head count that cannot group the 4 query heads
+    for bad in [0, 3] {
+        let e = error(filtered_from(
+            "gemma4_keqv",
+            Format::Hf,
+            |k| !k.starts_with("per_layer_config."),
+            |m| {
+                m.insert("global_head_dim", V::I64(32));
+                m.insert("num_global_key_value_heads", V::I64(bad));
+            },
+        ));
+        assert!(
+            e.contains("num_global_key_value_heads") && e.contains("do not divide 4"),
+            "{bad}: {e}"
+        );
+    }
     // the flag on the plain fixture: its full layers' v_proj goes unused
     let (cfg, p) = load(
         edited(Format::Hf, |m| m.insert("attention_k_eq_v", V::Bool(true))),

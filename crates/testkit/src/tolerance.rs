@@ -46,8 +46,8 @@ pub struct Tolerance {
 ///   equals that forward to 0.9999994), and max rel at the last position
 ///   0.00199 (ours 0.00197); on the `attention_k_eq_v` variant
 ///   (`GEMMA4_FIXTURE=gemma4_keqv`) 0.9999864 worst and max rel 0.00230
-///   (ours 0.9999864 and 0.00231), hence a max rel of 0.0025. The ANE path rounds weights and
-///   every activation to fp16: fp16 weights and q/k/v alone (probe `fp16`)
+///   (ours 0.9999864 and 0.00231), hence a max rel of 0.0025. The ANE
+///   path rounds weights and every activation to fp16: fp16 weights and q/k/v alone (probe `fp16`)
 ///   give 0.99958 worst, 0.99997 last; ours 0.99935 (split) and 0.99909
 ///   (fused, whose residual crosses in fp16 too), last 0.99998 / 0.99996.
 ///   On Q8_0 the weights alone move the model this far: the exact forward
