@@ -325,13 +325,20 @@ fn dot_q3_k(x: &[u8], y: &[BlockQ8K]) -> f32 {
 #[inline]
 pub(super) fn k4_mins(sm: &[u8; 16], yb: &BlockQ8K) -> __m128i {
     let mins = _mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(sm_hi(sm))));
+    _mm_madd_epi16(mins, q8k_sub_sums(yb))
+}
+
+/// The activation's sums over each of a Q8_K block's eight 32-weight
+/// sub-blocks, as i16.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn q8k_sub_sums(yb: &BlockQ8K) -> __m128i {
     // SAFETY: `bsums` is 16 i16 = 32 readable bytes; unaligned load.
     let bs = unsafe { _mm256_loadu_si256(yb.bsums.as_ptr().cast()) };
-    let q8s = _mm_hadd_epi16(
+    _mm_hadd_epi16(
         _mm256_castsi256_si128(bs),
         _mm256_extracti128_si256::<1>(bs),
-    );
-    _mm_madd_epi16(mins, q8s)
+    )
 }
 
 /// The 8 min bytes of an unpacked Q4_K/Q5_K scale array.

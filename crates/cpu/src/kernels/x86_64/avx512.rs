@@ -302,95 +302,50 @@ macro_rules! kernels {
                 _mm512_reduce_add_ps(acc) + hsum128(acc_m)
             }
 
-            /// Q4_K for `R` rows at once, 128 weights (four sub-blocks)
-            /// per step: one 64-byte load of nibbles per row, `vpmaddubsw`
-            /// into i16 pairs (at most 2·15·128, exact), then the sub-block
-            /// scales as i16 lanes (`vpmaddwd`/`vpdpwssd`; at most
-            /// 2·3840·63 per i32, exact), shuffled out of one register per
-            /// block instead of broadcast from scalars. The activation's
-            /// rearranged bytes and pair sums are made once per block for
-            /// all `R` rows. The same integer sums as `dot_k4_like`.
-            #[target_feature(enable = $feat)]
-            #[inline]
-            fn dot_q4_k_rows<const R: usize>(x: [&[u8]; R], y: &[BlockQ8K]) -> [f32; R] {
-                let m4 = _mm512_set1_epi8(0x0f);
-                // per 128-weight step jj: the i16 scale lanes of its four
-                // sub-blocks, low nibbles [4jj | 4jj+2], high [4jj+1 | 4jj+3]
-                let idx_lo = [i16_pair_index(0, 2), i16_pair_index(4, 6)];
-                let idx_hi = [i16_pair_index(1, 3), i16_pair_index(5, 7)];
-                let mut acc = [_mm512_setzero_ps(); R];
-                let mut acc_m = [_mm_setzero_ps(); R];
-                for (b, yb) in y.iter().enumerate() {
-                    // SAFETY: `bsums` is 16 i16 = 32 readable bytes; unaligned load.
-                    let bs = unsafe { _mm256_loadu_si256(yb.bsums.as_ptr().cast()) };
-                    // the activation's sums per 32-weight sub-block
-                    let q8s = _mm_hadd_epi16(
-                        _mm256_castsi256_si128(bs),
-                        _mm256_extracti128_si256::<1>(bs),
-                    );
-                    let ys = [0, 1].map(|jj| {
-                        let q = &yb.qs[128 * jj..];
-                        (
-                            join(ld256i(q), ld256i(&q[64..])),
-                            join(ld256i(&q[32..]), ld256i(&q[96..])),
-                        )
-                    });
-                    for r in 0..R {
-                        let xb = &x[r][144 * b..144 * (b + 1)];
-                        let d = yb.d * f16v(rd16(xb, 0));
-                        let dmin = -yb.d * f16v(rd16(xb, 2));
-                        let sm = k4_scales(xb);
-                        let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm));
-                        let prod = _mm_madd_epi16(mins, q8s);
-                        acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r]);
-                        let sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
-                        let mut sumi = _mm512_setzero_si512();
-                        for (jj, (ylo, yhi)) in ys.iter().enumerate() {
-                            let bits = ld512(&xb[16 + 64 * jj..]);
-                            let lo = _mm512_and_si512(bits, m4);
-                            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(bits), m4);
-                            let plo = _mm512_maddubs_epi16(lo, *ylo);
-                            let phi = _mm512_maddubs_epi16(hi, *yhi);
-                            sumi = $dpw(sumi, plo, _mm512_shuffle_epi8(sc, idx_lo[jj]));
-                            sumi = $dpw(sumi, phi, _mm512_shuffle_epi8(sc, idx_hi[jj]));
-                        }
-                        acc[r] =
-                            _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[r]);
-                    }
-                }
-                let mut out = [0.0; R];
-                for r in 0..R {
-                    out[r] = _mm512_reduce_add_ps(acc[r]) + hsum128(acc_m[r]);
-                }
-                out
-            }
-
-            /// Q4_K rows one at a time, prefetched as the other row loops.
+            /// Q4_K, 128 weights (four sub-blocks) per step: one 64-byte
+            /// load of nibbles, `vpmaddubsw` into i16 pairs (at most
+            /// 2·15·128, exact), then the sub-block scales as i16 lanes
+            /// (`vpmaddwd`/`vpdpwssd`; at most 2·3840·63 per i32, exact),
+            /// shuffled out of one register per block instead of broadcast
+            /// from scalars. The same integer sums as `dot_k4_like`.
             /// (Two or four rows per call, sharing the activation's work,
             /// ran ~15% faster from the caches but at less than half the
             /// speed from DRAM on a Zen 4 host, whatever the prefetching:
             /// likely the interleaved streams defeat the hardware stream
             /// prefetcher; see docs/BENCHMARKS.md.)
             #[target_feature(enable = $feat)]
-            fn inner_q4_k(w: &[u8], rb: usize, a: &[BlockQ8K], out: &mut [f32]) {
-                if rb == 0 {
-                    return;
-                }
-                let a = &a[..(rb / 144).min(a.len())];
-                for (o, row) in out.iter_mut().zip(w.chunks_exact(rb)) {
-                    let ahead = row.as_ptr().wrapping_add(ROWS_PREFETCH_AHEAD);
-                    for l in (0..rb).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l).cast());
+            fn dot_q4_k(x: &[u8], y: &[BlockQ8K]) -> f32 {
+                let m4 = _mm512_set1_epi8(0x0f);
+                // per 128-weight step jj: the i16 scale lanes of its four
+                // sub-blocks, low nibbles [4jj | 4jj+2], high [4jj+1 | 4jj+3]
+                let idx_lo = [i16_pair_index(0, 2), i16_pair_index(4, 6)];
+                let idx_hi = [i16_pair_index(1, 3), i16_pair_index(5, 7)];
+                let mut acc = _mm512_setzero_ps();
+                let mut acc_m = _mm_setzero_ps();
+                for (xb, yb) in x.chunks_exact(144).zip(y) {
+                    let d = yb.d * f16v(rd16(xb, 0));
+                    let dmin = -yb.d * f16v(rd16(xb, 2));
+                    let sm = k4_scales(xb);
+                    let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm));
+                    let prod = _mm_madd_epi16(mins, avx2::q8k_sub_sums(yb));
+                    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+                    let sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
+                    let mut sumi = _mm512_setzero_si512();
+                    for jj in 0..2 {
+                        let bits = ld512(&xb[16 + 64 * jj..]);
+                        let lo = _mm512_and_si512(bits, m4);
+                        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(bits), m4);
+                        let q = &yb.qs[128 * jj..];
+                        let ylo = join(ld256i(q), ld256i(&q[64..]));
+                        let yhi = join(ld256i(&q[32..]), ld256i(&q[96..]));
+                        let plo = _mm512_maddubs_epi16(lo, ylo);
+                        let phi = _mm512_maddubs_epi16(hi, yhi);
+                        sumi = $dpw(sumi, plo, _mm512_shuffle_epi8(sc, idx_lo[jj]));
+                        sumi = $dpw(sumi, phi, _mm512_shuffle_epi8(sc, idx_hi[jj]));
                     }
-                    *o = dot_q4_k_rows([row], a)[0];
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
                 }
-            }
-
-            fn rows_q4_k(w: &[u8], rb: usize, a: &[BlockQ8K], out: &mut [f32]) {
-                // SAFETY: only reachable through this module's `TABLE`,
-                // which `avx512_table` returns after detecting every
-                // feature in `$feat`.
-                unsafe { inner_q4_k(w, rb, a, out) }
+                _mm512_reduce_add_ps(acc) + hsum128(acc_m)
             }
 
             #[target_feature(enable = $feat)]
@@ -453,6 +408,7 @@ macro_rules! kernels {
                 rows_q4_0, inner_q4_0 => dot_q4_0: Q8Block;
                 rows_q5_0, inner_q5_0 => dot_q5_0: Q8Block;
                 rows_iq4_nl, inner_iq4_nl => dot_iq4_nl: Q8Block;
+                rows_q4_k, inner_q4_k => dot_q4_k: BlockQ8K;
                 rows_q5_k, inner_q5_k => dot_q5_k: BlockQ8K;
                 rows_q6_k, inner_q6_k => dot_q6_k: BlockQ8K;
             }
