@@ -237,6 +237,20 @@ fn main() {
                 per * 1e6,
                 w.len() as f64 / per / 1e9
             );
+            if k.packs(ty) {
+                let mut p = k.new_packed(ty, rows, cols).expect("packed");
+                k.pack_rows(ty, &w, cols, p.panels_mut()).expect("pack");
+                let per = time(secs, || {
+                    k.packed_matmul(&p, 0..rows, &act, &mut out)
+                        .expect("packed")
+                }) / n_tok as f64;
+                println!(
+                    "| {ty} packed | {rows}x{cols} | {n_tok} | {} | {:.1} | {:.2} |",
+                    k.name(),
+                    per * 1e6,
+                    w.len() as f64 / per / 1e9
+                );
+            }
             black_box(&out);
         }
     }

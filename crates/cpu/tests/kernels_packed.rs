@@ -15,11 +15,12 @@ use anedvd_cpu::qkernels::{KernelError, Kernels, PackedWeights, QuantizedActivat
 use kernel_data::{cols_for, magnitude, random_weights, tol_simd, Rng};
 
 /// The types with a packed layout.
-const PACKED: [GgmlType; 4] = [
+const PACKED: [GgmlType; 5] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q5_0,
     GgmlType::IQ4NL,
+    GgmlType::Q4K,
 ];
 
 fn pack(k: &Kernels, ty: GgmlType, w: &[u8], n_rows: usize, n_cols: usize) -> PackedWeights {
@@ -140,9 +141,14 @@ fn packed_shapes_are_checked() {
     let w = vec![0u8; 20 * 34];
     let mut act = QuantizedActivation::new();
     act.quantize_for(ty, &[0.5; 32], 32).unwrap();
-    // No packed layout for K-quants, nor for partial blocks.
-    assert!(k.new_packed(GgmlType::Q4K, 4, 256).is_err());
+    // No packed layout for the other K-quants, nor for partial blocks.
+    assert!(k.new_packed(GgmlType::Q6K, 4, 256).is_err());
+    assert!(k.new_packed(GgmlType::Q4K, 4, 320).is_err());
     assert!(k.new_packed(ty, 4, 40).is_err());
+    assert_eq!(
+        k.new_packed(GgmlType::Q4K, 20, 512).unwrap().panel_bytes(),
+        2 * 16 * 144
+    );
     let mut p = k.new_packed(ty, 20, 32).unwrap();
     assert_eq!(p.panel_bytes(), 16 * 34);
     assert_eq!(p.len(), 2 * 16 * 34);
@@ -162,6 +168,12 @@ fn packed_shapes_are_checked() {
     assert!(k.packed_matmul(&p, 0..20, &act, &mut out[..19]).is_err());
     act.quantize_for(GgmlType::F32, &[0.5; 32], 32).unwrap();
     assert!(k.packed_matmul(&p, 0..20, &act, &mut out).is_err());
+    // Q4_K panels take Q8_K activations only.
+    let q4k = k.new_packed(GgmlType::Q4K, 20, 256).unwrap();
+    act.quantize_for(GgmlType::Q8_0, &[0.5; 256], 256).unwrap();
+    assert!(k.packed_matmul(&q4k, 0..20, &act, &mut out).is_err());
+    act.quantize_for(GgmlType::Q4K, &[0.5; 256], 256).unwrap();
+    k.packed_matmul(&q4k, 0..20, &act, &mut out).unwrap();
 }
 
 #[test]

@@ -37,10 +37,15 @@
 //! VNNI code: the packed bytes are identical and, because both accumulate
 //! each block with one fused multiply-add in block order, so are the
 //! results.
+//!
+//! Q4_K has its own panel layout of the same size (`packed_k.rs`); this
+//! module's [`PackedWeights`] and [`Kernels`] entry points serve both.
 
+use super::packed_k;
 use super::{ActFormat, KernelError};
 use super::{Kernels, PanelOut, Q8Block, QuantizedActivation, QK8};
 use anedvd_base::GgmlType;
+use anedvd_quant::QK_K;
 use std::ops::Range;
 
 /// Rows per panel.
@@ -71,11 +76,20 @@ pub(crate) fn offset(ty: GgmlType) -> i32 {
     }
 }
 
+/// The bytes per block in the file and the weights per block of `ty`, if
+/// it has a packed layout (the legacy types here, Q4_K in `packed_k`).
+fn packed_block(ty: GgmlType) -> Option<(usize, usize)> {
+    match ty {
+        GgmlType::Q4K => Some((packed_k::Q4K_BYTES, QK_K)),
+        _ => block_bytes(ty).map(|bb| (bb, QK8)),
+    }
+}
+
 /// The bytes per block and block count of `ty` rows of `n_cols`, if `ty`
 /// has a packed layout and `n_cols` is whole blocks.
 fn geometry(ty: GgmlType, n_cols: usize) -> Result<(usize, usize), KernelError> {
-    match block_bytes(ty) {
-        Some(bb) if n_cols > 0 && n_cols.is_multiple_of(QK8) => Ok((bb, n_cols / QK8)),
+    match packed_block(ty) {
+        Some((bb, bw)) if n_cols > 0 && n_cols.is_multiple_of(bw) => Ok((bb, n_cols / bw)),
         _ => Err(KernelError::Shape(format!(
             "no packed layout for {ty} rows of {n_cols}"
         ))),
@@ -192,11 +206,15 @@ impl PackedWeights {
                 self.n_cols
             )));
         }
-        let (ty, nb, wp) = (self.ty, self.n_cols / QK8, weight_part(self.ty));
         let pb = self.panel_bytes();
         let panel = &self.bytes()[r / PANEL_ROWS * pb..(r / PANEL_ROWS + 1) * pb];
-        let (ds, dw) = panel.split_at(nb * 32);
         let lane = r % PANEL_ROWS;
+        if self.ty == GgmlType::Q4K {
+            packed_k::decode_row(panel, lane, dst);
+            return Ok(());
+        }
+        let (ty, nb, wp) = (self.ty, self.n_cols / QK8, weight_part(self.ty));
+        let (ds, dw) = panel.split_at(nb * 32);
         for (b, out) in dst.chunks_exact_mut(QK8).enumerate() {
             let at = b * 32 + 2 * lane;
             let d = anedvd_quant::f16_to_f32(u16::from_le_bytes([ds[at], ds[at + 1]]));
@@ -229,7 +247,10 @@ impl Kernels {
     /// ([`Self::new_packed`], [`Self::pack_rows`]) than from the file's
     /// layout; a loader should then pack. (Every table can run packed weights; only AVX-512 VNNI gains.)
     pub fn packs(&self, ty: GgmlType) -> bool {
-        block_bytes(ty).is_some() && self.table.packed.is_some()
+        match ty {
+            GgmlType::Q4K => self.table.packed_k.is_some(),
+            _ => block_bytes(ty).is_some() && self.table.packed.is_some(),
+        }
     }
 
     /// A zeroed packed matrix of `n_rows` rows of `n_cols` weights of type
@@ -266,7 +287,13 @@ impl Kernels {
                 dst.len()
             )));
         }
-        (self.table.pack)(ty, rows, rb, nb, dst);
+        if ty == GgmlType::Q4K {
+            // A byte shuffle: scalar code packs several GB/s, far faster
+            // than the pages it reads are mapped in.
+            packed_k::pack(rows, rb, nb, dst);
+        } else {
+            (self.table.pack)(ty, rows, rb, nb, dst);
+        }
         Ok(())
     }
 
@@ -280,9 +307,10 @@ impl Kernels {
         act: &QuantizedActivation,
         out: &mut [f32],
     ) -> Result<(), KernelError> {
-        if act.format() != ActFormat::Q8 || act.n_cols() != w.n_cols {
+        let want = ActFormat::for_weight(w.ty).ok_or(KernelError::Unsupported(w.ty))?;
+        if act.format() != want || act.n_cols() != w.n_cols {
             return Err(KernelError::Shape(format!(
-                "packed {} weights of {} columns need Q8 activations of that width, got {:?} of {}",
+                "packed {} weights of {} columns need {want:?} activations of that width, got {:?} of {}",
                 w.ty,
                 w.n_cols,
                 act.format(),
@@ -308,13 +336,21 @@ impl Kernels {
         }
         let pb = w.panel_bytes();
         let panels = &w.bytes()[rows.start / PANEL_ROWS * pb..rows.end.div_ceil(PANEL_ROWS) * pb];
-        let f = self.table.packed.unwrap_or(packed_products);
         let mut o = PanelOut {
             out,
             token_major: true,
             row_offset: 0,
             row_stride: rows.len(),
         };
+        if w.ty == GgmlType::Q4K {
+            let nb = w.n_cols / QK_K;
+            match self.table.packed_k {
+                Some(f) => f(w.ty, panels, nb, rows.len(), act.q8k_all(), &mut o),
+                None => packed_k::products(panels, nb, rows.len(), act.q8k_all(), &mut o),
+            }
+            return Ok(());
+        }
+        let f = self.table.packed.unwrap_or(packed_products);
         f(
             w.ty,
             panels,

@@ -25,9 +25,11 @@
 //! 4-weight chunk, so one `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`) with
 //! four broadcast activation bytes advances every row of the panel (lane =
 //! row). On
-//! AVX-512 VNNI the legacy types (Q8_0, Q4_0, Q5_0, IQ4_NL) are instead
-//! packed once at load into that layout ([`PackedWeights`], `packed.rs`)
-//! and every product of theirs, single-token too, reads the packed panels.
+//! AVX-512 VNNI the legacy types (Q8_0, Q4_0, Q5_0, IQ4_NL) and Q4_K are
+//! instead packed once at load into that layout ([`PackedWeights`],
+//! `packed.rs`, `packed_k.rs`; Q4_K keeps its nibbles and 6-bit scales, so
+//! the packed copy is the file's size) and every product of theirs,
+//! single-token too, reads the packed panels.
 //!
 //! # How to call it from a matvec loop
 //!
@@ -96,6 +98,7 @@ mod aarch64;
 mod act;
 pub mod generic;
 mod packed;
+mod packed_k;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
@@ -139,6 +142,8 @@ pub(crate) type PackFn = fn(GgmlType, &[u8], usize, usize, &mut [u8]);
 /// Products of `n_rows` packed rows of a type (whole panels, `nb` blocks
 /// per row) with every token of the activations, into a [`PanelOut`].
 pub(crate) type PackedQ8 = fn(GgmlType, &[u8], usize, usize, &[Q8Block], &mut PanelOut<'_>);
+/// [`PackedQ8`] for the packed K-quant types (Q8_K activations).
+pub(crate) type PackedQ8K = fn(GgmlType, &[u8], usize, usize, &[BlockQ8K], &mut PanelOut<'_>);
 
 /// [`PanelQ8`] for the Q8_K-activation types.
 pub(crate) type PanelQ8K =
@@ -274,6 +279,8 @@ pub(crate) struct Table {
     /// Packed products; `Some` only where they beat the file layout (the
     /// table then asks for packing at load, [`Kernels::packs`]).
     pub packed: Option<PackedQ8>,
+    /// Packed Q4_K products; `Some` where they beat the file layout.
+    pub packed_k: Option<PackedQ8K>,
     pub axpy_f16: AxpyF16,
     pub wsum_f16: WsumF16,
     pub dot_f16_multi: DotF16Multi,
@@ -311,6 +318,7 @@ impl Table {
         panel_q6_k: None,
         pack: packed::pack,
         packed: None,
+        packed_k: None,
         axpy_f16: generic::axpy_f16,
         wsum_f16: generic::wsum_f16,
         dot_f16_multi: generic::dot_f16_multi,

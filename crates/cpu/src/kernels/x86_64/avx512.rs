@@ -438,8 +438,9 @@ macro_rules! kernels {
     };
 }
 
-/// The VNNI build's legacy-type kernels: weights packed at load
-/// (`avx512_packed`), and per call in the same layout where they were not.
+/// The VNNI build's packed kernels: the legacy types and Q4_K packed at
+/// load (`avx512_packed`, `avx512_packed_k`), and the legacy types per call
+/// in the same layout where they were not.
 const PANELS_VNNI: Table = Table {
     panel_q4_0: Some(super::avx512_packed::panel_q4_0),
     panel_q5_0: Some(super::avx512_packed::panel_q5_0),
@@ -447,6 +448,7 @@ const PANELS_VNNI: Table = Table {
     panel_iq4_nl: Some(super::avx512_packed::panel_iq4_nl),
     pack: super::avx512_packed::pack,
     packed: Some(super::avx512_packed::packed_products),
+    packed_k: Some(super::avx512_packed_k::packed_products_k),
     ..avx2::TABLE
 };
 

@@ -15,6 +15,7 @@ mod avx512;
 mod avx512_act;
 mod avx512_attn;
 mod avx512_packed;
+mod avx512_packed_k;
 mod avx512_panel;
 mod avx512_panel_k;
 mod avx512_quant;

@@ -1,0 +1,159 @@
+//! AVX-512 VNNI products of Q4_K weights packed once at load (layout in
+//! `kernels/packed_k.rs`): per panel block the 16 rows' scales are unpacked
+//! with 128-bit byte operations (lane = row) and every quant register gives
+//! two `vpdpbusd` (its low and high nibbles, unsigned, against four signed
+//! activation bytes), shared by up to four tokens. Scalar twin:
+//! `packed_k::products` (bit for bit).
+
+use super::super::packed_k::{BLOCK, QS, SCALES};
+use super::super::PanelOut;
+use super::avx2::{ld128, ld256};
+use super::avx2_panel_k::quad;
+use super::avx512_panel::{ld512, store, PANEL};
+use anedvd_base::GgmlType;
+use anedvd_quant::BlockQ8K;
+use std::arch::x86_64::*;
+
+/// Tokens per chunk (activations of one chunk stay in L2).
+const TOKEN_CHUNK: usize = 64;
+/// Bytes prefetched ahead of the block being read, as for the legacy
+/// packed types.
+const PREFETCH_AHEAD: usize = 4096;
+
+/// The 16 rows' eight sub-block scales and eight mins of panel block
+/// `blk`, one i32 per row (lane).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn scales(blk: &[u8]) -> ([__m512i; 8], [__m512i; 8]) {
+    let g: [__m128i; 12] = std::array::from_fn(|i| ld128(&blk[SCALES + 16 * i..]));
+    let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
+    // (v >> 6) << 4 per byte: the shifts are 16-bit, the masks keep each
+    // byte's own bits.
+    let top = |v: __m128i| _mm_slli_epi16::<4>(_mm_and_si128(_mm_srli_epi16::<6>(v), m3));
+    let mut sc = [_mm_setzero_si128(); 8];
+    let mut mn = [_mm_setzero_si128(); 8];
+    for j in 0..4 {
+        sc[j] = _mm_and_si128(g[j], m63);
+        mn[j] = _mm_and_si128(g[j + 4], m63);
+        sc[j + 4] = _mm_or_si128(_mm_and_si128(g[j + 8], m15), top(g[j]));
+        mn[j + 4] = _mm_or_si128(
+            _mm_and_si128(_mm_srli_epi16::<4>(g[j + 8]), m15),
+            top(g[j + 4]),
+        );
+    }
+    (
+        sc.map(|v| _mm512_cvtepu8_epi32(v)),
+        mn.map(|v| _mm512_cvtepu8_epi32(v)),
+    )
+}
+
+/// One panel block against `T` tokens: adds row `r` · token `t`'s share
+/// of this super-block to lane `r` of `acc[t]`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn block<const T: usize>(blk: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; T]) {
+    let (sc, mn) = scales(blk);
+    let m4 = _mm512_set1_epi8(0x0f);
+    let mut isum = [_mm512_setzero_si512(); T];
+    for k in 0..4 {
+        let mut lo = [_mm512_setzero_si512(); T];
+        let mut hi = [_mm512_setzero_si512(); T];
+        for q in 0..8 {
+            let g = ld512(&blk[QS + 64 * (8 * k + q)..]);
+            let wl = _mm512_and_si512(g, m4);
+            let wh = _mm512_and_si512(_mm512_srli_epi16::<4>(g), m4);
+            for t in 0..T {
+                let (al, ah) = (quad(y[t], 64 * k + 4 * q), quad(y[t], 64 * k + 32 + 4 * q));
+                lo[t] = _mm512_dpbusd_epi32(lo[t], wl, _mm512_set1_epi32(al));
+                hi[t] = _mm512_dpbusd_epi32(hi[t], wh, _mm512_set1_epi32(ah));
+            }
+        }
+        for t in 0..T {
+            let s = _mm512_add_epi32(
+                _mm512_mullo_epi32(lo[t], sc[2 * k]),
+                _mm512_mullo_epi32(hi[t], sc[2 * k + 1]),
+            );
+            isum[t] = _mm512_add_epi32(isum[t], s);
+        }
+    }
+    let d = _mm512_cvtph_ps(ld256(blk));
+    let dmin = _mm512_cvtph_ps(ld256(&blk[32..]));
+    for t in 0..T {
+        let mut msum = _mm512_setzero_si512();
+        for (s, m) in mn.iter().enumerate() {
+            let b = i32::from(y[t].bsums[2 * s]) + i32::from(y[t].bsums[2 * s + 1]);
+            msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(*m, _mm512_set1_epi32(b)));
+        }
+        let yd = _mm512_set1_ps(y[t].d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, yd), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, yd), acc[t]);
+    }
+}
+
+/// One panel (`nb` blocks) against `T` tokens (`nb` blocks each).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn panel<const T: usize>(panel: &[u8], y: [&[BlockQ8K]; T]) -> [__m512; T] {
+    let mut acc = [_mm512_setzero_ps(); T];
+    for (b, blk) in panel.chunks_exact(BLOCK).enumerate() {
+        // As for the legacy packed types: few tokens stream the panels
+        // faster than the hardware prefetcher fetches them. Prefetching
+        // never faults, so running past the end is harmless.
+        let ahead = blk.as_ptr().wrapping_add(PREFETCH_AHEAD);
+        for l in (0..BLOCK).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l).cast());
+        }
+        block::<T>(blk, y.map(|yt| &yt[b]), &mut acc);
+    }
+    acc
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn products_q4_k(panels: &[u8], nb: usize, n_rows: usize, a: &[BlockQ8K], o: &mut PanelOut<'_>) {
+    let n_tok = a.len() / nb;
+    let pb = nb * BLOCK;
+    if o.out.len() < n_rows * n_tok {
+        return;
+    }
+    let row = |t: usize| &a[t * nb..(t + 1) * nb];
+    let n_panels = n_rows.div_ceil(PANEL).min(panels.len() / pb);
+    for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
+        let c1 = (c0 + TOKEN_CHUNK).min(n_tok);
+        for p in 0..n_panels {
+            let pw = &panels[p * pb..(p + 1) * pb];
+            let mut t = c0;
+            while t + 4 <= c1 {
+                let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
+                store(panel::<4>(pw, y), o, n_rows, p, n_tok, t);
+                t += 4;
+            }
+            match c1 - t {
+                3 => {
+                    let y = [row(t), row(t + 1), row(t + 2)];
+                    store(panel::<3>(pw, y), o, n_rows, p, n_tok, t);
+                }
+                2 => store(panel::<2>(pw, [row(t), row(t + 1)]), o, n_rows, p, n_tok, t),
+                1 => store(panel::<1>(pw, [row(t)]), o, n_rows, p, n_tok, t),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Packed K-quant products (see `packed_k::products`).
+pub(super) fn packed_products_k(
+    ty: GgmlType,
+    panels: &[u8],
+    nb: usize,
+    n_rows: usize,
+    a: &[BlockQ8K],
+    o: &mut PanelOut<'_>,
+) {
+    if ty != GgmlType::Q4K || nb == 0 {
+        return;
+    }
+    // SAFETY: only reachable through the AVX-512 VNNI table, which
+    // `avx512_table(true)` returns after detecting every feature that
+    // `products_q4_k` is compiled for.
+    unsafe { products_q4_k(panels, nb, n_rows, a, o) }
+}
