@@ -84,6 +84,9 @@ fn main() {
         (GgmlType::Q4K, 176, 16384),
         (GgmlType::Q4K, 128, 2048),
         (GgmlType::Q4K, 81_920, 2048),
+        // Qwen's 151936-token output matrix at hidden 2048 (Q6_K in a
+        // Q4_K_M file): 255 MB.
+        (GgmlType::Q6K, 151_936, 2048),
     ];
     println!("| type | rows x cols | MB | isa | us/matvec | GB/s |");
     println!("|---|---|---|---|---|---|");

@@ -15,12 +15,13 @@ use anedvd_cpu::qkernels::{KernelError, Kernels, PackedWeights, QuantizedActivat
 use kernel_data::{cols_for, magnitude, random_weights, tol_simd, Rng};
 
 /// The types with a packed layout.
-const PACKED: [GgmlType; 5] = [
+const PACKED: [GgmlType; 6] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q5_0,
     GgmlType::IQ4NL,
     GgmlType::Q4K,
+    GgmlType::Q6K,
 ];
 
 fn pack(k: &Kernels, ty: GgmlType, w: &[u8], n_rows: usize, n_cols: usize) -> PackedWeights {
@@ -142,12 +143,17 @@ fn packed_shapes_are_checked() {
     let mut act = QuantizedActivation::new();
     act.quantize_for(ty, &[0.5; 32], 32).unwrap();
     // No packed layout for the other K-quants, nor for partial blocks.
-    assert!(k.new_packed(GgmlType::Q6K, 4, 256).is_err());
+    assert!(k.new_packed(GgmlType::Q5K, 4, 256).is_err());
     assert!(k.new_packed(GgmlType::Q4K, 4, 320).is_err());
     assert!(k.new_packed(ty, 4, 40).is_err());
     assert_eq!(
         k.new_packed(GgmlType::Q4K, 20, 512).unwrap().panel_bytes(),
         2 * 16 * 144
+    );
+    // Q6_K panels: 16 rows of 210 bytes per block, padded to 64 bytes.
+    assert_eq!(
+        k.new_packed(GgmlType::Q6K, 20, 768).unwrap().panel_bytes(),
+        3 * 16 * 210 + 32
     );
     let mut p = k.new_packed(ty, 20, 32).unwrap();
     assert_eq!(p.panel_bytes(), 16 * 34);

@@ -38,8 +38,9 @@
 //! each block with one fused multiply-add in block order, so are the
 //! results.
 //!
-//! Q4_K has its own panel layout of the same size (`packed_k.rs`); this
-//! module's [`PackedWeights`] and [`Kernels`] entry points serve both.
+//! Q4_K and Q6_K have their own panel layouts of the file's size
+//! (`packed_k.rs`); this module's [`PackedWeights`] and [`Kernels`] entry
+//! points serve all.
 
 use super::packed_k;
 use super::{ActFormat, KernelError};
@@ -77,11 +78,26 @@ pub(crate) fn offset(ty: GgmlType) -> i32 {
 }
 
 /// The bytes per block in the file and the weights per block of `ty`, if
-/// it has a packed layout (the legacy types here, Q4_K in `packed_k`).
+/// it has a packed layout (the legacy types here, Q4_K and Q6_K in
+/// `packed_k`).
 fn packed_block(ty: GgmlType) -> Option<(usize, usize)> {
-    match ty {
-        GgmlType::Q4K => Some((packed_k::Q4K_BYTES, QK_K)),
-        _ => block_bytes(ty).map(|bb| (bb, QK8)),
+    match packed_k::file_block_bytes(ty) {
+        Some(bb) => Some((bb, QK_K)),
+        None => block_bytes(ty).map(|bb| (bb, QK8)),
+    }
+}
+
+/// True for the types whose layout is in `packed_k`.
+fn is_k(ty: GgmlType) -> bool {
+    packed_k::file_block_bytes(ty).is_some()
+}
+
+/// Bytes of one panel of `nb` blocks of `ty` (`bb` bytes each in the file).
+fn panel_len(ty: GgmlType, bb: usize, nb: usize) -> usize {
+    if is_k(ty) {
+        packed_k::panel_bytes(ty, nb)
+    } else {
+        nb * bb * PANEL_ROWS
     }
 }
 
@@ -162,7 +178,7 @@ impl PackedWeights {
         let (bb, nb) = geometry(ty, n_cols)?;
         let len = n_rows
             .div_ceil(PANEL_ROWS)
-            .checked_mul(nb * bb * PANEL_ROWS)
+            .checked_mul(panel_len(ty, bb, nb))
             .ok_or_else(|| KernelError::Shape(format!("{n_rows} x {n_cols} is too large")))?;
         Ok(Self {
             ty,
@@ -209,8 +225,8 @@ impl PackedWeights {
         let pb = self.panel_bytes();
         let panel = &self.bytes()[r / PANEL_ROWS * pb..(r / PANEL_ROWS + 1) * pb];
         let lane = r % PANEL_ROWS;
-        if self.ty == GgmlType::Q4K {
-            packed_k::decode_row(panel, lane, dst);
+        if is_k(self.ty) {
+            packed_k::decode_row(self.ty, panel, self.n_cols / QK_K, lane, dst);
             return Ok(());
         }
         let (ty, nb, wp) = (self.ty, self.n_cols / QK8, weight_part(self.ty));
@@ -228,7 +244,7 @@ impl PackedWeights {
 
     /// Bytes per panel of 16 rows.
     pub fn panel_bytes(&self) -> usize {
-        geometry(self.ty, self.n_cols).map_or(0, |(bb, nb)| nb * bb * PANEL_ROWS)
+        geometry(self.ty, self.n_cols).map_or(0, |(bb, nb)| panel_len(self.ty, bb, nb))
     }
 
     fn bytes(&self) -> &[u8] {
@@ -248,7 +264,7 @@ impl Kernels {
     /// layout; a loader should then pack. (Every table can run packed weights; only AVX-512 VNNI gains.)
     pub fn packs(&self, ty: GgmlType) -> bool {
         match ty {
-            GgmlType::Q4K => self.table.packed_k.is_some(),
+            GgmlType::Q4K | GgmlType::Q6K => self.table.packed_k.is_some(),
             _ => block_bytes(ty).is_some() && self.table.packed.is_some(),
         }
     }
@@ -275,7 +291,7 @@ impl Kernels {
         dst: &mut [u8],
     ) -> Result<(), KernelError> {
         let (bb, nb) = geometry(ty, n_cols)?;
-        let (rb, pb) = (nb * bb, nb * bb * PANEL_ROWS);
+        let (rb, pb) = (nb * bb, panel_len(ty, bb, nb));
         let n = rows.len() / rb;
         if !rows.len().is_multiple_of(rb)
             || !dst.len().is_multiple_of(pb)
@@ -287,10 +303,10 @@ impl Kernels {
                 dst.len()
             )));
         }
-        if ty == GgmlType::Q4K {
+        if is_k(ty) {
             // A byte shuffle: scalar code packs several GB/s, far faster
             // than the pages it reads are mapped in.
-            packed_k::pack(rows, rb, nb, dst);
+            packed_k::pack(ty, rows, rb, nb, dst);
         } else {
             (self.table.pack)(ty, rows, rb, nb, dst);
         }
@@ -342,11 +358,11 @@ impl Kernels {
             row_offset: 0,
             row_stride: rows.len(),
         };
-        if w.ty == GgmlType::Q4K {
+        if is_k(w.ty) {
             let nb = w.n_cols / QK_K;
             match self.table.packed_k {
                 Some(f) => f(w.ty, panels, nb, rows.len(), act.q8k_all(), &mut o),
-                None => packed_k::products(panels, nb, rows.len(), act.q8k_all(), &mut o),
+                None => packed_k::products(w.ty, panels, nb, rows.len(), act.q8k_all(), &mut o),
             }
             return Ok(());
         }

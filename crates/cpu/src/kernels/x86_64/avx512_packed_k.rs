@@ -1,11 +1,14 @@
-//! AVX-512 VNNI products of Q4_K weights packed once at load (layout in
-//! `kernels/packed_k.rs`): per panel block the 16 rows' scales are unpacked
-//! with 128-bit byte operations (lane = row) and every quant register gives
-//! two `vpdpbusd` (its low and high nibbles, unsigned, against four signed
-//! activation bytes), shared by up to four tokens. Scalar twin:
-//! `packed_k::products` (bit for bit).
+//! AVX-512 VNNI products of Q4_K and Q6_K weights packed once at load
+//! (layouts in `kernels/packed_k.rs`): per panel block the 16 rows' scales
+//! are unpacked with 128-bit byte operations (lane = row), and every
+//! register of unsigned quants (Q4_K: a register's low or high nibbles;
+//! Q6_K: nibbles of `ql` with two bits of `qh` above them, `q + 32`) takes
+//! one `vpdpbusd` against four signed activation bytes, shared by up to
+//! four tokens. Scalar twin: `packed_k::products` (bit for bit).
 
-use super::super::packed_k::{BLOCK, QS, SCALES};
+use super::super::packed_k::{
+    panel_bytes, Q4K_BLOCK, Q4K_QS, Q4K_SCALES, Q6K_HEADER, Q6K_QH, Q6K_QUANTS,
+};
 use super::super::PanelOut;
 use super::avx2::{ld128, ld256};
 use super::avx2_panel_k::quad;
@@ -25,7 +28,7 @@ const PREFETCH_AHEAD: usize = 4096;
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn scales(blk: &[u8]) -> ([__m512i; 8], [__m512i; 8]) {
-    let g: [__m128i; 12] = std::array::from_fn(|i| ld128(&blk[SCALES + 16 * i..]));
+    let g: [__m128i; 12] = std::array::from_fn(|i| ld128(&blk[Q4K_SCALES + 16 * i..]));
     let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
     // (v >> 6) << 4 per byte: the shifts are 16-bit, the masks keep each
     // byte's own bits.
@@ -51,7 +54,7 @@ fn scales(blk: &[u8]) -> ([__m512i; 8], [__m512i; 8]) {
 /// of this super-block to lane `r` of `acc[t]`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn block<const T: usize>(blk: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; T]) {
+fn block_q4_k<const T: usize>(blk: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; T]) {
     let (sc, mn) = scales(blk);
     let m4 = _mm512_set1_epi8(0x0f);
     let mut isum = [_mm512_setzero_si512(); T];
@@ -59,7 +62,7 @@ fn block<const T: usize>(blk: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; T]) {
         let mut lo = [_mm512_setzero_si512(); T];
         let mut hi = [_mm512_setzero_si512(); T];
         for q in 0..8 {
-            let g = ld512(&blk[QS + 64 * (8 * k + q)..]);
+            let g = ld512(&blk[Q4K_QS + 64 * (8 * k + q)..]);
             let wl = _mm512_and_si512(g, m4);
             let wh = _mm512_and_si512(_mm512_srli_epi16::<4>(g), m4);
             for t in 0..T {
@@ -90,28 +93,125 @@ fn block<const T: usize>(blk: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; T]) {
     }
 }
 
-/// One panel (`nb` blocks) against `T` tokens (`nb` blocks each).
+/// One Q6_K block (`q`: its quants, `h`: its header) against `T` tokens:
+/// adds row `r` · token `t`'s share of this super-block to lane `r` of
+/// `acc[t]`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn panel<const T: usize>(panel: &[u8], y: [&[BlockQ8K]; T]) -> [__m512; T] {
-    let mut acc = [_mm512_setzero_ps(); T];
-    for (b, blk) in panel.chunks_exact(BLOCK).enumerate() {
-        // As for the legacy packed types: few tokens stream the panels
-        // faster than the hardware prefetcher fetches them. Prefetching
-        // never faults, so running past the end is harmless.
-        let ahead = blk.as_ptr().wrapping_add(PREFETCH_AHEAD);
-        for l in (0..BLOCK).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l).cast());
+fn block_q6_k<const T: usize>(q: &[u8], h: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; T]) {
+    let (m4, m2) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x30));
+    let mut isum = [_mm512_setzero_si512(); T];
+    for n in 0..2 {
+        // Quads `4 h4 ..4 h4 + 4` of the four 32-weight runs of this half
+        // are sub-blocks `8 n + 2 i + h4`.
+        for h4 in 0..2 {
+            let mut d = [[_mm512_setzero_si512(); T]; 4];
+            for qq in 0..4 {
+                let c = 4 * h4 + qq;
+                let a = ld512(&q[64 * (16 * n + c)..]);
+                let b = ld512(&q[64 * (16 * n + 8 + c)..]);
+                let hb = ld512(&q[Q6K_QH + 64 * (8 * n + c)..]);
+                let w = [
+                    _mm512_or_si512(
+                        _mm512_and_si512(a, m4),
+                        _mm512_and_si512(_mm512_slli_epi16::<4>(hb), m2),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(b, m4),
+                        _mm512_and_si512(_mm512_slli_epi16::<2>(hb), m2),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(a), m4),
+                        _mm512_and_si512(hb, m2),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(b), m4),
+                        _mm512_and_si512(_mm512_srli_epi16::<2>(hb), m2),
+                    ),
+                ];
+                for (i, wi) in w.into_iter().enumerate() {
+                    for t in 0..T {
+                        let yq = quad(y[t], 128 * n + 32 * i + 4 * c);
+                        d[i][t] = _mm512_dpbusd_epi32(d[i][t], wi, _mm512_set1_epi32(yq));
+                    }
+                }
+            }
+            for (i, di) in d.iter().enumerate() {
+                let s = 8 * n + 2 * i + h4;
+                let sc = _mm512_cvtepi8_epi32(ld128(&h[32 + 16 * s..]));
+                for t in 0..T {
+                    let off = _mm512_set1_epi32(32 * i32::from(y[t].bsums[s]));
+                    let v = _mm512_mullo_epi32(sc, _mm512_sub_epi32(di[t], off));
+                    isum[t] = _mm512_add_epi32(isum[t], v);
+                }
+            }
         }
-        block::<T>(blk, y.map(|yt| &yt[b]), &mut acc);
+    }
+    let d = _mm512_cvtph_ps(ld256(h));
+    for t in 0..T {
+        let dy = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), dy, acc[t]);
+    }
+}
+
+/// Prefetches the `len` bytes at `p`: few tokens stream the panels faster
+/// than the hardware prefetcher fetches them (as for the legacy packed
+/// types). Prefetching never faults, so running past the end of the
+/// panels is harmless.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn prefetch(p: *const u8, len: usize) {
+    for l in (0..len).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(l).cast());
+    }
+}
+
+/// The packed K-quant types, as const generic parameters.
+const Q4K: u8 = 0;
+const Q6K: u8 = 1;
+
+/// One panel of `nb` blocks of type `K` against `T` tokens (`nb` blocks
+/// each): lane `r` of result `t` is row `r` · token `t`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn panel<const K: u8, const T: usize>(panel: &[u8], nb: usize, y: [&[BlockQ8K]; T]) -> [__m512; T] {
+    let mut acc = [_mm512_setzero_ps(); T];
+    if K == Q4K {
+        for (b, blk) in panel.chunks_exact(Q4K_BLOCK).enumerate() {
+            prefetch(blk.as_ptr().wrapping_add(PREFETCH_AHEAD), Q4K_BLOCK);
+            block_q4_k::<T>(blk, y.map(|yt| &yt[b]), &mut acc);
+        }
+    } else {
+        let (quants, headers) = panel.split_at(nb * Q6K_QUANTS);
+        for b in 0..nb {
+            let q = &quants[b * Q6K_QUANTS..(b + 1) * Q6K_QUANTS];
+            let h = &headers[b * Q6K_HEADER..(b + 1) * Q6K_HEADER];
+            prefetch(q.as_ptr().wrapping_add(PREFETCH_AHEAD), Q6K_QUANTS);
+            // The headers (a tenth of the panel) one block ahead.
+            prefetch(h.as_ptr().wrapping_add(Q6K_HEADER), Q6K_HEADER);
+            block_q6_k::<T>(q, h, y.map(|yt| &yt[b]), &mut acc);
+        }
     }
     acc
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn products_q4_k(panels: &[u8], nb: usize, n_rows: usize, a: &[BlockQ8K], o: &mut PanelOut<'_>) {
+fn products_as<const K: u8>(
+    panels: &[u8],
+    nb: usize,
+    n_rows: usize,
+    a: &[BlockQ8K],
+    o: &mut PanelOut<'_>,
+) {
     let n_tok = a.len() / nb;
-    let pb = nb * BLOCK;
+    let pb = panel_bytes(
+        if K == Q4K {
+            GgmlType::Q4K
+        } else {
+            GgmlType::Q6K
+        },
+        nb,
+    );
     if o.out.len() < n_rows * n_tok {
         return;
     }
@@ -124,16 +224,23 @@ fn products_q4_k(panels: &[u8], nb: usize, n_rows: usize, a: &[BlockQ8K], o: &mu
             let mut t = c0;
             while t + 4 <= c1 {
                 let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                store(panel::<4>(pw, y), o, n_rows, p, n_tok, t);
+                store(panel::<K, 4>(pw, nb, y), o, n_rows, p, n_tok, t);
                 t += 4;
             }
             match c1 - t {
                 3 => {
                     let y = [row(t), row(t + 1), row(t + 2)];
-                    store(panel::<3>(pw, y), o, n_rows, p, n_tok, t);
+                    store(panel::<K, 3>(pw, nb, y), o, n_rows, p, n_tok, t);
                 }
-                2 => store(panel::<2>(pw, [row(t), row(t + 1)]), o, n_rows, p, n_tok, t),
-                1 => store(panel::<1>(pw, [row(t)]), o, n_rows, p, n_tok, t),
+                2 => store(
+                    panel::<K, 2>(pw, nb, [row(t), row(t + 1)]),
+                    o,
+                    n_rows,
+                    p,
+                    n_tok,
+                    t,
+                ),
+                1 => store(panel::<K, 1>(pw, nb, [row(t)]), o, n_rows, p, n_tok, t),
                 _ => {}
             }
         }
@@ -149,11 +256,17 @@ pub(super) fn packed_products_k(
     a: &[BlockQ8K],
     o: &mut PanelOut<'_>,
 ) {
-    if ty != GgmlType::Q4K || nb == 0 {
+    if nb == 0 {
         return;
     }
     // SAFETY: only reachable through the AVX-512 VNNI table, which
     // `avx512_table(true)` returns after detecting every feature that
-    // `products_q4_k` is compiled for.
-    unsafe { products_q4_k(panels, nb, n_rows, a, o) }
+    // `products_as` is compiled for.
+    unsafe {
+        match ty {
+            GgmlType::Q4K => products_as::<Q4K>(panels, nb, n_rows, a, o),
+            GgmlType::Q6K => products_as::<Q6K>(panels, nb, n_rows, a, o),
+            _ => {}
+        }
+    }
 }
