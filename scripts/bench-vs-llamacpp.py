@@ -19,8 +19,15 @@ anedvd timings.load_ms + timings.prompt_ms; anedvd's model load alone
 takes no thread count (it uses llama.cpp's default). Ratios are anedvd /
 llama.cpp, so below 1 is better for anedvd.
 
+Size sweep: give --model several times (e.g. the files of scripts/gen-synthetic-gguf.py);
+each gets its own table, then one table has a row per model: file size, prefill and decode of
+both engines (medians) with ratios, peak RSS of both, and anedvd's decode as streamed bytes per
+second (tok/s times the bytes one token reads: every tensor but an untied token embedding, from
+`anedvd inspect --json`) and as a fraction of --bandwidth GB/s (measure it with
+`cargo bench -p anedvd-cpu --bench membw`, at the thread count benchmarked).
+
 Usage:
-  scripts/bench-vs-llamacpp.py --model M [--llama-bench PATH] [--anedvd PATH]
+  scripts/bench-vs-llamacpp.py --model M [--model M2 ...] [--bandwidth GBS] [--llama-bench PATH] [--anedvd PATH]
       [-p 128,512] [-n 128] [-d 0,1024] [-t 2] [-r 5] [--rounds 3] [--md OUT.md]
       [--llama-simple PATH] [--load-reps 5] [--load-prompt Hello] [--load-only]
       [--llama-args "--poll 0 -fa 1"]
@@ -100,7 +107,8 @@ def mmm(v):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model", required=True, action="append", help="GGUF (repeat for a size sweep)")
+    ap.add_argument("--bandwidth", type=float, help="measured read bandwidth, GB/s, for the sweep's fraction column")
     ap.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH", os.path.expanduser("~/.cache/llamacpp-ref/bin/llama-bench")))
     ap.add_argument("--anedvd", default="target/release/anedvd")
     ap.add_argument("-p", default="128,512"); ap.add_argument("-n", default="128")
@@ -113,11 +121,18 @@ def main():
     ap.add_argument("--load-only", action="store_true", help="skip the throughput table")
     ap.add_argument("--llama-args", default="--poll 0", help="extra llama-bench options")
     a = ap.parse_args()
-    texts = []
-    if not a.load_only:
-        texts.append(throughput_table(a))
-    if a.load_reps > 0:
-        texts.append(load_table(a))
+    texts, sweep = [], []
+    models = a.model
+    for m in models:
+        a.model = m
+        if not a.load_only:
+            text, summary = throughput_table(a)
+            texts.append(text)
+            sweep.append((m, summary))
+        if a.load_reps > 0:
+            texts.append(load_table(a))
+    if len(sweep) > 1 or (sweep and a.bandwidth):
+        texts.append(sweep_table(a, sweep))
     text = "\n\n".join(texts)
     print(text)
     if a.md and text:
@@ -145,6 +160,39 @@ def throughput_table(a):
                      f"**{om[1] / lm[1]:.2f}x** | {om[0] / lm[2]:.2f}x / {om[2] / lm[0]:.2f}x |")
     lr, orr = mmm(rss["llama.cpp"]), mmm(rss["anedvd"])
     lines.append(f"| peak RSS (MiB) | {lr[1] / 1024:.0f} | {orr[1] / 1024:.0f} | {orr[1] / lr[1]:.2f}x | |")
+    summary = {name(k): (mmm(llama[k])[1], mmm(ours[k])[1]) for k in llama if k in ours}
+    summary["rss"] = (lr[1] / 1024, orr[1] / 1024)
+    return "\n".join(lines), summary
+
+def bytes_per_token(a, model):
+    """Bytes of weights one decoded token reads: every tensor but an untied token embedding."""
+    info = json.loads(subprocess.run([a.anedvd, "inspect", "--json", model], capture_output=True,
+                                     text=True, check=True).stdout)
+    sizes = {t["name"]: t["bytes"] for t in info["tensors"]}
+    total = sum(sizes.values())
+    return total - sizes.get("token_embd.weight", 0) if "output.weight" in sizes else total
+
+def sweep_table(a, sweep):
+    tests = [k for k in sweep[0][1] if k != "rss"]
+    head = "| model | GiB |" + "".join(f" {t} llama.cpp | {t} anedvd | ratio |" for t in tests) + \
+        " peak RSS MiB llama.cpp / anedvd | anedvd decode GB/s |" + (" of limit |" if a.bandwidth else "")
+    lines = [f"size sweep, threads {a.t}, medians of {a.rounds} rounds x {a.r} repetitions (tok/s; ratio = anedvd / llama.cpp)"
+             + (f"; bandwidth limit {a.bandwidth:.1f} GB/s" if a.bandwidth else ""), "", head,
+             "|" + "---|" * (head.count("|") - 1)]
+    for m, s in sweep:
+        row = f"| `{os.path.basename(m)}` | {os.path.getsize(m) / 2**30:.2f} |"
+        for t in tests:
+            l, o = s.get(t, (float("nan"), float("nan")))
+            row += f" {l:.1f} | {o:.1f} | **{o / l:.2f}x** |"
+        lr, orr = s["rss"]
+        row += f" {lr:.0f} / {orr:.0f} ({orr / lr:.2f}x) |"
+        tg = [t for t in tests if t.startswith("tg") and "@" not in t]
+        if tg:
+            gbs = s[tg[0]][1] * bytes_per_token(a, m) / 1e9
+            row += f" {gbs:.1f} |" + (f" {gbs / a.bandwidth:.0%} |" if a.bandwidth else "")
+        else:
+            row += " |" + (" |" if a.bandwidth else "")
+        lines.append(row)
     return "\n".join(lines)
 
 if __name__ == "__main__":
