@@ -2,7 +2,8 @@
 //! on the CPU (this crate's decoder and the ANE backend, whose programs
 //! stop at the q/k/v projection): q/k norm and RoPE ([`encode_positions`]),
 //! an f16 KV cache ([`KvCache`]), and attention over it ([`attend`]: GQA,
-//! causal and sliding-window masks, optional score soft-cap, softmax in f32).
+//! causal and sliding-window masks, optional score soft-cap, softmax in f32;
+//! tiled with an online softmax for many queries, `tiled`).
 //!
 //! One step of an attention mixer over rows at positions `pos0..` is:
 //! `encode_positions`, then `KvCache::store`, then `attend`.
@@ -14,6 +15,8 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 use std::cell::RefCell;
+
+mod tiled;
 
 thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -219,6 +222,8 @@ fn partial(
 /// cached row is converted from f16 once per group. When there are fewer
 /// such tasks than threads (decode) and many positions, the positions are
 /// split across threads and the partial softmaxes merged (`part` is scratch).
+/// From [`tiled::MIN_TOKENS`] queries on, where the CPU has a SIMD f32
+/// tile product, the tiled (flash-style) path in [`tiled`] runs instead.
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     kern: &Kernels,
@@ -233,6 +238,9 @@ pub fn attend(
     let hd = spec.head_dim;
     let group = spec.n_head / spec.n_head_kv;
     let n_kv = spec.n_head_kv;
+    if tiled::applies(kern, n_tok) {
+        return tiled::attend_tiled(kern, spec, cache, q, pos0, n_tok, out, part);
+    }
     let threads = rayon::current_num_threads().max(1);
     let last = pos0 + n_tok - 1;
     let longest = last + 1 - first_visible(last, spec.window);
@@ -431,6 +439,116 @@ mod tests {
                 let want: f64 = (0..n).map(|j| w[j] * vf[j * hd + i]).sum::<f64>() / z;
                 let got = f64::from(out[g * hd + i]);
                 assert!((got - want).abs() < 1e-4, "g={g} i={i}: {got} vs {want}");
+            }
+        }
+    }
+
+    /// Direct f64 attention of query row `(t, h)` over the f16-rounded cache:
+    /// the reference for both paths.
+    fn reference(
+        sp: &Attention,
+        cache: &KvCache,
+        q: &[f32],
+        pos: usize,
+        t: usize,
+        h: usize,
+    ) -> Vec<f64> {
+        let hd = sp.head_dim;
+        let kvh = h / (sp.n_head / sp.n_head_kv);
+        let f16s = |b: &[u8]| -> Vec<f64> {
+            b.chunks_exact(2)
+                .map(|b| f64::from(f16::from_le_bytes([b[0], b[1]]).to_f32()))
+                .collect()
+        };
+        let (kf, vf) = (f16s(&cache.k[kvh]), f16s(&cache.v[kvh]));
+        let qh = &q[(t * sp.n_head + h) * hd..][..hd];
+        let lo = first_visible(pos, sp.window);
+        let s: Vec<f64> = (lo..=pos)
+            .map(|j| {
+                let d: f64 = (0..hd).map(|i| f64::from(qh[i]) * kf[j * hd + i]).sum();
+                let d = d * f64::from(sp.scale);
+                match sp.softcap {
+                    Some(c) => f64::from(c) * (d / f64::from(c)).tanh(),
+                    None => d,
+                }
+            })
+            .collect();
+        let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let z: f64 = w.iter().sum();
+        (0..hd)
+            .map(|i| {
+                (lo..=pos)
+                    .zip(&w)
+                    .map(|(j, w)| w * vf[j * hd + i])
+                    .sum::<f64>()
+                    / z
+            })
+            .collect()
+    }
+
+    /// Tiled attention (every kernel table, and `attend`'s own choice)
+    /// against direct f64 softmax attention: GQA, causal and sliding
+    /// masks, soft-cap, a chunk after cached positions, ragged tiles.
+    #[test]
+    fn tiled_matches_direct_softmax() {
+        let f = |i: usize, k: f32| ((i as f32) * k).sin() * 2.0;
+        for (n_head, n_kv, hd, window, softcap, pos0, n_tok) in [
+            (8usize, 2usize, 16usize, None, None, 0usize, 37usize),
+            (4, 1, 64, Some(50), None, 30, 70),
+            (2, 2, 24, None, Some(3.0f32), 100, 5),
+            (4, 1, 32, Some(7), Some(5.0), 0, 130),
+        ] {
+            let mut sp = spec(window);
+            (sp.n_head, sp.n_head_kv, sp.head_dim, sp.softcap) = (n_head, n_kv, hd, softcap);
+            sp.scale = 1.0 / (hd as f32).sqrt();
+            let n = pos0 + n_tok;
+            let kvd = n_kv * hd;
+            let k: Vec<f32> = (0..n * kvd).map(|i| f(i, 0.37) * 1.5).collect();
+            let v: Vec<f32> = (0..n * kvd).map(|i| f(i, 0.11)).collect();
+            let mut cache = KvCache::new(n_kv, hd);
+            cache.store(0, &k, &v, n);
+            let q: Vec<f32> = (0..n_tok * n_head * hd).map(|i| f(i, 0.7)).collect();
+            let mut runs: Vec<(String, Vec<f32>)> = Vec::new();
+            for kern in Kernels::available() {
+                let mut out = vec![f32::NAN; n_tok * n_head * hd];
+                tiled::attend_tiled(
+                    &kern,
+                    &sp,
+                    &cache,
+                    &q,
+                    pos0,
+                    n_tok,
+                    &mut out,
+                    &mut Vec::new(),
+                );
+                runs.push((format!("tiled {kern:?}"), out));
+                let mut out = vec![f32::NAN; n_tok * n_head * hd];
+                attend(
+                    &kern,
+                    &sp,
+                    &cache,
+                    &q,
+                    pos0,
+                    n_tok,
+                    &mut out,
+                    &mut Vec::new(),
+                );
+                runs.push((format!("attend {kern:?}"), out));
+            }
+            for (name, out) in &runs {
+                for t in 0..n_tok {
+                    for h in 0..n_head {
+                        let want = reference(&sp, &cache, &q, pos0 + t, t, h);
+                        for (i, w) in want.iter().enumerate() {
+                            let got = f64::from(out[(t * n_head + h) * hd + i]);
+                            assert!(
+                                (got - w).abs() < 2e-5,
+                                "{name} heads {n_head}/{n_kv} t={t} h={h} i={i}: {got} vs {w}"
+                            );
+                        }
+                    }
+                }
             }
         }
     }

@@ -369,6 +369,32 @@ pub fn axpy_f16(y: &mut [f32], a: f32, x: &[u8]) {
     }
 }
 
+/// `c[i * ldc + j] = fma(a[i * rs + p * cs], b[p * ldb + j], c[i * ldc + j])`
+/// for `p` in `0..k` in order, for every `i < m`, `j < n`: a small f32
+/// matrix product accumulated into `c`, with `a` read through arbitrary
+/// strides (so either `a` or its transpose). Fused multiply-adds, so the
+/// SIMD versions match it bit for bit. The caller guarantees the extents
+/// (see `Kernels::gemm_f32`).
+pub fn gemm_f32(
+    a: &[f32],
+    (rs, cs): (usize, usize),
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    (m, k, n): (usize, usize, usize),
+) {
+    for i in 0..m {
+        let ci = &mut c[i * ldc..i * ldc + n];
+        for p in 0..k {
+            let x = a[i * rs + p * cs];
+            for (cv, bv) in ci.iter_mut().zip(&b[p * ldb..p * ldb + n]) {
+                *cv = x.mul_add(*bv, *cv);
+            }
+        }
+    }
+}
+
 /// `out[i] = sum_j p[j] * v[j * stride + 2i]` (f16 rows), as repeated
 /// [`axpy_f16`] from zero. The caller guarantees `v` holds `p.len()` rows.
 pub fn wsum_f16(v: &[u8], stride: usize, p: &[f32], out: &mut [f32]) {

@@ -242,6 +242,10 @@ pub(crate) type DotF16Multi = fn(&[u8], usize, &[f32], usize, &mut [f32]);
 /// `len = p.len() / n_q` and `hd = out.len() / n_q`. The caller guarantees
 /// `w` holds `len` rows of at least `2 * hd` bytes.
 pub(crate) type WsumF16Multi = fn(&[u8], usize, &[f32], usize, &mut [f32]);
+/// A small f32 matrix product accumulated into `c`; see
+/// [`generic::gemm_f32`] (the caller has checked the extents).
+pub(crate) type GemmF32 =
+    fn(&[f32], (usize, usize), &[f32], usize, &mut [f32], usize, (usize, usize, usize));
 
 /// The per-type row loops of one instruction set.
 #[derive(Clone, Copy)]
@@ -285,6 +289,10 @@ pub(crate) struct Table {
     pub wsum_f16: WsumF16,
     pub dot_f16_multi: DotF16Multi,
     pub wsum_f16_multi: WsumF16Multi,
+    /// f32 tile products for tiled attention; `Some` where a SIMD version
+    /// exists (the scalar twin is the reference, not a fallback: without it
+    /// attention keeps its per-query path).
+    pub gemm_f32: Option<GemmF32>,
 }
 
 impl Table {
@@ -323,6 +331,7 @@ impl Table {
         wsum_f16: generic::wsum_f16,
         dot_f16_multi: generic::dot_f16_multi,
         wsum_f16_multi: generic::wsum_f16_multi,
+        gemm_f32: None,
     };
 }
 
@@ -726,6 +735,57 @@ impl Kernels {
                 self.weighted_sum_f16(v, stride, &pg[..len], o);
             }
         }
+    }
+
+    /// True if this table has a SIMD [`Self::gemm_f32`] (tiled attention
+    /// is used only then).
+    pub fn has_gemm_f32(&self) -> bool {
+        self.table.gemm_f32.is_some()
+    }
+
+    /// `c[i * ldc + j] += sum_p a[i * rs + p * cs] * b[p * ldb + j]` for
+    /// `i < m`, `p < k`, `j < n` (fused multiply-adds in `p` order, the same
+    /// bits on every table; the scalar twin where there is no SIMD one).
+    /// Errors, touching nothing, when a slice is too short for the extents.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_f32(
+        &self,
+        a: &[f32],
+        a_strides: (usize, usize),
+        b: &[f32],
+        ldb: usize,
+        c: &mut [f32],
+        ldc: usize,
+        (m, k, n): (usize, usize, usize),
+    ) -> Result<(), KernelError> {
+        if m == 0 || n == 0 || k == 0 {
+            return Ok(());
+        }
+        let (rs, cs) = a_strides;
+        // Index one past the last element each operand reads, if it fits.
+        let end = |terms: &[(usize, usize)], last: usize| {
+            terms.iter().try_fold(last, |acc, &(count, stride)| {
+                count.checked_sub(1)?.checked_mul(stride)?.checked_add(acc)
+            })
+        };
+        let a_end = end(&[(m, rs), (k, cs)], 1);
+        let b_end = end(&[(k, ldb)], n);
+        let c_end = end(&[(m, ldc)], n);
+        let fits = |e: Option<usize>, len: usize| e.is_some_and(|e| e <= len);
+        if !(fits(a_end, a.len()) && fits(b_end, b.len()) && fits(c_end, c.len()))
+            || (k > 1 && n > ldb)
+            || (m > 1 && n > ldc)
+        {
+            return Err(KernelError::Shape(format!(
+                "gemm {m}x{k}x{n}: a {} (strides {rs}, {cs}), b {} (ld {ldb}), c {} (ld {ldc})",
+                a.len(),
+                b.len(),
+                c.len()
+            )));
+        }
+        let f = self.table.gemm_f32.unwrap_or(generic::gemm_f32);
+        f(a, a_strides, b, ldb, c, ldc, (m, k, n));
+        Ok(())
     }
 
     /// `y += a * x`, `x` little-endian f16 bytes (`2 * y.len()` of them,

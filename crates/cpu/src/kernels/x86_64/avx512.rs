@@ -431,6 +431,7 @@ macro_rules! kernels {
                 panel_q4_k: Some(super::super::avx512_panel_k::$m::panel_q4_k),
                 dot_f16_multi: super::super::avx512_attn::dot_f16_multi,
                 wsum_f16_multi: super::super::avx512_attn::wsum_f16_multi,
+                gemm_f32: Some(super::super::avx512_attn::gemm_f32),
                 panel_q6_k: Some(super::super::avx512_panel_k::$m::panel_q6_k),
                 ..$base
             };

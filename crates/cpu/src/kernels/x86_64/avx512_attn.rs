@@ -187,3 +187,111 @@ pub(super) fn wsum_f16_multi(v: &[u8], stride: usize, p: &[f32], n_q: usize, out
         g0 += gq;
     }
 }
+
+/// Lane mask of the first `w` of 16 lanes (`w` may exceed 16).
+#[inline]
+fn lanes(w: usize) -> __mmask16 {
+    if w >= 16 {
+        0xffff
+    } else {
+        ((1u32 << w) - 1) as __mmask16
+    }
+}
+
+/// `MR` rows of [`gemm_f32`]: register tiles of `MR` rows × 32 columns
+/// (two vectors, masked at the right edge), `k` fused multiply-adds deep.
+///
+/// # Safety
+/// AVX-512 F must be present, and for `i < MR`, `p < k`, `j < n` the
+/// elements `a[i * rs + p * cs]`, `b[p * ldb + j]` and `c[i * ldc + j]` must
+/// be in bounds (masked-off lanes are never accessed).
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_rows<const MR: usize>(
+    a: *const f32,
+    (rs, cs): (usize, usize),
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    k: usize,
+    n: usize,
+) {
+    let mut j = 0;
+    while j < n {
+        let w = n - j;
+        let (m0, m1) = (lanes(w), lanes(w.saturating_sub(16)));
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let cr = c.wrapping_add(r * ldc + j);
+            // SAFETY: lanes under the masks are in bounds (caller); the
+            // pointer of an empty second vector is never dereferenced.
+            unsafe {
+                acc[0] = _mm512_maskz_loadu_ps(m0, cr);
+                acc[1] = _mm512_maskz_loadu_ps(m1, cr.wrapping_add(16));
+            }
+        }
+        for p in 0..k {
+            let bp = b.wrapping_add(p * ldb + j);
+            // SAFETY: as above.
+            let (b0, b1) = unsafe {
+                (
+                    _mm512_maskz_loadu_ps(m0, bp),
+                    _mm512_maskz_loadu_ps(m1, bp.wrapping_add(16)),
+                )
+            };
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: `a[r * rs + p * cs]` is in bounds (caller).
+                let x = _mm512_set1_ps(unsafe { *a.add(r * rs + p * cs) });
+                acc[0] = _mm512_fmadd_ps(x, b0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(x, b1, acc[1]);
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            let cr = c.wrapping_add(r * ldc + j);
+            // SAFETY: as for the loads.
+            unsafe {
+                _mm512_mask_storeu_ps(cr, m0, acc[0]);
+                _mm512_mask_storeu_ps(cr.wrapping_add(16), m1, acc[1]);
+            }
+        }
+        j += 32;
+    }
+}
+
+/// `generic::gemm_f32` bit for bit (the same fused multiply-adds in the same
+/// order per element), 8 rows at a time then 4, 2, 1.
+pub(super) fn gemm_f32(
+    a: &[f32],
+    strides: (usize, usize),
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    (m, k, n): (usize, usize, usize),
+) {
+    let mut i = 0;
+    while i < m {
+        let mr = match m - i {
+            8.. => 8,
+            4..=7 => 4,
+            2..=3 => 2,
+            _ => 1,
+        };
+        let ai = a[i * strides.0..].as_ptr();
+        let ci = c[i * ldc..].as_mut_ptr();
+        // SAFETY: only reachable through the AVX-512 tables (AVX-512 F
+        // detected), and `Kernels::gemm_f32` checked that every element the
+        // `m × k × n` product reads or writes is inside `a`, `b` and `c`;
+        // rows `i..i + mr` are a subset of those.
+        unsafe {
+            match mr {
+                8 => gemm_rows::<8>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
+                4 => gemm_rows::<4>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
+                2 => gemm_rows::<2>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
+                _ => gemm_rows::<1>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
+            }
+        }
+        i += mr;
+    }
+}
