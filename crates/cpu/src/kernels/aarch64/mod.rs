@@ -3,10 +3,14 @@
 #![allow(unsafe_code)]
 
 mod neon;
+mod neon_attn;
 
 use super::Table;
 
 /// The NEON table.
 pub(super) fn neon_table() -> Option<Table> {
-    Some(neon::TABLE)
+    Some(Table {
+        gemm_f32: Some(neon_attn::gemm_f32),
+        ..neon::TABLE
+    })
 }
