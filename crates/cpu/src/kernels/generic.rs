@@ -369,6 +369,24 @@ pub fn axpy_f16(y: &mut [f32], a: f32, x: &[u8]) {
     }
 }
 
+/// The row blocks of a [`gemm_f32`] of `m` rows as `(first row, rows)`:
+/// 8 at a time, then 4, 2 and 1 (the register tiles the SIMD versions
+/// instantiate).
+pub(crate) fn gemm_row_blocks(m: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let mr = match m.checked_sub(i)? {
+            0 => return None,
+            8.. => 8,
+            4..=7 => 4,
+            2..=3 => 2,
+            _ => 1,
+        };
+        i += mr;
+        Some((i - mr, mr))
+    })
+}
+
 /// `c[i * ldc + j] = fma(a[i * rs + p * cs], b[p * ldb + j], c[i * ldc + j])`
 /// for `p` in `0..k` in order, for every `i < m`, `j < n`: a small f32
 /// matrix product accumulated into `c`, with `a` read through arbitrary

@@ -270,14 +270,7 @@ pub(super) fn gemm_f32(
     ldc: usize,
     (m, k, n): (usize, usize, usize),
 ) {
-    let mut i = 0;
-    while i < m {
-        let mr = match m - i {
-            8.. => 8,
-            4..=7 => 4,
-            2..=3 => 2,
-            _ => 1,
-        };
+    for (i, mr) in super::super::generic::gemm_row_blocks(m) {
         let ai = a[i * strides.0..].as_ptr();
         let ci = c[i * ldc..].as_mut_ptr();
         // SAFETY: only reachable through the AVX-512 tables (AVX-512 F
@@ -292,6 +285,5 @@ pub(super) fn gemm_f32(
                 _ => gemm_rows::<1>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
             }
         }
-        i += mr;
     }
 }
