@@ -52,6 +52,8 @@
 //! * [`blob`]: MIL blob storage v2, coremltools-aligned or the
 //!   maderix/Espresso-compatible layout (reproduces Espresso's
 //!   `ffn_blob_ref.bin`/`qkv_blob_ref.bin` byte for byte); a checked reader.
+//! * [`registry`]: the ANE capability registry (per op and argument
+//!   spelling, per runtime path), derived from the evidence files.
 //! * [`rules`] and [`sim`]: below.
 //!
 //! # Numerics model of the simulator
@@ -81,7 +83,8 @@
 //!
 //! | id | rule | source |
 //! |---|---|---|
-//! | `ANE-OP` | every op is in [`rules::PROVEN_OPS`] (const conv matmul add sub mul pow sigmoid tanh exp relu sqrt softmax reduce_sum reduce_max reshape transpose cast slice_by_size concat identity) or in `RuleConfig::extra_ops`; `real_div` and `reduce_mean` are simulated but not proven | §3, §2.7 |
+//! | `ANE-OP` | every op is an iOS18 MIL op whose [`registry`] status on `RuleConfig::path` is correct or reachable, or is in `RuleConfig::extra_ops` | [`registry`] |
+//! | `ANE-OP-CONTESTED` | the path's sources disagree about the op: listed by [`rules::check`], refused by [`rules::enforce`] only under `ContestedPolicy::Refuse` | [`registry`] |
 //! | `ANE-CONV-BIAS` | no `bias=` on conv | §2.7, §3 |
 //! | `ANE-INLINE-ARG` | no inline literal arguments: non-tensor args are named consts | §2.5 |
 //! | `ANE-DANGLING-OUTPUT` | returned names are live values | §2.3 |
@@ -100,6 +103,7 @@ pub mod ir;
 mod lex;
 pub mod parse;
 pub mod print;
+pub mod registry;
 pub mod rules;
 pub mod sim;
 

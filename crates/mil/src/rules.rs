@@ -1,22 +1,30 @@
-//! The ANE rule table: what the in-memory compiler/runtime is reported to reject, checked before simulation.
+//! The ANE rule table: what the compiler/runtime of a path is reported to
+//! reject, checked before simulation.
 //!
 //! Every rule has an id, a description and a source (a section of
-//! `shared/docs/ane-spec.md`, which cites the upstream projects). The rules
-//! are lint-level emulations of hardware behaviour (ane-spec.md §8); a
-//! violation is an [`Error::Rule`] naming the rule.
+//! `shared/docs/ane-spec.md` / `ane-evidence.md`, which cite the upstream
+//! projects). Which ops a path accepts, and which argument spellings, comes
+//! from the capability registry ([`crate::registry`]), so a program is
+//! checked against the path it will run on; the IOSurface rules apply to the
+//! in-memory path only. A violation is an [`Error::Rule`] naming the rule.
+//! An op whose sources disagree on that path is reported as
+//! [`RuleId::ContestedOp`], never silently taken to work.
 
 use std::fmt;
 
 use crate::blob::{BlobDType, BlobFile};
 use crate::error::{Error, Result};
 use crate::ir::{Arg, Function, Program, Value, ValueType};
+use crate::registry::{self, RuntimePath, Status};
 use crate::sim::Weights;
 
 /// Identifies a rule of [`RULES`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RuleId {
-    /// `ANE-OP`: op outside the proven set.
+    /// `ANE-OP`: op rejected on the path, untested there, or not a MIL op.
     UnprovenOp,
+    /// `ANE-OP-CONTESTED`: the path's sources disagree about the op.
+    ContestedOp,
     /// `ANE-CONV-BIAS`: `conv` with a `bias` argument.
     ConvBias,
     /// `ANE-INLINE-ARG`: an argument written inline instead of a named const.
@@ -53,16 +61,17 @@ pub struct Rule {
 }
 
 /// The rule table.
-pub const RULES: [Rule; 11] = [
-    Rule { id: RuleId::UnprovenOp, code: "ANE-OP", description: "every op is in the proven set (PROVEN_OPS) or explicitly allowed", source: "ane-spec.md §3 (ops that compile on the in-memory path), §2.7" },
-    Rule { id: RuleId::ConvBias, code: "ANE-CONV-BIAS", description: "conv has no `bias` argument; add the bias with a separate `add`", source: "ane-spec.md §2.7 and §3 (Orion README)" },
-    Rule { id: RuleId::InlineArg, code: "ANE-INLINE-ARG", description: "every argument refers to a named value; non-tensor arguments are named consts, never inline literals", source: "ane-spec.md §2.5 (Orion README: inline transpose_x/transpose_y rejected)" },
+pub const RULES: [Rule; 12] = [
+    Rule { id: RuleId::UnprovenOp, code: "ANE-OP", description: "every op is a MIL op whose registry status on the path is correct or reachable (`anedvd ops`); RuleConfig::extra_ops adds ops by hand", source: "crate::registry (ane-evidence.md §a, ane-spec.md §3, the sweep and census files)" },
+    Rule { id: RuleId::ContestedOp, code: "ANE-OP-CONTESTED", description: "the path's sources disagree about the op (reported; refused only with ContestedPolicy::Refuse)", source: "crate::registry" },
+    Rule { id: RuleId::ConvBias, code: "ANE-CONV-BIAS", description: "conv has no `bias` argument unless the registry shows conv[bias] working on the path; add the bias with a separate `add`", source: "registry conv[bias]: ane-spec.md §2.7 and §3 (Orion README)" },
+    Rule { id: RuleId::InlineArg, code: "ANE-INLINE-ARG", description: "non-tensor arguments are named consts, never inline literals, unless the registry shows op[inline-literal-args] working on the path", source: "registry matmul[inline-literal-args]: ane-spec.md §2.5 (Orion README) vs ane-evidence.md §a (ANEForge, e5rt)" },
     Rule { id: RuleId::DanglingOutput, code: "ANE-DANGLING-OUTPUT", description: "every returned name is a function input or a statement result (else InvalidMILProgram)", source: "ane-spec.md §2.3 (Orion README)" },
     Rule { id: RuleId::Rank, code: "ANE-RANK", description: "every tensor has rank <= max_rank (5)", source: "ane-spec.md §2.4 (ANEForge op-quirks)" },
     Rule { id: RuleId::Dim, code: "ANE-DIM", description: "every dimension is <= max_dim (65536)", source: "ane-spec.md §2.4 (ANEForge op-quirks, capabilities)" },
-    Rule { id: RuleId::SoftmaxPow2, code: "ANE-SOFTMAX-POW2", description: "softmax runs over an axis whose length is a power of two", source: "ane-spec.md §3, §7.4 (Espresso blog: 257 fails, 256 ok)" },
-    Rule { id: RuleId::IoUniform, code: "ANE-IO-UNIFORM", description: "all input tensors have the same byte size, and all output tensors too (else eval status 0x1d); pad to the largest", source: "ane-spec.md §6.4 (Orion constraints #2/#12)" },
-    Rule { id: RuleId::SurfaceAlign, code: "ANE-SURFACE-ALIGN", description: "with flat IOSurfaces, innermost dim x element size of every input/output is a multiple of 64 bytes (S multiple of 32 for fp16)", source: "ane-spec.md §6.2 (TinyGrad strides, tmc validateLayout, Orion #4, Espresso 0x9)" },
+    Rule { id: RuleId::SoftmaxPow2, code: "ANE-SOFTMAX-POW2", description: "softmax runs over an axis whose length is a power of two, unless the registry shows softmax[non-power-of-two-axis] working on the path", source: "registry softmax[non-power-of-two-axis]: ane-spec.md §3, §7.4 (Espresso blog: 257 fails, 256 ok)" },
+    Rule { id: RuleId::IoUniform, code: "ANE-IO-UNIFORM", description: "in-memory path: all input tensors have the same byte size, and all output tensors too (else eval status 0x1d); pad to the largest", source: "ane-spec.md §6.4 (Orion constraints #2/#12)" },
+    Rule { id: RuleId::SurfaceAlign, code: "ANE-SURFACE-ALIGN", description: "in-memory path with flat IOSurfaces: innermost dim x element size of every input/output is a multiple of 64 bytes (S multiple of 32 for fp16)", source: "ane-spec.md §6.2 (TinyGrad strides, tmc validateLayout, Orion #4, Espresso 0x9)" },
     Rule { id: RuleId::BlobOffset, code: "ANE-BLOB-OFFSET", description: "BLOBFILE path starts with @model_path/ and its offset is a metadata block (sentinel 0xDEADBEEF) whose dtype and size match the declared tensor", source: "ane-spec.md §2.6, §4.3, §7.4 (Orion #8: offset at payload = silent wrong output)" },
     Rule { id: RuleId::CompileBudget, code: "ANE-COMPILE-BUDGET", description: "at most ~119 compiles per process (CompileBudget); exec() a fresh process beyond", source: "ane-spec.md §7.1 (maderix README, Orion #5)" },
 ];
@@ -86,34 +95,14 @@ impl fmt::Display for RuleId {
     }
 }
 
-/// Ops with a source showing them compile and run on the in-memory path,
-/// with that source (ane-spec.md §3 and §2.7).
-pub const PROVEN_OPS: [(&str, &str); 21] = [
-    ("const", "all MDX/ORI/ESP programs"),
-    ("conv", "§3: MDX, ORI, ESP, AFG"),
-    ("matmul", "§3: MDX attention, ORI, ESP fixtures"),
-    ("add", "§3: MDX/ORI/ESP fixtures"),
-    ("sub", "§3: MDX/ORI/ESP fixtures"),
-    ("mul", "§3: MDX/ORI/ESP fixtures"),
-    ("pow", "§3: MDX/ORI/ESP RMSNorm"),
-    ("sigmoid", "§3: MDX/ORI/ESP fixtures"),
-    ("tanh", "§2.7: ORI compiler/codegen.m"),
-    ("exp", "§2.7: ORI compiler/codegen.m"),
-    ("relu", "§2.7: ORI compiler/codegen.m"),
-    ("sqrt", "§2.7: ORI compiler/codegen.m"),
-    ("softmax", "§3: ESP fixtures (power-of-two axis)"),
-    ("reduce_sum", "§3: MDX/ORI/ESP fixtures"),
-    ("reduce_max", "§3: ESP fixtures"),
-    ("reshape", "§3: MDX/ORI/ESP fixtures"),
-    ("transpose", "§3: MDX/ORI/ESP fixtures"),
-    ("cast", "§3: MDX/ESP fp32 I/O"),
-    ("slice_by_size", "§3: MDX/ESP fixtures"),
-    (
-        "concat",
-        "§3: MDX training kernels, ESP (contested: ORI rejects)",
-    ),
-    ("identity", "§2.7: ORI"),
-];
+/// What [`enforce`] does with an op whose sources disagree on the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContestedPolicy {
+    /// [`check`] lists it as [`RuleId::ContestedOp`]; [`enforce`] lets it pass.
+    Report,
+    /// [`enforce`] refuses it like any other violation.
+    Refuse,
+}
 
 /// How input/output IOSurfaces are laid out by the runtime (ane-spec.md §6.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,13 +116,17 @@ pub enum SurfaceStyle {
 /// Knobs of the check.
 #[derive(Debug, Clone)]
 pub struct RuleConfig {
+    /// The runtime path the program will run on (default in-memory).
+    pub path: RuntimePath,
+    /// What [`enforce`] does with contested ops (default report).
+    pub contested: ContestedPolicy,
     /// Surface layout used by the runtime (default [`SurfaceStyle::Flat`]).
     pub surface: SurfaceStyle,
     /// Largest rank (default 5).
     pub max_rank: usize,
     /// Largest dimension (default 65536).
     pub max_dim: usize,
-    /// Ops allowed in addition to [`PROVEN_OPS`] (e.g. `reduce_mean`, `real_div` after a probe).
+    /// Ops allowed whatever the registry says (e.g. `real_div` after a probe).
     pub extra_ops: Vec<String>,
     /// Rules not checked (e.g. [`RuleId::IoUniform`] when the runtime pads surfaces).
     pub waived: Vec<RuleId>,
@@ -142,6 +135,8 @@ pub struct RuleConfig {
 impl Default for RuleConfig {
     fn default() -> Self {
         RuleConfig {
+            path: RuntimePath::InMemory,
+            contested: ContestedPolicy::Report,
             surface: SurfaceStyle::Flat,
             max_rank: 5,
             max_dim: 65536,
@@ -183,9 +178,12 @@ pub fn check(program: &Program, weights: Option<&Weights>, cfg: &RuleConfig) -> 
     out
 }
 
-/// [`check`], returning the first violation as an error.
+/// [`check`], returning the first violation as an error (contested ops
+/// only under [`ContestedPolicy::Refuse`]).
 pub fn enforce(program: &Program, weights: Option<&Weights>, cfg: &RuleConfig) -> Result<()> {
-    match check(program, weights, cfg).into_iter().next() {
+    let refused =
+        |v: &Violation| v.rule != RuleId::ContestedOp || cfg.contested == ContestedPolicy::Refuse;
+    match check(program, weights, cfg).into_iter().find(refused) {
         Some(v) => Err(v.into()),
         None => Ok(()),
     }
@@ -219,22 +217,21 @@ fn check_function(
                 push(RuleId::BlobOffset, loc.clone(), detail);
             }
         }
-        if !PROVEN_OPS.iter().any(|(n, _)| *n == s.op) && !cfg.extra_ops.contains(&s.op) {
-            push(
-                RuleId::UnprovenOp,
-                loc.clone(),
-                format!("op `{}` is not in the proven set", s.op),
-            );
+        if !cfg.extra_ops.contains(&s.op) {
+            if let Some((rule, detail)) = op_finding(&s.op, cfg.path) {
+                push(rule, loc.clone(), detail);
+            }
         }
-        if s.op == "conv" && s.args.contains_key("bias") {
+        if s.op == "conv" && s.args.contains_key("bias") && !spelling_works("conv", "bias", cfg) {
             push(
                 RuleId::ConvBias,
                 loc.clone(),
                 "conv has a `bias` argument".into(),
             );
         }
+        let inline_ok = spelling_works(&s.op, "inline-literal-args", cfg);
         for (k, a) in &s.args {
-            if let Arg::Inline(v) = a {
+            if let (Arg::Inline(v), false) = (a, inline_ok) {
                 let what = crate::print::value_str(v, crate::ir::ScalarStyle::Short);
                 push(
                     RuleId::InlineArg,
@@ -243,7 +240,7 @@ fn check_function(
                 );
             }
         }
-        if s.op == "softmax" {
+        if s.op == "softmax" && !spelling_works("softmax", "non-power-of-two-axis", cfg) {
             let len = softmax_len(f, s);
             if let Some(n) = len.filter(|n| !n.is_power_of_two()) {
                 push(
@@ -290,6 +287,11 @@ fn check_function(
                 .map(|t| (o.clone(), t))
         })
         .collect();
+    // Surfaces and their binding rules belong to the in-memory path; e5rt
+    // binds plain CPU buffers (ane-evidence.md §c step 6).
+    if cfg.path != RuntimePath::InMemory {
+        return;
+    }
     for (kind, list) in [("inputs", &f.inputs), ("outputs", &outs)] {
         let sizes: Vec<usize> = list.iter().map(|(_, t)| t.size_bytes()).collect();
         if sizes.windows(2).any(|w| w[0] != w[1]) {
@@ -315,6 +317,63 @@ fn check_function(
             }
         }
     }
+}
+
+/// The `ANE-OP` / `ANE-OP-CONTESTED` finding for `op` on `path`, if any.
+fn op_finding(op: &str, path: RuntimePath) -> Option<(RuleId, String)> {
+    let reg = match registry::registry() {
+        Ok(r) => r,
+        Err(e) => {
+            return Some((
+                RuleId::UnprovenOp,
+                format!("capability registry unreadable: {e}"),
+            ))
+        }
+    };
+    if !reg.is_mil_op(op) {
+        return Some((
+            RuleId::UnprovenOp,
+            format!("`{op}` is not an op of the iOS18 MIL opset"),
+        ));
+    }
+    match reg.status(op, None, path) {
+        Status::Correct { .. } | Status::Reachable => None,
+        Status::Contested => {
+            let sources: Vec<String> = reg
+                .entry(op, None)
+                .map(|e| {
+                    e.evidence
+                        .iter()
+                        .filter(|ev| ev.path == path)
+                        .map(|ev| format!("{} {}", ev.source, ev.outcome.name()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some((
+                RuleId::ContestedOp,
+                format!(
+                    "op `{op}` is contested on the {path} path ({})",
+                    sources.join("; ")
+                ),
+            ))
+        }
+        Status::Rejected => Some((
+            RuleId::UnprovenOp,
+            format!("op `{op}` is rejected on the {path} path (`anedvd ops` lists the evidence)"),
+        )),
+        Status::Untested => Some((
+            RuleId::UnprovenOp,
+            format!("op `{op}` has no evidence on the {path} path"),
+        )),
+    }
+}
+
+/// Whether the registry shows the spelling `variant` of `op` working on the
+/// configured path (only then is the rule guarding it lifted).
+fn spelling_works(op: &str, variant: &str, cfg: &RuleConfig) -> bool {
+    registry::registry()
+        .map(|r| r.status(op, Some(variant), cfg.path).usable())
+        .unwrap_or(false)
 }
 
 fn softmax_len(f: &Function, s: &crate::ir::Statement) -> Option<usize> {

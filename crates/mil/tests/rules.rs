@@ -4,7 +4,8 @@ use std::path::Path;
 
 use anedvd_mil::blob::{BlobLayout, BlobWriter};
 use anedvd_mil::ir::Program;
-use anedvd_mil::rules::{check, CompileBudget, RuleConfig, RuleId, RULES};
+use anedvd_mil::registry::RuntimePath;
+use anedvd_mil::rules::{check, CompileBudget, ContestedPolicy, RuleConfig, RuleId, RULES};
 use anedvd_mil::sim::{Simulator, Weights};
 use anedvd_mil::{parse, Error};
 
@@ -55,6 +56,7 @@ fn assert_clean(p: &Program) {
 fn rule_table_is_complete() {
     let all = [
         RuleId::UnprovenOp,
+        RuleId::ContestedOp,
         RuleId::ConvBias,
         RuleId::InlineArg,
         RuleId::DanglingOutput,
@@ -72,7 +74,7 @@ fn rule_table_is_complete() {
         assert_eq!(rows.len(), 1, "{id:?}");
         assert!(rows[0].code.starts_with("ANE-") && !rows[0].description.is_empty());
         assert!(
-            rows[0].source.contains("ane-spec.md §"),
+            rows[0].source.contains("ane-spec.md §") || rows[0].source.contains("registry"),
             "{id:?} lacks a source"
         );
         assert_eq!(id.to_string(), rows[0].code);
@@ -122,18 +124,115 @@ fn conv_bias() {
 
 #[test]
 fn inline_args() {
+    use RuleId::{ContestedOp as C, InlineArg as I};
     let x = "tensor<fp16, [1, 1, 32, 32]> x";
     let named = "bool f = const()[name = string(\"f\"), val = bool(false)];\n tensor<fp16, [1, 1, 32, 32]> y = matmul(transpose_x = f, transpose_y = f, x = x, y = x)[name = string(\"y\")];";
-    assert_clean(&prog(x, named, "y"));
+    // matmul itself is contested on the in-memory path (ANEDVD: 0x1d at eval)
+    assert_eq!(
+        ids(&prog(x, named, "y"), None, &RuleConfig::default()),
+        vec![C]
+    );
+    let e5rt = RuleConfig {
+        path: RuntimePath::E5rt,
+        ..RuleConfig::default()
+    };
     for inline in ["false", "bool(false)"] {
         let body = format!("tensor<fp16, [1, 1, 32, 32]> y = matmul(transpose_x = {inline}, transpose_y = {inline}, x = x, y = x)[name = string(\"y\")];");
         let mut p = prog(x, &body, "y");
-        assert_only(&p, RuleId::InlineArg);
+        assert_eq!(ids(&p, None, &RuleConfig::default()), vec![C, I]);
+        match Simulator::new(&p, &Weights::new(), &RuleConfig::default()) {
+            Err(Error::Rule { rule, .. }) => assert_eq!(rule, I),
+            other => panic!("expected ANE-INLINE-ARG, got {other:?}"),
+        }
+        // ANEForge writes matmul's flags inline on e5rt (registry matmul[inline-literal-args])
+        assert_eq!(ids(&p, None, &e5rt), vec![]);
         // hoisting the literals into named consts satisfies the rule
         assert_eq!(p.hoist_inline_args(), 2);
-        assert_clean(&p);
+        assert_eq!(ids(&p, None, &RuleConfig::default()), vec![C]);
         assert!(anedvd_mil::print(&p).contains("bool y_transpose_x = const()"));
     }
+}
+
+/// Ops are checked against the path the program will run on.
+#[test]
+fn ops_follow_the_paths_registry() {
+    let e5rt = RuleConfig {
+        path: RuntimePath::E5rt,
+        ..RuleConfig::default()
+    };
+    let unary = |op: &str| {
+        prog(
+            X,
+            &format!("tensor<fp16, [1, 4, 1, 32]> y = {op}(x = x)[name = string(\"y\")];"),
+            "y",
+        )
+    };
+    // rsqrt: rejected by ANECCompile in ANEDVD and the Espresso blog; correct on e5rt
+    // (it takes an epsilon, which is optional in MIL).
+    assert_eq!(
+        ids(&unary("rsqrt"), None, &RuleConfig::default()),
+        vec![RuleId::UnprovenOp]
+    );
+    assert_eq!(ids(&unary("rsqrt"), None, &e5rt), vec![]);
+    // acos: no native lowering on e5rt; no evidence on the in-memory path
+    let detail = |cfg: &RuleConfig| check(&unary("acos"), None, cfg)[0].detail.clone();
+    assert!(
+        detail(&e5rt).contains("rejected on the e5rt path"),
+        "{}",
+        detail(&e5rt)
+    );
+    assert!(detail(&RuleConfig::default()).contains("no evidence on the inmem path"));
+    // not a MIL op at all
+    let d = check(&unary("frobnicate"), None, &e5rt)[0].detail.clone();
+    assert!(d.contains("not an op of the iOS18 MIL opset"), "{d}");
+    // surfaces belong to the in-memory path
+    let uneven = prog(
+        "tensor<fp16, [1, 4, 1, 16]> x, tensor<fp16, [1, 8, 1, 32]> z",
+        "tensor<fp16, [1, 4, 1, 16]> y = relu(x = x)[name = string(\"y\")];",
+        "y",
+    );
+    assert_eq!(
+        ids(&uneven, None, &RuleConfig::default()),
+        vec![RuleId::IoUniform, RuleId::SurfaceAlign]
+    );
+    assert_eq!(ids(&uneven, None, &e5rt), vec![]);
+}
+
+/// A contested op is listed by `check`, passes `enforce` by default and is
+/// refused under `ContestedPolicy::Refuse`.
+#[test]
+fn contested_ops_are_reported_never_assumed() {
+    let body = "int32 ax = const()[name = string(\"ax\"), val = int32(1)];\n bool il = const()[name = string(\"il\"), val = bool(false)];\n tensor<fp16, [1, 8, 1, 32]> y = concat(axis = ax, interleave = il, values = (x, x))[name = string(\"y\")];";
+    let p = prog(X, body, "y");
+    let found = check(&p, None, &RuleConfig::default());
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].rule, RuleId::ContestedOp);
+    assert!(
+        found[0].detail.contains("ORI rejected"),
+        "{}",
+        found[0].detail
+    );
+    assert!(
+        found[0].detail.contains("MDX ESP works"),
+        "{}",
+        found[0].detail
+    );
+    let w = Weights::new();
+    assert!(Simulator::new(&p, &w, &RuleConfig::default()).is_ok());
+    let strict = RuleConfig {
+        contested: ContestedPolicy::Refuse,
+        ..RuleConfig::default()
+    };
+    match Simulator::new(&p, &w, &strict) {
+        Err(Error::Rule { rule, .. }) => assert_eq!(rule, RuleId::ContestedOp),
+        other => panic!("expected ANE-OP-CONTESTED, got {other:?}"),
+    }
+    // on e5rt concat is reachable+correct (relerr 0.0)
+    let e5rt = RuleConfig {
+        path: RuntimePath::E5rt,
+        ..RuleConfig::default()
+    };
+    assert!(check(&p, None, &e5rt).is_empty());
 }
 
 #[test]
@@ -278,10 +377,12 @@ fn compile_budget() {
 ///   `S = 1` classifier (ane-spec.md §6.2, Orion #4).
 /// * IO-UNIFORM: decode kernels whose KV caches / logits differ in size from
 ///   `x` — valid only if the runtime pads surfaces to the largest (§6.4).
+/// * OP-CONTESTED: `matmul` (ANEDVD: 0x1d at eval) and `concat` (Orion:
+///   ANECCompile fails) on the in-memory path (`anedvd ops --path inmem`).
 /// * everything else (the `[1, C, 1, 32/256]` trunk kernels) passes.
 #[test]
 fn fixture_verdicts() {
-    use RuleId::{IoUniform as U, SurfaceAlign as A};
+    use RuleId::{ContestedOp as C, IoUniform as U, SurfaceAlign as A};
     let expected: [(&str, &[RuleId]); 32] = [
         ("coremltools/add_model.model.mil", &[A]),
         ("espresso/DecodeAttentionQKVGenerator.mil", &[U]),
@@ -293,7 +394,7 @@ fn fixture_verdicts() {
             &[],
         ),
         ("espresso/FusedDecodeLayerGenerator.mil", &[U]),
-        ("espresso/FusedTwoLayerDecodeGenerator.mil", &[U]),
+        ("espresso/FusedTwoLayerDecodeGenerator.mil", &[C, U]),
         ("espresso/GenerationClassifierGenerator.mil", &[A]),
         ("espresso/GenerationRMSNormClassifierGenerator.mil", &[U]),
         ("espresso/GenerationRMSNormProjectionGenerator.mil", &[]),
@@ -311,17 +412,17 @@ fn fixture_verdicts() {
         ("espresso/RWKVStyleFusedTwoLayerTwoStepGenerator.mil", &[]),
         ("espresso/RWKVStyleRecurrentStepGenerator.mil", &[]),
         ("espresso/RWKVStyleTwoStepRecurrentGenerator.mil", &[]),
-        ("espresso/SDPAForwardInferenceGenerator.mil", &[]),
+        ("espresso/SDPAForwardInferenceGenerator.mil", &[C]),
         ("espresso/conv.mil", &[A]),
-        ("espresso/ffn_bwd.mil", &[]),
-        ("espresso/ffn_fwd_taps.mil", &[]),
+        ("espresso/ffn_bwd.mil", &[C]),
+        ("espresso/ffn_fwd_taps.mil", &[C]),
         ("espresso/fused_ffn.mil", &[A]),
         ("espresso/fused_qkv.mil", &[A]),
-        ("espresso/matmul.mil", &[U, A]),
+        ("espresso/matmul.mil", &[C, U, A]),
         ("espresso/qkvb.mil", &[]),
-        ("espresso/sdpa_bwd1.mil", &[]),
-        ("espresso/sdpa_bwd2.mil", &[]),
-        ("espresso/sdpa_fwd_taps.mil", &[]),
+        ("espresso/sdpa_bwd1.mil", &[C]),
+        ("espresso/sdpa_bwd2.mil", &[C]),
+        ("espresso/sdpa_fwd_taps.mil", &[C]),
         ("generated/ffn_up_aligned.mil", &[A]),
         ("generated/swiglu_ffn.mil", &[A]),
     ];
