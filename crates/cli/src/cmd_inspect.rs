@@ -34,18 +34,8 @@ pub struct InspectArgs {
 pub fn run(args: &InspectArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    match run_to(args, &mut out) {
-        // `anedvd inspect model.gguf | head` is not an error.
-        Err(e) if is_broken_pipe(&e) => Ok(()),
-        other => other,
-    }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    // `anedvd inspect model.gguf | head` is not an error.
+    crate::common::ignore_broken_pipe(run_to(args, &mut out))
 }
 
 /// Runs `anedvd inspect`, printing the report to `out`.

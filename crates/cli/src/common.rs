@@ -740,3 +740,18 @@ impl GrammarArgs {
         Ok(Some(engine.compile_grammar(&grammar)?))
     }
 }
+
+/// `result`, except that a closed stdout (`anedvd … | head`) is success.
+pub fn ignore_broken_pipe(result: Result<()>) -> Result<()> {
+    match result {
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}

@@ -4,6 +4,7 @@ mod cmd_ane;
 mod cmd_bench;
 mod cmd_chat;
 mod cmd_inspect;
+mod cmd_ops;
 mod cmd_pull;
 mod cmd_run;
 mod cmd_serve;
@@ -55,6 +56,8 @@ enum Command {
     Kernels(cmd_verify::KernelsArgs),
     /// Build a tiny random transformer and compare ane-sim with the CPU.
     Selftest(cmd_verify::SelftestArgs),
+    /// What the hardware evidence says about each MIL op on each ANE runtime path.
+    Ops(cmd_ops::OpsArgs),
     /// Report whether the Apple Neural Engine is reachable, and why not.
     Info(cmd_ane::InfoArgs),
     /// Compile and run a 1x1-conv matmul on the ANE and compare with the CPU.
@@ -78,6 +81,7 @@ fn main() -> std::process::ExitCode {
         Command::Check(a) => cmd_verify::run_check(a),
         Command::Kernels(a) => cmd_verify::run_kernels(a),
         Command::Selftest(a) => cmd_verify::run_selftest(a),
+        Command::Ops(a) => cmd_ops::run(a),
         Command::Info(a) => cmd_ane::run_info(a),
         Command::Probe(a) => cmd_ane::run_probe(a),
         Command::Width(a) => cmd_ane::run_width(a),

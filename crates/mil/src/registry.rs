@@ -150,6 +150,7 @@ impl Status {
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Status::Correct { relerr: Some(e) } if *e == 0.0 => write!(f, "correct (relerr 0)"),
             Status::Correct { relerr: Some(e) } => write!(f, "correct (relerr {e:.2e})"),
             other => f.write_str(other.name()),
         }

@@ -1,4 +1,4 @@
-//! Diagnostic tools behind `anedvd verify`, `check`, `kernels`, `selftest`,
+//! Diagnostic tools behind `anedvd verify`, `check`, `kernels`, `ops`, `selftest`,
 //! `inspect`, `tokenize`, `info`, `probe` and `width`. Each returns a typed
 //! report; printing is the caller's business (the CLI formats them).
 //!
@@ -9,6 +9,7 @@
 pub mod device;
 pub mod inspect;
 pub mod kernels;
+pub mod ops;
 pub mod verify;
 
 use crate::load::hf_tokenizer;
