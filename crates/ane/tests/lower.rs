@@ -42,6 +42,9 @@ fn every_program_of_every_family_passes_the_rules() {
                             variant.name(),
                             k.name
                         );
+                        // and no statement breaks a precision rule
+                        let lints = anedvd_mil::precision::lint(&k.program);
+                        assert!(lints.is_empty(), "{family} {}: {lints:?}", k.name);
                         // the text path: print → parse → same program
                         let text = anedvd_mil::print(&k.program);
                         assert_eq!(anedvd_mil::parse(&text).expect("parse"), k.program);

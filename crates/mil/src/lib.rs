@@ -54,6 +54,8 @@
 //!   `ffn_blob_ref.bin`/`qkv_blob_ref.bin` byte for byte); a checked reader.
 //! * [`registry`]: the ANE capability registry (per op and argument
 //!   spelling, per runtime path), derived from the evidence files.
+//! * [`precision`]: the published precision rules as data, the
+//!   simulator's [`precision::PrecisionModel`] and a lint.
 //! * [`rules`] and [`sim`]: below.
 //!
 //! # Numerics model of the simulator
@@ -63,10 +65,18 @@
 //!   (round-to-nearest-even) — fp16 storage at every op boundary.
 //! * Inside an op, inputs are widened exactly to f32 and all arithmetic is
 //!   f32: conv and matmul accumulate their dot products in f32 (in
-//!   index order), reductions (`reduce_sum/mean/max`) and softmax's sum
-//!   accumulate in f32; the one rounding happens when the result is stored.
-//!   The ANE's real accumulator width is undocumented (ane-spec.md §8), so
-//!   compare with hardware by tolerance, never bit-exactly.
+//!   index order); `reduce_max` and softmax's sum accumulate in f32; the one
+//!   rounding happens when the result is stored.
+//! * The measured precision rules ([`precision::PRECISION_RULES`]) are
+//!   modelled by default ([`precision::PrecisionModel::ane`]; `ideal` turns
+//!   them off): `reduce_sum`/`reduce_mean` over fp16 round the running sum
+//!   to fp16 after every addition (the ANE accumulates them narrow, while
+//!   matmul accumulates wide), matmul outputs at or beyond 32752 in
+//!   magnitude become ±inf, and an op that makes a NaN from NaN-free
+//!   operands is an error (the ANE does not propagate NaN, so its value
+//!   there is unknown). Products are not rounded to fp16 before
+//!   accumulation (the ANE's are); that difference is below the output
+//!   rounding. Compare with hardware by tolerance, never bit-exactly.
 //! * `softmax` subtracts the axis maximum before `exp`; `pow(x, -0.5)` is
 //!   `1/sqrt(x)`; `sigmoid` is `1/(1+exp(-x))`; element-wise binaries
 //!   broadcast numpy-style; `cast` to fp16 rounds, to int32 truncates.
@@ -102,6 +112,7 @@ mod error;
 pub mod ir;
 mod lex;
 pub mod parse;
+pub mod precision;
 pub mod print;
 pub mod registry;
 pub mod rules;

@@ -13,6 +13,14 @@ const GELU_C: f64 = 0.044_715;
 /// Added to the row maximum before taking its reciprocal, so all-zero
 /// columns (decode fills one column of W) give zeros, not NaN.
 const NORM_TINY: f64 = 1e-4;
+/// Longest sum in one conv (PREC-WIDE-SUM-SPLIT): longer channel sums are
+/// split into parts of at most this many terms.
+const SUM_PART: usize = 4096;
+/// Above this many terms each summand is scaled by [`WIDE_SUM_SCALE`]
+/// (PREC-WIDE-SUM-SPLIT), keeping the sum below the matmul cliff.
+const SUM_SCALE_ABOVE: usize = 1024;
+/// 2^-4, exact in fp16.
+const WIDE_SUM_SCALE: f32 = 0.0625;
 
 /// A function under construction together with its weight file.
 pub struct Emitter {
@@ -22,6 +30,9 @@ pub struct Emitter {
     pub pack: Pack,
     /// Activation width W.
     pub width: usize,
+    /// The constant-weight sum kernels made so far, by (length, weight), so
+    /// the norms of one program share them.
+    sum_weights: Vec<((usize, u32), Var)>,
 }
 
 impl Emitter {
@@ -31,6 +42,7 @@ impl Emitter {
             b: FunctionBuilder::new("main"),
             pack: Pack::new(),
             width,
+            sum_weights: Vec::new(),
         }
     }
 
@@ -86,10 +98,64 @@ impl Emitter {
         }
     }
 
+    /// The mean over channels of `x` (`[1, C, 1, W]` → `[1, 1, 1, W]`),
+    /// following the precision rules (`anedvd_mil::precision`): the sum is a
+    /// 1×1 conv against a constant weight, never `reduce_sum`
+    /// (PREC-NARROW-REDUCE-SUM); above [`SUM_PART`] channels it is split
+    /// into slices whose sums are added, and above [`SUM_SCALE_ABOVE`] the
+    /// weight is 2^-4 and the final factor 16/C (PREC-WIDE-SUM-SPLIT).
+    pub fn channel_mean(&mut self, p: &str, x: &Var) -> Result<Var> {
+        let c = x.shape().get(1).copied().unwrap_or(1);
+        let w = if c > SUM_SCALE_ABOVE {
+            WIDE_SUM_SCALE
+        } else {
+            1.0
+        };
+        let mut total: Option<Var> = None;
+        for (i, start) in (0..c).step_by(SUM_PART).enumerate() {
+            let len = SUM_PART.min(c - start);
+            let part = if len == c {
+                x.clone()
+            } else {
+                let name = format!("{p}_part{i}");
+                self.b
+                    .slice_by_size(&name, x, &[0, start, 0, 0], &[1, len, 1, self.width])?
+            };
+            let weight = self.sum_weight(len, w)?;
+            let sum = self.b.conv(&format!("{p}_sum{i}"), &part, &weight)?;
+            total = Some(match total {
+                None => sum,
+                Some(t) => self.b.add(&format!("{p}_sum_to{i}"), &t, &sum)?,
+            });
+        }
+        let total = total.ok_or_else(|| super::Error::Tensor {
+            tensor: p.to_string(),
+            msg: "a mean over 0 channels".into(),
+        })?;
+        let inv = self.scalar(&format!("{p}_inv_c"), 1.0 / (c as f64 * f64::from(w)))?;
+        Ok(self.b.mul(&format!("{p}_mean"), &total, &inv)?)
+    }
+
+    /// The `[1, len, 1, 1]` conv weight of constant `w`, shared within the program.
+    fn sum_weight(&mut self, len: usize, w: f32) -> Result<Var> {
+        let key = (len, w.to_bits());
+        if let Some((_, v)) = self.sum_weights.iter().find(|(k, _)| *k == key) {
+            return Ok(v.clone());
+        }
+        let off = self.pack.vector(&vec![w; len]);
+        let name = format!("sum_w{len}_{}", self.sum_weights.len());
+        let v = self
+            .b
+            .const_blob(&name, DType::Fp16, &[1, len, 1, 1], WEIGHT_PATH, off)?;
+        self.sum_weights.push((key, v.clone()));
+        Ok(v)
+    }
+
     /// RMSNorm over channels, `x / sqrt(mean(x²) + eps) · g`, written so no
     /// fp16 intermediate overflows: x is first scaled by `r = 1/(m + tiny)`
     /// with `m = (max relu(x) + max relu(-x))/2 ∈ [max|x|/2, max|x|]` (two
-    /// `reduce_max`), so every square is ≤ 4 and the channel sum ≤ 4C; the identity
+    /// `reduce_max`), so every square is ≤ 4 and the channel sum stays well
+    /// below the matmul cliff ([`Emitter::channel_mean`]); the identity
     /// `x·r / sqrt(mean((x·r)²) + eps·r²) = x / sqrt(mean(x²) + eps)` keeps
     /// the result exact. `pow(·, -0.5)` stands in for rsqrt (ane-spec.md §2.8 C).
     ///
@@ -97,7 +163,6 @@ impl Emitter {
     /// [`super::LowerOptions::residual_scale`]): the result is the norm of
     /// the unscaled value, with eps entering as `eps·(r/s)²`.
     pub fn rms_norm(&mut self, p: &str, x: &Var, g: &[f32], eps: f32, scale: f32) -> Result<Var> {
-        let c = x.shape().get(1).copied().unwrap_or(1);
         let b = &mut self.b;
         let pos = b.relu(&format!("{p}_pos"), x)?;
         let m1 = b.fp16(&format!("{p}_m1"), -1.0)?;
@@ -116,9 +181,8 @@ impl Emitter {
         let r = b.pow(&format!("{p}_r"), &mt, &m1b)?;
         let xs = b.mul(&format!("{p}_xs"), x, &r)?;
         let sq = b.mul(&format!("{p}_sq"), &xs, &xs)?;
-        let ss = b.reduce_sum(&format!("{p}_ss"), &sq, &[1], true)?;
-        let inv_c = b.fp16(&format!("{p}_inv_c"), 1.0 / c as f64)?;
-        let ms = b.mul(&format!("{p}_ms"), &ss, &inv_c)?;
+        let ms = self.channel_mean(p, &sq)?;
+        let b = &mut self.b;
         let epsv = b.fp16(&format!("{p}_eps"), f64::from(eps))?;
         let rs = if scale == 1.0 {
             r.clone()
@@ -181,5 +245,86 @@ impl Emitter {
                 b.mul(&format!("{p}_gate_act"), &hg, &th1)?
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anedvd_mil::precision::{lint, PrecisionModel};
+    use anedvd_mil::rules::RuleConfig;
+    use anedvd_mil::sim::{Simulator, Tensor, Weights};
+
+    /// Squares-like data in [0, 4]: what RMS norm sums after its pre-scale.
+    fn data(c: usize, w: usize) -> Vec<f32> {
+        (0..c * w)
+            .map(|i| {
+                let v = ((i as u64).wrapping_mul(2_654_435_761) % 10_007) as f32 / 10_007.0;
+                half::f16::from_f32(4.0 * v * v).to_f32()
+            })
+            .collect()
+    }
+
+    /// The largest relative error of `mean` (built by `emit`) over the
+    /// columns of `x`, against the f64 mean, on the ANE-modelled simulator.
+    fn mean_error(c: usize, emit: impl Fn(&mut Emitter, &Var) -> Var) -> (f64, Vec<String>) {
+        let w = 32;
+        let mut e = Emitter::new(w);
+        let x = e.input(c).unwrap();
+        let y = emit(&mut e, &x);
+        e.b.output(&y);
+        let program = anedvd_mil::builder::program(vec![e.b.finish()]);
+        let mut weights = Weights::new();
+        weights.insert(WEIGHT_PATH, e.pack.finish());
+        let sim = Simulator::new(&program, &weights, &RuleConfig::default())
+            .unwrap()
+            .with_precision(PrecisionModel::ane());
+        let xv = data(c, w);
+        let input = Tensor::f16(&[1, c, 1, w], &xv).unwrap();
+        let got = sim.run("main", &[("x", input)]).unwrap()[0].1.to_f32();
+        let mut worst = 0f64;
+        for (col, g) in got.iter().enumerate() {
+            let want: f64 = (0..c).map(|ch| f64::from(xv[ch * w + col])).sum::<f64>() / c as f64;
+            worst = worst.max((f64::from(*g) - want).abs() / want);
+        }
+        let codes = lint(&program)
+            .into_iter()
+            .map(|f| f.code.to_string())
+            .collect();
+        (worst, codes)
+    }
+
+    /// PREC-NARROW-REDUCE-SUM and PREC-WIDE-SUM-SPLIT: the conv-against-a-
+    /// constant mean stays at fp16 rounding for every width (split above
+    /// 4096), where reduce_sum's fp16 running sum drifts with C.
+    #[test]
+    fn channel_mean_follows_the_precision_rules() {
+        for c in [64, 640, 1152, 2048, 5000, 9000] {
+            let (ours, lints) = mean_error(c, |e, x| e.channel_mean("n", x).unwrap());
+            assert!(lints.is_empty(), "{c}: {lints:?}");
+            assert!(ours < 2e-3, "C {c}: conv mean off by {ours:.2e}");
+            let (narrow, lints) = mean_error(c, |e, x| {
+                let s = e.b.reduce_sum("ss", x, &[1], true).unwrap();
+                let inv = e.scalar("inv", 1.0 / c as f64).unwrap();
+                e.b.mul("m", &s, &inv).unwrap()
+            });
+            assert_eq!(lints, ["PREC-NARROW-REDUCE-SUM"]);
+            println!("C {c}: conv mean {ours:.2e}, reduce_sum mean {narrow:.2e}");
+            if c >= 640 {
+                assert!(
+                    narrow > 5.0 * ours,
+                    "C {c}: reduce_sum {narrow:.2e} vs conv {ours:.2e}"
+                );
+            }
+        }
+        let mut e = Emitter::new(32);
+        let x = e.input(9000).unwrap();
+        e.channel_mean("n", &x).unwrap();
+        let text = anedvd_mil::print(&anedvd_mil::builder::program(vec![e.b.finish()]));
+        // parts of 4096, 4096 and 808 channels; weights 2^-4 and the factor 16/C
+        assert_eq!(text.matches("= slice_by_size(").count(), 3);
+        assert_eq!(text.matches("= conv(").count(), 3);
+        assert!(text.contains("tensor<fp16, [1, 4096, 1, 1]> sum_w4096_0"));
+        assert!(!text.contains("reduce_sum"));
     }
 }

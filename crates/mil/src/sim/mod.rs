@@ -11,6 +11,7 @@ pub use tensor::{Data, Tensor};
 use crate::blob::BlobFile;
 use crate::error::{Error, Result};
 use crate::ir::{Arg, DType, Function, Program, Scalar, Statement, Value, ValueType};
+use crate::precision::PrecisionModel;
 use crate::rules::{self, RuleConfig};
 
 /// Weight files keyed by their MIL path (`@model_path/weights/weight.bin`).
@@ -53,6 +54,7 @@ enum Val {
 pub struct Simulator<'a> {
     program: &'a Program,
     weights: &'a Weights,
+    precision: PrecisionModel,
 }
 
 impl<'a> Simulator<'a> {
@@ -65,7 +67,17 @@ impl<'a> Simulator<'a> {
 
     /// A simulator that skips the rule check (for programs the ANE would reject).
     pub fn new_unchecked(program: &'a Program, weights: &'a Weights) -> Self {
-        Simulator { program, weights }
+        Simulator {
+            program,
+            weights,
+            precision: PrecisionModel::default(),
+        }
+    }
+
+    /// The same simulator with other precision rules (default: [`PrecisionModel::ane`]).
+    pub fn with_precision(mut self, precision: PrecisionModel) -> Self {
+        self.precision = precision;
+        self
     }
 
     /// Runs function `func` on named inputs (types must match the
@@ -136,6 +148,9 @@ impl<'a> Simulator<'a> {
             let loc = format!("{func}/{}", s.name);
             let v = self.eval(&loc, s, &env)?;
             check_type(&loc, &s.ty, &v)?;
+            if self.precision.refuse_new_nan {
+                refuse_new_nan(&loc, s, &env, &v)?;
+            }
             env.insert(s.name.clone(), v);
         }
         Ok((f, env))
@@ -168,7 +183,8 @@ impl<'a> Simulator<'a> {
                 } else {
                     false
                 };
-                ops::reduce(loc, a.t("x")?, &a.ints("axes")?, keep, kind)?
+                let narrow = self.precision.narrow_reduce_sum;
+                ops::reduce(loc, a.t("x")?, &a.ints("axes")?, keep, kind, narrow)?
             }
             "reshape" => {
                 let x = a.t("x")?;
@@ -212,7 +228,11 @@ impl<'a> Simulator<'a> {
                 } else {
                     false
                 };
-                ops::matmul(loc, a.t("x")?, a.t("y")?, tx, ty)?
+                let y = ops::matmul(loc, a.t("x")?, a.t("y")?, tx, ty)?;
+                match self.precision.matmul_saturation {
+                    Some(limit) => ops::saturate(loc, &y, limit)?,
+                    None => y,
+                }
             }
             "conv" => self.conv(loc, &a)?,
             other => return Err(Error::sem(loc, format!("op `{other}` is not simulated"))),
@@ -360,6 +380,36 @@ fn reshape_dims(loc: &str, dims: &[i64], numel: usize) -> Result<Vec<usize>> {
         ));
     }
     Ok(out)
+}
+
+/// `PREC-NO-NAN`: the ANE does not propagate NaN, so an op that makes one
+/// from NaN-free operands computes something else on the hardware.
+fn refuse_new_nan(loc: &str, s: &Statement, env: &HashMap<String, Val>, v: &Val) -> Result<()> {
+    let Val::T(out) = v else { return Ok(()) };
+    if !out.has_nan() {
+        return Ok(());
+    }
+    let operand_nan = s.args.values().any(|a| {
+        let names: Vec<&String> = match a {
+            Arg::Var(n) => vec![n],
+            Arg::Tuple(ns) => ns.iter().collect(),
+            Arg::Inline(_) => Vec::new(),
+        };
+        names
+            .into_iter()
+            .any(|n| matches!(env.get(n), Some(Val::T(t)) if t.has_nan()))
+    });
+    if operand_nan {
+        return Ok(());
+    }
+    Err(Error::sem(
+        loc,
+        format!(
+            "`{}` made a NaN from NaN-free operands; the ANE does not propagate NaN \
+             (PREC-NO-NAN), so its value here is unknown",
+            s.op
+        ),
+    ))
 }
 
 fn check_type(loc: &str, declared: &ValueType, v: &Val) -> Result<()> {

@@ -334,8 +334,18 @@ pub(crate) enum Reduce {
     Mean,
 }
 
-/// Reduces over `axes` (f32 accumulation), optionally keeping the reduced dims.
-pub(crate) fn reduce(loc: &str, x: &Tensor, axes: &[i64], keep: bool, kind: Reduce) -> R {
+/// Reduces over `axes`, optionally keeping the reduced dims. Sums accumulate
+/// in f32, or with `narrow` (PREC-NARROW-REDUCE-SUM) in the tensor's own
+/// dtype: the running sum is rounded to fp16 after every addition, in index
+/// order, as the ANE's reduce_sum is measured to do.
+pub(crate) fn reduce(
+    loc: &str,
+    x: &Tensor,
+    axes: &[i64],
+    keep: bool,
+    kind: Reduce,
+    narrow: bool,
+) -> R {
     let dt = float_dtype(loc, x)?;
     let r = x.shape.len();
     let mut red = vec![false; r];
@@ -367,6 +377,7 @@ pub(crate) fn reduce(loc: &str, x: &Tensor, axes: &[i64], keep: bool, kind: Redu
         }
         acc[o] = match kind {
             Reduce::Max => acc[o].max(v),
+            _ if narrow && dt == DType::Fp16 => half::f16::from_f32(acc[o] + v).to_f32(),
             _ => acc[o] + v,
         };
     }
@@ -384,6 +395,22 @@ pub(crate) fn reduce(loc: &str, x: &Tensor, axes: &[i64], keep: bool, kind: Redu
             .collect()
     };
     store(loc, dt, shape, &acc)
+}
+
+/// PREC-MATMUL-SATURATION: values at or beyond `limit` in magnitude become ±inf.
+pub(crate) fn saturate(loc: &str, y: &Tensor, limit: f32) -> R {
+    let v: Vec<f32> = y
+        .to_f32()
+        .into_iter()
+        .map(|x| {
+            if x.abs() >= limit {
+                f32::INFINITY.copysign(x)
+            } else {
+                x
+            }
+        })
+        .collect();
+    store(loc, y.dtype(), y.shape.clone(), &v)
 }
 
 /// Axis permutation.

@@ -76,6 +76,15 @@ impl Tensor {
         }
     }
 
+    /// Whether any float element is NaN.
+    pub fn has_nan(&self) -> bool {
+        match &self.data {
+            Data::F16(v) => v.iter().any(|x| x.is_nan()),
+            Data::F32(v) => v.iter().any(|x| x.is_nan()),
+            Data::I32(_) | Data::Bool(_) => false,
+        }
+    }
+
     /// All elements widened to f32 (exact for fp16, bool as 0/1).
     pub fn to_f32(&self) -> Vec<f32> {
         match &self.data {
