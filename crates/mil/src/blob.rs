@@ -36,6 +36,10 @@ pub enum BlobDType {
     Int16,
     /// 7
     UInt16,
+    /// 11 (packed, least significant bits first)
+    UInt4,
+    /// 13 (packed, least significant bits first)
+    UInt6,
     /// 14
     Int32,
     /// 15
@@ -55,6 +59,8 @@ impl BlobDType {
             BlobDType::BFloat16 => 5,
             BlobDType::Int16 => 6,
             BlobDType::UInt16 => 7,
+            BlobDType::UInt4 => 11,
+            BlobDType::UInt6 => 13,
             BlobDType::Int32 => 14,
             BlobDType::UInt32 => 15,
             BlobDType::Other(c) => c,
@@ -71,9 +77,11 @@ impl BlobDType {
             5 => BlobDType::BFloat16,
             6 => BlobDType::Int16,
             7 => BlobDType::UInt16,
+            11 => BlobDType::UInt4,
+            13 => BlobDType::UInt6,
             14 => BlobDType::Int32,
             15 => BlobDType::UInt32,
-            8..=13 | 16 | 17 => BlobDType::Other(c),
+            8..=10 | 12 | 16 | 17 => BlobDType::Other(c),
             _ => return None,
         })
     }
@@ -84,6 +92,8 @@ impl BlobDType {
         Some(match d {
             D::Fp16 => BlobDType::Float16,
             D::Fp32 => BlobDType::Float32,
+            D::UInt4 => BlobDType::UInt4,
+            D::UInt6 => BlobDType::UInt6,
             D::UInt8 => BlobDType::UInt8,
             D::Int8 => BlobDType::Int8,
             D::Int16 => BlobDType::Int16,
@@ -128,6 +138,44 @@ impl BlobWriter {
 
     /// Appends a raw payload; returns the MIL `BLOBFILE` offset (its metadata block).
     pub fn add_raw(&mut self, dtype: BlobDType, payload: &[u8]) -> u64 {
+        self.add_with_padding(dtype, payload, 0)
+    }
+
+    /// Appends int8 values; returns the MIL offset.
+    pub fn add_i8(&mut self, values: &[i8]) -> u64 {
+        let bytes: Vec<u8> = values.iter().map(|&v| v as u8).collect();
+        self.add_raw(BlobDType::Int8, &bytes)
+    }
+
+    /// Appends unsigned `bits`-bit values (4, 6 or 8), packed least
+    /// significant bit first as coremltools writes them, with the unused bits
+    /// of the last byte recorded in the metadata; returns the MIL offset.
+    /// `None` for another width or a value that does not fit.
+    pub fn add_unsigned(&mut self, bits: u32, values: &[u8]) -> Option<u64> {
+        let dtype = match bits {
+            4 => BlobDType::UInt4,
+            6 => BlobDType::UInt6,
+            8 => return Some(self.add_raw(BlobDType::UInt8, values)),
+            _ => return None,
+        };
+        if values.iter().any(|&v| u32::from(v) >> bits != 0) {
+            return None;
+        }
+        let total = values.len() * bits as usize;
+        let mut packed = vec![0u8; total.div_ceil(8)];
+        for (i, &v) in values.iter().enumerate() {
+            for b in 0..bits as usize {
+                if v >> b & 1 == 1 {
+                    let at = i * bits as usize + b;
+                    packed[at / 8] |= 1 << (at % 8);
+                }
+            }
+        }
+        let padding = (packed.len() * 8 - total) as u64;
+        Some(self.add_with_padding(dtype, &packed, padding))
+    }
+
+    fn add_with_padding(&mut self, dtype: BlobDType, payload: &[u8], padding_bits: u64) -> u64 {
         if self.layout == BlobLayout::Aligned {
             let aligned = self.buf.len().next_multiple_of(BLOCK as usize);
             self.buf.resize(aligned, 0);
@@ -139,6 +187,7 @@ impl BlobWriter {
         block[4..8].copy_from_slice(&dtype.code().to_le_bytes());
         block[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         block[16..24].copy_from_slice(&data.to_le_bytes());
+        block[24..32].copy_from_slice(&padding_bits.to_le_bytes());
         self.buf.extend_from_slice(&block);
         self.buf.extend_from_slice(payload);
         self.count += 1;
@@ -180,9 +229,73 @@ pub struct BlobView<'a> {
     pub dtype: BlobDType,
     /// Payload bytes.
     pub data: &'a [u8],
+    /// Unused bits at the end of a packed sub-byte payload.
+    pub padding_bits: u64,
 }
 
 impl BlobView<'_> {
+    /// The number of elements the payload holds.
+    pub fn elements(&self) -> Option<u64> {
+        let bits = match self.dtype {
+            BlobDType::UInt4 => 4,
+            BlobDType::UInt6 => 6,
+            BlobDType::UInt8 | BlobDType::Int8 => 8,
+            BlobDType::Float16 | BlobDType::BFloat16 | BlobDType::Int16 | BlobDType::UInt16 => 16,
+            BlobDType::Float32 | BlobDType::Int32 | BlobDType::UInt32 => 32,
+            BlobDType::Other(_) => return None,
+        };
+        // the padding is the unused part of the last byte only
+        if self.padding_bits >= 8 {
+            return None;
+        }
+        let total = (self.data.len() as u64 * 8).checked_sub(self.padding_bits)?;
+        total.is_multiple_of(bits).then_some(total / bits)
+    }
+
+    /// Decodes an Int8 payload.
+    pub fn to_i8(&self) -> Result<Vec<i8>> {
+        if self.dtype != BlobDType::Int8 {
+            return Err(Error::blob(
+                self.meta_offset,
+                format!("expected an int8 payload, found {:?}", self.dtype),
+            ));
+        }
+        Ok(self.data.iter().map(|&b| b as i8).collect())
+    }
+
+    /// Decodes a UInt4 / UInt6 / UInt8 payload (packed least significant bit first).
+    pub fn to_unsigned(&self) -> Result<Vec<u8>> {
+        let bits = match self.dtype {
+            BlobDType::UInt4 => 4,
+            BlobDType::UInt6 => 6,
+            BlobDType::UInt8 => return Ok(self.data.to_vec()),
+            other => {
+                return Err(Error::blob(
+                    self.meta_offset,
+                    format!("expected a uint4/uint6/uint8 payload, found {other:?}"),
+                ))
+            }
+        };
+        let n = self.elements().ok_or_else(|| {
+            Error::blob(
+                self.meta_offset,
+                format!(
+                    "{} bytes with {} padding bits is not a whole number of {bits}-bit values",
+                    self.data.len(),
+                    self.padding_bits
+                ),
+            )
+        })? as usize;
+        Ok((0..n)
+            .map(|i| {
+                (0..bits).fold(0u8, |v, b| {
+                    let at = i * bits + b;
+                    v | ((self.data[at / 8] >> (at % 8)) & 1) << b
+                })
+            })
+            .collect())
+    }
+
     /// Decodes a Float16 payload.
     pub fn to_f16(&self) -> Result<Vec<f16>> {
         if self.dtype != BlobDType::Float16 || !self.data.len().is_multiple_of(2) {
@@ -288,12 +401,14 @@ impl<'a> BlobFile<'a> {
                 format!("payload offset {data_offset} overlaps its metadata block"),
             ));
         }
+        let padding_bits = u64_at(self.bytes, offset + 24)?;
         let data = slice(self.bytes, data_offset, size)?;
         Ok(BlobView {
             meta_offset: offset,
             data_offset,
             dtype,
             data,
+            padding_bits,
         })
     }
 

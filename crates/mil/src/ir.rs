@@ -20,6 +20,10 @@ pub enum DType {
     Int32,
     /// Signed 64-bit integer.
     Int64,
+    /// Unsigned 4-bit integer (packed in weight blobs: palette indices).
+    UInt4,
+    /// Unsigned 6-bit integer (packed in weight blobs: palette indices).
+    UInt6,
     /// Unsigned 8-bit integer.
     UInt8,
     /// Unsigned 16-bit integer.
@@ -35,7 +39,7 @@ pub enum DType {
 }
 
 impl DType {
-    const ALL: [(DType, &'static str); 13] = [
+    const ALL: [(DType, &'static str); 15] = [
         (DType::Fp16, "fp16"),
         (DType::Fp32, "fp32"),
         (DType::Fp64, "fp64"),
@@ -43,6 +47,8 @@ impl DType {
         (DType::Int16, "int16"),
         (DType::Int32, "int32"),
         (DType::Int64, "int64"),
+        (DType::UInt4, "uint4"),
+        (DType::UInt6, "uint6"),
         (DType::UInt8, "uint8"),
         (DType::UInt16, "uint16"),
         (DType::UInt32, "uint32"),
@@ -64,14 +70,25 @@ impl DType {
         Self::ALL.iter().find(|(_, n)| *n == s).map(|(d, _)| *d)
     }
 
-    /// Size of one element in bytes (strings: 0).
+    /// Size of one element in bytes (strings: 0; sub-byte types: 1, see
+    /// [`DType::bits`]).
     pub fn size_bytes(self) -> usize {
         match self {
-            DType::Int8 | DType::UInt8 | DType::Bool => 1,
+            DType::Int8 | DType::UInt8 | DType::Bool | DType::UInt4 | DType::UInt6 => 1,
             DType::Fp16 | DType::Int16 | DType::UInt16 => 2,
             DType::Fp32 | DType::Int32 | DType::UInt32 => 4,
             DType::Fp64 | DType::Int64 | DType::UInt64 => 8,
             DType::String => 0,
+        }
+    }
+
+    /// Bits of one element as stored in a weight blob (sub-byte types are
+    /// packed; strings: 0).
+    pub fn bits(self) -> usize {
+        match self {
+            DType::UInt4 => 4,
+            DType::UInt6 => 6,
+            d => 8 * d.size_bytes(),
         }
     }
 
@@ -88,6 +105,8 @@ impl DType {
                 | DType::Int16
                 | DType::Int32
                 | DType::Int64
+                | DType::UInt4
+                | DType::UInt6
                 | DType::UInt8
                 | DType::UInt16
                 | DType::UInt32
@@ -102,6 +121,8 @@ impl DType {
             DType::Int16 => (i16::MIN.into(), i16::MAX.into()),
             DType::Int32 => (i32::MIN.into(), i32::MAX.into()),
             DType::Int64 => (i64::MIN.into(), i64::MAX.into()),
+            DType::UInt4 => (0, 15),
+            DType::UInt6 => (0, 63),
             DType::UInt8 => (0, u8::MAX.into()),
             DType::UInt16 => (0, u16::MAX.into()),
             DType::UInt32 => (0, u32::MAX.into()),

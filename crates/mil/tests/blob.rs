@@ -156,3 +156,86 @@ fn hostile_inputs_give_typed_errors() {
         }
     }
 }
+
+/// int8, uint8 and packed uint4/uint6 payloads, byte for byte as coremltools'
+/// own blob writer wrote them (scripts/fixtures/gen_packed_blob.py), and read back.
+#[test]
+fn packed_payloads_match_coremltools() {
+    use anedvd_mil::blob::{BlobDType, BlobFile, BlobLayout, BlobWriter};
+    let want = fixture("coremltools-written/packed.bin");
+    let spec: serde_json::Value =
+        serde_json::from_slice(&fixture("coremltools-written/packed.json")).unwrap();
+    let mut w = BlobWriter::new(BlobLayout::Aligned);
+    let blobs = spec["blobs"].as_array().unwrap();
+    for b in blobs {
+        let vals = b["values"].as_array().unwrap();
+        let ints = || vals.iter().map(|v| v.as_i64().unwrap());
+        let off = match b["dtype"].as_str().unwrap() {
+            "int8" => w.add_i8(&ints().map(|v| v as i8).collect::<Vec<_>>()),
+            "fp16" => w.add_f32_as_f16(
+                &vals
+                    .iter()
+                    .map(|v| v.as_f64().unwrap() as f32)
+                    .collect::<Vec<_>>(),
+            ),
+            t => {
+                let bits = t.trim_start_matches("uint").parse::<u32>().unwrap();
+                w.add_unsigned(bits, &ints().map(|v| v as u8).collect::<Vec<_>>())
+                    .unwrap()
+            }
+        };
+        assert_eq!(off, b["offset"].as_u64().unwrap(), "{b}");
+    }
+    let ours = w.finish();
+    assert_eq!(ours, want, "our file differs from coremltools'");
+    let file = BlobFile::parse(&want).unwrap();
+    for b in blobs {
+        let view = file.blob_at(b["offset"].as_u64().unwrap()).unwrap();
+        let vals: Vec<i64> = b["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_i64())
+            .collect();
+        match view.dtype {
+            BlobDType::Int8 => {
+                let got: Vec<i64> = view.to_i8().unwrap().into_iter().map(i64::from).collect();
+                assert_eq!(got, vals);
+            }
+            BlobDType::Float16 => assert_eq!(view.elements(), Some(3)),
+            _ => {
+                let got: Vec<i64> = view
+                    .to_unsigned()
+                    .unwrap()
+                    .into_iter()
+                    .map(i64::from)
+                    .collect();
+                assert_eq!(got, vals, "{:?}", view.dtype);
+            }
+        }
+    }
+    // values that do not fit, and widths the format lacks, are refused
+    assert!(BlobWriter::new(BlobLayout::Aligned)
+        .add_unsigned(4, &[16])
+        .is_none());
+    assert!(BlobWriter::new(BlobLayout::Aligned)
+        .add_unsigned(5, &[1])
+        .is_none());
+}
+
+/// A hostile padding-bits field cannot make the reader index past the payload.
+#[test]
+fn packed_payload_with_bad_padding_is_an_error() {
+    use anedvd_mil::blob::{BlobFile, BlobLayout, BlobWriter};
+    let mut w = BlobWriter::new(BlobLayout::Aligned);
+    let off = w.add_unsigned(6, &[1, 2, 3]).unwrap();
+    let mut bytes = w.finish();
+    for bad in [u64::MAX, 24, 5] {
+        bytes[off as usize + 24..off as usize + 32].copy_from_slice(&bad.to_le_bytes());
+        let file = BlobFile::parse(&bytes).unwrap();
+        assert!(
+            file.blob_at(off).unwrap().to_unsigned().is_err(),
+            "padding {bad}"
+        );
+    }
+}
