@@ -155,6 +155,111 @@ impl FunctionBuilder {
         self.const_value(name, Value::Blob(b))
     }
 
+    /// A compile-time op whose operands are attributes, as coremltools writes
+    /// them and ANEForge runs them on e5rt (`op()[name = …, input = value]`,
+    /// ane-evidence.md §a): the result is a constant tensor of type `ty`.
+    fn constexpr(
+        &mut self,
+        name: &str,
+        op: &str,
+        attrs: Vec<(&str, Value)>,
+        ty: TensorType,
+    ) -> Result<Var> {
+        self.claim(name)?;
+        let ty = ValueType::Tensor(ty);
+        self.f.body.push(Statement {
+            ty: ty.clone(),
+            name: name.into(),
+            op: op.into(),
+            args: BTreeMap::new(),
+            label: name.into(),
+            attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        });
+        Ok(Var {
+            name: name.into(),
+            ty,
+        })
+    }
+
+    /// `constexpr_affine_dequantize`: fp16 weights `scale[c] · q` from int8
+    /// `quantized` (a blob of shape S) with one fp16 scale per index of axis
+    /// `axis` (`scale`, a rank-1 blob) and zero point 0.
+    pub fn constexpr_affine_dequantize(
+        &mut self,
+        name: &str,
+        quantized: BlobRef,
+        scale: BlobRef,
+        axis: usize,
+    ) -> Result<Var> {
+        let shape = quantized.ty.shape.clone();
+        let ok = quantized.ty.dtype == DType::Int8
+            && scale.ty.dtype == DType::Fp16
+            && axis < shape.len()
+            && scale.ty.shape == [shape[axis]];
+        if !ok {
+            return Err(Error::sem(
+                name,
+                format!(
+                    "affine dequantize of {} {:?} by {} {:?} along axis {axis}",
+                    quantized.ty.dtype, shape, scale.ty.dtype, scale.ty.shape
+                ),
+            ));
+        }
+        let axis = i32v(name, axis)?;
+        let attrs = vec![
+            ("axis", Value::Scalar(axis)),
+            ("quantized_data", Value::Blob(quantized)),
+            ("scale", Value::Blob(scale)),
+            ("zero_point", Value::Scalar(Scalar::Int(DType::Int8, 0))),
+        ];
+        self.constexpr(
+            name,
+            "constexpr_affine_dequantize",
+            attrs,
+            TensorType::new(DType::Fp16, &shape),
+        )
+    }
+
+    /// `constexpr_lut_to_dense` (iOS18 form): fp16 weights `lut[g][indices]`
+    /// from uint4/uint6/uint8 `indices` (a blob of shape S, rank r) and an
+    /// fp16 `lut` blob of shape `[S₀/G, 1, …, 1, 2^bits, 1]` (rank r + 2):
+    /// one palette per group of G consecutive indices along axis 0.
+    pub fn constexpr_lut_to_dense(
+        &mut self,
+        name: &str,
+        indices: BlobRef,
+        lut: BlobRef,
+    ) -> Result<Var> {
+        let shape = indices.ty.shape.clone();
+        let bits = indices.ty.dtype.bits();
+        let r = shape.len();
+        let ok = matches!(indices.ty.dtype, DType::UInt4 | DType::UInt6 | DType::UInt8)
+            && lut.ty.dtype == DType::Fp16
+            && lut.ty.shape.len() == r + 2
+            && r > 0
+            && lut.ty.shape[0] > 0
+            && shape[0] % lut.ty.shape[0] == 0
+            && lut.ty.shape[1..r].iter().all(|&d| d == 1)
+            && lut.ty.shape[r] == 1 << bits
+            && lut.ty.shape[r + 1] == 1;
+        if !ok {
+            return Err(Error::sem(
+                name,
+                format!(
+                    "lut of {} {:?} with palettes {} {:?}",
+                    indices.ty.dtype, shape, lut.ty.dtype, lut.ty.shape
+                ),
+            ));
+        }
+        let attrs = vec![("indices", Value::Blob(indices)), ("lut", Value::Blob(lut))];
+        self.constexpr(
+            name,
+            "constexpr_lut_to_dense",
+            attrs,
+            TensorType::new(DType::Fp16, &shape),
+        )
+    }
+
     /// A named fp16 scalar const (e.g. an epsilon), rounded to fp16.
     pub fn fp16(&mut self, name: &str, v: f64) -> Result<Var> {
         self.const_value(name, Value::Scalar(Scalar::fp16(v)))

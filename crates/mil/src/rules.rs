@@ -211,10 +211,19 @@ fn check_function(
     for s in &f.body {
         let loc = format!("{fname}/{}", s.name);
         types.push((loc.clone(), s.ty.clone()));
-        if let Some(Value::Blob(b)) = s.const_val() {
-            types.push((loc.clone(), ValueType::Tensor(b.ty.clone())));
-            if let Err(detail) = check_blob(b, weights) {
-                push(RuleId::BlobOffset, loc.clone(), detail);
+        // a const's value, or a constexpr op's operands. Only a const's value
+        // is a tensor the engine holds: a constexpr's operands (an iOS18
+        // palette of a conv weight has rank 6, as coremltools writes it for
+        // Core ML on the ANE) are decompressed by the compiler, so the rank
+        // and dimension limits apply to the op's result, not to them.
+        for v in s.attrs.values() {
+            if let Value::Blob(b) = v {
+                if s.op == "const" {
+                    types.push((loc.clone(), ValueType::Tensor(b.ty.clone())));
+                }
+                if let Err(detail) = check_blob(b, weights) {
+                    push(RuleId::BlobOffset, loc.clone(), detail);
+                }
             }
         }
         if !cfg.extra_ops.contains(&s.op) {
@@ -419,11 +428,12 @@ fn check_blob(
             view.dtype, b.ty.dtype
         ));
     }
-    if view.data.len() != b.ty.size_bytes() {
+    if view.elements() != Some(b.ty.numel() as u64) {
         return Err(format!(
-            "blob holds {} bytes, tensor needs {}",
+            "blob holds {} bytes ({:?} elements), tensor needs {} elements",
             view.data.len(),
-            b.ty.size_bytes()
+            view.elements(),
+            b.ty.numel()
         ));
     }
     Ok(())

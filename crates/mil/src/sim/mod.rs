@@ -10,7 +10,7 @@ pub use tensor::{Data, Tensor};
 
 use crate::blob::BlobFile;
 use crate::error::{Error, Result};
-use crate::ir::{Arg, DType, Function, Program, Scalar, Statement, Value, ValueType};
+use crate::ir::{Arg, BlobRef, DType, Function, Program, Scalar, Statement, Value, ValueType};
 use crate::precision::PrecisionModel;
 use crate::rules::{self, RuleConfig};
 
@@ -160,6 +160,8 @@ impl<'a> Simulator<'a> {
         let a = Args { loc, s, env };
         let t = match s.op.as_str() {
             "const" => return self.constant(loc, s),
+            "constexpr_affine_dequantize" => self.affine_dequantize(loc, s)?,
+            "constexpr_lut_to_dense" => self.lut_to_dense(loc, s)?,
             "add" => ops::binary(loc, a.t("x")?, a.t("y")?, |x, y| x + y)?,
             "sub" => ops::binary(loc, a.t("x")?, a.t("y")?, |x, y| x - y)?,
             "mul" => ops::binary(loc, a.t("x")?, a.t("y")?, |x, y| x * y)?,
@@ -296,6 +298,107 @@ impl<'a> Simulator<'a> {
             groups: usize::try_from(groups).map_err(|_| Error::sem(loc, "negative groups"))?,
         };
         ops::conv(loc, x, w, bias, &p)
+    }
+
+    /// An attribute that is a BLOBFILE reference.
+    fn blob_attr<'s>(&self, loc: &str, s: &'s Statement, key: &str) -> Result<&'s BlobRef> {
+        match s.attrs.get(key) {
+            Some(Value::Blob(b)) => Ok(b),
+            _ => Err(Error::sem(
+                loc,
+                format!("`{}` needs a BLOBFILE `{key}`", s.op),
+            )),
+        }
+    }
+
+    /// The payload of a BLOBFILE reference, checked against its declared type.
+    fn blob_view(&self, loc: &str, b: &BlobRef) -> Result<crate::blob::BlobView<'a>> {
+        let bytes = self
+            .weights
+            .get(&b.path)
+            .ok_or_else(|| Error::sem(loc, format!("weight file `{}` not supplied", b.path)))?;
+        let view = BlobFile::parse(bytes)?.blob_at(b.offset)?;
+        if crate::blob::BlobDType::from_mil(b.ty.dtype) != Some(view.dtype)
+            || view.elements() != Some(b.ty.numel() as u64)
+        {
+            return Err(Error::sem(
+                loc,
+                format!(
+                    "blob at {} is {:?} with {:?} elements, declared {} {:?}",
+                    b.offset,
+                    view.dtype,
+                    view.elements(),
+                    b.ty.dtype,
+                    b.ty.shape
+                ),
+            ));
+        }
+        Ok(view)
+    }
+
+    /// `scale[c] · (q − zero_point)` along `axis`, rounded to fp16.
+    fn affine_dequantize(&self, loc: &str, s: &Statement) -> Result<Tensor> {
+        let qb = self.blob_attr(loc, s, "quantized_data")?;
+        let sb = self.blob_attr(loc, s, "scale")?;
+        let int = |key: &str| match s.attrs.get(key) {
+            Some(Value::Scalar(v)) => v.as_int(),
+            _ => None,
+        };
+        let (Some(axis), Some(zero)) = (int("axis"), int("zero_point")) else {
+            return Err(Error::sem(loc, "needs scalar `axis` and `zero_point`"));
+        };
+        let q = self.blob_view(loc, qb)?.to_i8()?;
+        let scale = self.blob_view(loc, sb)?.to_f16()?;
+        let shape = &qb.ty.shape;
+        let a = ops::axis(loc, axis as i64, shape.len())?;
+        if scale.len() != shape[a] {
+            return Err(Error::sem(
+                loc,
+                format!("{} scales for axis {a} of {shape:?}", scale.len()),
+            ));
+        }
+        let inner: usize = shape[a + 1..].iter().product();
+        let v: Vec<f32> = q
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| scale[(i / inner) % shape[a]].to_f32() * (f32::from(q) - zero as f32))
+            .collect();
+        Tensor::from_f32(DType::Fp16, shape, &v).map_err(|e| Error::sem(loc, e.to_string()))
+    }
+
+    /// `lut[palette(i)][indices[i]]`: one palette per block of the indices,
+    /// the blocks given by the lut's leading dims (iOS18 form, vector size 1).
+    fn lut_to_dense(&self, loc: &str, s: &Statement) -> Result<Tensor> {
+        let ib = self.blob_attr(loc, s, "indices")?;
+        let lb = self.blob_attr(loc, s, "lut")?;
+        let (shape, lshape) = (&ib.ty.shape, &lb.ty.shape);
+        let r = shape.len();
+        let entries = 1usize << ib.ty.dtype.bits();
+        let ok = lshape.len() == r + 2
+            && lshape[r] == entries
+            && lshape[r + 1] == 1
+            && (0..r).all(|d| lshape[d] > 0 && shape[d] % lshape[d] == 0);
+        if !ok {
+            return Err(Error::sem(
+                loc,
+                format!("lut {lshape:?} for indices {shape:?}"),
+            ));
+        }
+        let idx = self.blob_view(loc, ib)?.to_unsigned()?;
+        let lut = self.blob_view(loc, lb)?.to_f16()?;
+        let xst = tensor::strides(shape);
+        let lst = tensor::strides(&lshape[..r]);
+        let v: Vec<f32> = idx
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| {
+                let palette: usize = (0..r)
+                    .map(|d| ((i / xst[d]) % shape[d]) / (shape[d] / lshape[d]) * lst[d])
+                    .sum();
+                lut[palette * entries + usize::from(k)].to_f32()
+            })
+            .collect();
+        Tensor::from_f32(DType::Fp16, shape, &v).map_err(|e| Error::sem(loc, e.to_string()))
     }
 
     fn constant(&self, loc: &str, s: &Statement) -> Result<Val> {
