@@ -18,7 +18,19 @@ with coremltools' MIL builder in a function of the opset the program names
 * BLOBFILE consts are read with coremltools' blob-storage reader
   (`libmilstoragepython._BlobStorageReader`) at the MIL offset with the dtype
   the MIL declares: a missing file, an offset that is not a blob, a dtype or
-  element-count mismatch or a truncated file is an error;
+  element-count mismatch or a truncated file is an error; sub-byte payloads
+  (uint4/uint6 palette indices, packed as coremltools' writer packs them)
+  come back unpacked and typed with coremltools' `types.np_uint4_dtype`, ...;
+* compressed weights (`constexpr_affine_dequantize`, `constexpr_lut_to_dense`)
+  are rebuilt with their operands (BLOBFILE or literal) read from the
+  attribute list or the argument list, exactly as coremltools' MIL loader
+  reads const/constexpr_* ops, so the op's own checks (scale length against
+  the axis, palette count 2^bits of the index dtype, palette groups dividing
+  the indices, ...) and type inference apply; attribute operands on any other
+  op are rejected (the loader allows only `name` there). Where the operands
+  sit elsewhere than coremltools' writer would put them (it writes iOS16
+  constexpr ops' operands as attributes, iOS18 ones' as inputs), the program
+  is accepted and a note is printed;
 * the finished program goes through coremltools' program checks (opset
   compatibility, `Program.validate`, rank <= 5, const inputs, core ops only).
 
@@ -27,7 +39,11 @@ about hardware behaviour (docs/mil-validity.md).
 
 Usage:
     check-mil-coremltools.py DIR [DIR ...]
-    check-mil-coremltools.py --self-test DIR
+    check-mil-coremltools.py --self-test DIR [COMPRESSED_DIR ...]
+
+--self-test runs its fp16 mutations on the first DIR and its int8/lut
+mutations on every DIR holding constexpr_affine_dequantize /
+constexpr_lut_to_dense programs (each DIR after the first must hold one).
 
 Prints one line per program and `N passed, M failed`; exits 1 on any
 failure, and also when no program was found.
@@ -91,9 +107,21 @@ NUMPY_DTYPES = {
 }
 INT_DTYPES = {d for d in NUMPY_DTYPES if d.startswith(("int", "uint"))}
 FLOAT_DTYPES = {"fp16", "fp32", "fp64"}
-ALL_DTYPES = set(NUMPY_DTYPES) | {"string"}
+# Sub-byte dtypes: only as BLOBFILE payloads (constexpr_lut_to_dense indices),
+# packed in the blob, unpacked by coremltools' reader to one value per byte
+# and typed with coremltools' own numpy dtypes (`types.np_uint4_dtype`, ...).
+SUB_BYTE_DTYPES = {
+    "uint1": types.uint1,
+    "uint2": types.uint2,
+    "uint3": types.uint3,
+    "uint4": types.uint4,
+    "uint6": types.uint6,
+    "int4": types.int4,
+}
+ALL_DTYPES = set(NUMPY_DTYPES) | set(SUB_BYTE_DTYPES) | {"string"}
 
-# Blob-reader method and the numpy view of what it returns, per MIL dtype.
+# Blob-reader method and the numpy view of what it returns, per MIL dtype
+# (the sub-byte ones: coremltools' numpy dtype the unpacked values become).
 BLOB_READERS = {
     "fp16": ("read_fp16_data", np.float16),
     "fp32": ("read_float_data", np.float32),
@@ -104,6 +132,9 @@ BLOB_READERS = {
     "int32": ("read_int32_data", np.int32),
     "uint32": ("read_uint32_data", np.uint32),
 }
+BLOB_READERS.update(
+    {name: (f"read_{name}_data", types.nptype_from_builtin(t)) for name, t in SUB_BYTE_DTYPES.items()}
+)
 
 
 class MilSyntaxError(Exception):
@@ -629,7 +660,10 @@ class BlobFiles:
             raise CheckError(
                 f"coremltools' blob reader rejects {blob.path} offset {blob.offset} as {blob.ty.dtype}: {e}"
             ) from e
-        data = np.asarray(raw).view(view)
+        if blob.ty.dtype in SUB_BYTE_DTYPES:
+            data = sub_byte_values(np.asarray(raw), blob)
+        else:
+            data = np.asarray(raw).view(view)
         want = int(np.prod(blob.ty.shape))
         if data.size != want:
             raise CheckError(
@@ -637,6 +671,21 @@ class BlobFiles:
                 f"{blob.ty} needs {want}"
             )
         return data.reshape(blob.ty.shape)
+
+
+def sub_byte_values(raw: np.ndarray, blob: BlobRef) -> np.ndarray:
+    """The unpacked values coremltools' reader returns for a sub-byte blob
+    (one per byte), range-checked and typed with coremltools' numpy dtype for
+    the MIL dtype (`types.np_uint4_dtype`, ...), as its MIL loader does."""
+    builtin = SUB_BYTE_DTYPES[blob.ty.dtype]
+    bits = builtin.get_bitwidth()
+    lo, hi = (0, (1 << bits) - 1) if builtin.is_unsigned() else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    if raw.size and (int(raw.min()) < lo or int(raw.max()) > hi):
+        raise CheckError(
+            f"blob {blob.path} offset {blob.offset}: {blob.ty.dtype} values outside [{lo}, {hi}] "
+            f"(min {int(raw.min())}, max {int(raw.max())})"
+        )
+    return raw.astype(types.nptype_from_builtin(builtin))
 
 
 def literal_to_python(value: Value, blobs: BlobFiles) -> object:
@@ -722,37 +771,76 @@ def resolve_arg(arg: Arg, env: Dict[str, object], blobs: BlobFiles, anon: Callab
     return mb.const(val=literal_to_python(arg.value, blobs), name=anon())
 
 
-def build_op(st: Statement, env: Dict[str, object], blobs: BlobFiles, anon: Callable[[], str]) -> object:
+# Ops whose operands coremltools' MIL loader also takes from the attribute
+# list (`coremltools/converters/mil/frontend/milproto/load.py`,
+# `_load_operation`: `const` and every `constexpr_*` op go through
+# `_load_const_op`, which merges attributes and inputs into the op's
+# arguments; every other op may carry only the `name` attribute).
+ATTRIBUTE_OPERAND_PREFIX = "constexpr_"
+
+
+def writer_form(var: object) -> str:
+    """Where coremltools' own MIL writer puts the operands of the op that
+    made `var` (`converters/mil/backend/mil/load.py`, `translate_constexpr`):
+    `attributes` for a constexpr op whose version is iOS17 or older (e.g.
+    iOS16's constexpr_affine_dequantize), `inputs` for iOS18 ones (e.g.
+    iOS18's constexpr_lut_to_dense)."""
+    return "attributes" if var.op.opset_version <= ct.target.iOS17 else "inputs"  # type: ignore[attr-defined]
+
+
+def build_op(
+    st: Statement, env: Dict[str, object], blobs: BlobFiles, anon: Callable[[], str], notes: List[str]
+) -> object:
     """A non-const statement through `getattr(mb, op)(**args)`: unknown names,
     missing or extra arguments and type-domain violations raise in
-    coremltools' op definitions."""
+    coremltools' op definitions. Operands in the attribute list are taken
+    only where coremltools' MIL loader takes them (constexpr_* ops); a
+    constexpr op whose operands are not where coremltools' writer would put
+    them is accepted (its loader reads both) and recorded in `notes`."""
     op_cls = mil_op_class(st.op)
-    if st.attrs:
-        raise CheckError(f"unexpected attributes {sorted(st.attrs)} (only name is allowed on `{st.op}`)")
+    if st.attrs and not st.op.startswith(ATTRIBUTE_OPERAND_PREFIX):
+        raise CheckError(
+            f"attributes {sorted(st.attrs)} are not allowed on `{st.op}` (coremltools' MIL loader "
+            f"takes operands from attributes only for const and {ATTRIBUTE_OPERAND_PREFIX}* ops; "
+            f"other ops carry only `name`)"
+        )
+    both = sorted(set(st.args) & set(st.attrs))
+    if both:
+        raise CheckError(f"operand(s) {both} given both as arguments and as attributes")
     known = op_cls.input_spec.input_types
-    unknown = sorted(k for k in st.args if k not in known)
+    unknown = sorted(k for k in [*st.args, *st.attrs] if k not in known)
     if unknown:
         raise CheckError(f"`{st.op}` has no argument(s) {unknown}; it takes {sorted(known)}")
     kwargs = {k: resolve_arg(a, env, blobs, anon) for k, a in st.args.items()}
+    kwargs.update({k: resolve_arg(InlineArg(v), env, blobs, anon) for k, v in st.attrs.items()})
     try:
         out = getattr(mb, st.op)(name=st.name, **kwargs)
     except (ValueError, TypeError, RuntimeError, AssertionError, KeyError, IndexError, NotImplementedError) as e:
         raise CheckError(f"coremltools rejects it: {type(e).__name__}: {e}") from e
     if isinstance(out, (list, tuple)):
         raise CheckError(f"`{st.op}` has {len(out)} outputs, the statement declares one")
+    if st.op.startswith(ATTRIBUTE_OPERAND_PREFIX) and kwargs:
+        given = "attributes" if st.attrs and not st.args else "inputs" if st.args and not st.attrs else "mixed"
+        if given != writer_form(out):
+            notes.append(
+                f"`{st.op}` ({ct.target(out.op.opset_version).name} op) has its operands as {given}; "  # type: ignore[attr-defined]
+                f"coremltools' writer puts them in {writer_form(out)}"
+            )
     return out
 
 
-def build_statement(st: Statement, env: Dict[str, object], blobs: BlobFiles, anon: Callable[[], str]) -> None:
+def build_statement(
+    st: Statement, env: Dict[str, object], blobs: BlobFiles, anon: Callable[[], str], notes: List[str]
+) -> None:
     """Builds one statement, checks its inferred type and binds its name."""
     if st.name in env:
         raise CheckError(f"`{st.name}` is defined twice")
-    var = build_const(st, blobs) if st.op == "const" else build_op(st, env, blobs, anon)
+    var = build_const(st, blobs) if st.op == "const" else build_op(st, env, blobs, anon, notes)
     check_type("output type", st.ty, var)
     env[st.name] = var
 
 
-def build_function(fn: MilFunction, blobs: BlobFiles) -> Function:
+def build_function(fn: MilFunction, blobs: BlobFiles, notes: List[str]) -> Function:
     """Rebuilds one MIL function with the coremltools builder in the opset it
     names; raises CheckError naming the failing statement."""
     if fn.opset not in OPSETS:
@@ -772,7 +860,7 @@ def build_function(fn: MilFunction, blobs: BlobFiles) -> Function:
         env: Dict[str, object] = dict(func.inputs)
         for st in fn.body:
             try:
-                build_statement(st, env, blobs, anon)
+                build_statement(st, env, blobs, anon, notes)
             except CheckError as e:
                 raise CheckError(f"function {fn.name}, line {st.line}, statement `{st.name}` = {st.op}(...): {e}") from e
         outputs = []
@@ -790,9 +878,10 @@ def build_function(fn: MilFunction, blobs: BlobFiles) -> Function:
     return func
 
 
-def check_program_text(src: str, kernel_dir: Path) -> None:
+def check_program_text(src: str, kernel_dir: Path, notes: List[str]) -> None:
     """Parses and rebuilds one program; raises CheckError (or MilSyntaxError)
-    on the first problem."""
+    on the first problem. Accepted divergences from the form coremltools'
+    writer would produce are appended to `notes`."""
     prog = parse_program(src)
     if prog.version != "1.3":
         raise CheckError(f"program version {prog.version}, expected 1.3")
@@ -804,7 +893,7 @@ def check_program_text(src: str, kernel_dir: Path) -> None:
     blobs = BlobFiles(kernel_dir)
     program = Program()
     for fn in prog.functions:
-        func = build_function(fn, blobs)
+        func = build_function(fn, blobs, notes)
         try:
             program.add_function(fn.name, func)
         except ValueError as e:
@@ -816,13 +905,14 @@ def check_program_text(src: str, kernel_dir: Path) -> None:
         raise CheckError(f"coremltools' program checks reject it: {e}") from e
 
 
-def check_kernel(kernel_dir: Path) -> Optional[str]:
-    """None when DIR/<kernel>/model.mil is valid, else the error message."""
+def check_kernel(kernel_dir: Path, notes: Optional[List[str]] = None) -> Optional[str]:
+    """None when DIR/<kernel>/model.mil is valid, else the error message;
+    notes on accepted programs go to `notes`."""
     mil = kernel_dir / "model.mil"
     if not mil.is_file():
         return f"{mil} is missing"
     try:
-        check_program_text(mil.read_text(encoding="utf-8"), kernel_dir)
+        check_program_text(mil.read_text(encoding="utf-8"), kernel_dir, [] if notes is None else notes)
     except (CheckError, MilSyntaxError) as e:
         return str(e)
     except Exception as e:  # noqa: BLE001 -- counted as a FAILURE, never a pass
@@ -849,6 +939,10 @@ def check_dirs(dirs: List[Path]) -> int:
     """Checks every program of every DIR; prints a line per program and the
     summary; returns the exit status."""
     passed = failed = 0
+    # note text -> (statements, programs) over all accepted programs
+    notes: Dict[str, List[int]] = {}
+    # constexpr op -> statements in accepted programs
+    constexpr_ops: Dict[str, int] = {}
     for emit_dir in dirs:
         try:
             names = kernels_of(emit_dir)
@@ -857,13 +951,25 @@ def check_dirs(dirs: List[Path]) -> int:
             failed += 1
             continue
         for name in names:
-            err = check_kernel(emit_dir / name)
+            program_notes: List[str] = []
+            err = check_kernel(emit_dir / name, program_notes)
             if err is None:
                 passed += 1
                 print(f"ok   {emit_dir}/{name}")
+                for text in set(program_notes):
+                    counts = notes.setdefault(text, [0, 0])
+                    counts[0] += program_notes.count(text)
+                    counts[1] += 1
+                prog = parse_program((emit_dir / name / "model.mil").read_text(encoding="utf-8"))
+                for st in (st for fn in prog.functions for st in fn.body if st.op.startswith("constexpr_")):
+                    constexpr_ops[st.op] = constexpr_ops.get(st.op, 0) + 1
             else:
                 failed += 1
                 print(f"FAIL {emit_dir}/{name}: {err}")
+    if constexpr_ops:
+        print("compressed weights in accepted programs: " + ", ".join(f"{n} {op}" for op, n in sorted(constexpr_ops.items())))
+    for text, (statements, programs) in sorted(notes.items()):
+        print(f"note: {statements} statements in {programs} accepted programs: {text} (its MIL loader reads both)")
     print(f"{passed} passed, {failed} failed")
     if passed + failed == 0:
         print("error: no program found", file=sys.stderr)
@@ -988,6 +1094,15 @@ def delete_weights(kernel_dir: Path) -> None:
     shutil.rmtree(kernel_dir / "weights")
 
 
+def mutate_conv_attribute_operand(src: str) -> str:
+    """The first conv's `groups` operand moved into its attribute list, the
+    form only const and constexpr_* ops may use."""
+    i, m = first_line(src, "conv")
+    new = re.sub(r"groups = \w+, ", "", m.string, count=1)
+    new = new.replace(")[name = ", ")[groups = int32(1), name = ", 1)
+    return replace_line(src, i, new)
+
+
 TEXT_MUTATIONS: List[Tuple[str, Callable[[str], str], str]] = [
     ("unknown op name", mutate_op_name, "is not a MIL op"),
     ("misspelled argument name", mutate_arg_name, "has no argument"),
@@ -999,6 +1114,7 @@ TEXT_MUTATIONS: List[Tuple[str, Callable[[str], str], str]] = [
     ("BLOBFILE offset not a blob", mutate_blob_offset, "blob reader rejects"),
     ("BLOBFILE dtype disagrees with the blob", mutate_blob_dtype, "Metadata data type does not match"),
     ("BLOBFILE element count disagrees with the blob", mutate_blob_shape, "elements"),
+    ("operand as an attribute of a non-constexpr op", mutate_conv_attribute_operand, "are not allowed on `conv`"),
 ]
 FILE_MUTATIONS: List[Tuple[str, Callable[[Path], None], str]] = [
     ("truncated weight file", truncate_weights, "blob reader rejects"),
@@ -1006,47 +1122,308 @@ FILE_MUTATIONS: List[Tuple[str, Callable[[Path], None], str]] = [
 ]
 
 
-def pick_program(emit_dir: Path) -> Path:
-    """The first kernel of DIR whose program has a conv and a BLOBFILE."""
+# -- compressed weights (constexpr ops in the attribute form) ---------------
+
+# `key = tensor<dtype, [dims]>(BLOBFILE(path = string(".."), offset = uint64(N)))`
+BLOB_OPERAND_RE = r"{key} = tensor<(?P<dtype>\w+), \[(?P<dims>[0-9, ]+)\]>\(BLOBFILE\(path = string\(\"(?P<path>[^\"]*)\"\), offset = uint64\((?P<offset>\d+)\)\)\)"
+
+
+def blob_operand(line: str, key: str) -> re.Match:
+    """The BLOBFILE operand `key` of a constexpr statement line."""
+    m = re.search(BLOB_OPERAND_RE.format(key=re.escape(key)), line)
+    if m is None:
+        raise CheckError(f"self-test: no BLOBFILE operand `{key}` in {line.strip()[:80]}...")
+    return m
+
+
+def dims_of(m: re.Match) -> List[int]:
+    """The dims of a matched operand or statement type."""
+    return [int(d) for d in m.group("dims").split(", ")]
+
+
+def with_operand_type(line: str, m: re.Match, dtype: str, dims: List[int]) -> str:
+    """`line` with the operand `m` re-declared as tensor<dtype, [dims]>."""
+    old = m.group(0)
+    head = old[: old.index("tensor<")]
+    tail = old[old.index(">(BLOBFILE") + 1:]
+    return line.replace(old, f"{head}tensor<{dtype}, [{', '.join(map(str, dims))}]>{tail}", 1)
+
+
+def lut_line(src: str) -> Tuple[int, str]:
+    """Index and text of the first constexpr_lut_to_dense statement whose
+    palettes come in more than one group along axis 0, with an even number
+    of indices per group (so the mutations below keep element counts)."""
+    for i, line in enumerate(src.splitlines()):
+        if "= constexpr_lut_to_dense(" not in line:
+            continue
+        groups, rows = dims_of(blob_operand(line, "lut"))[0], dims_of(blob_operand(line, "indices"))[0]
+        if groups > 1 and (rows // groups) % 2 == 0:
+            return i, line
+    raise CheckError("self-test: no constexpr_lut_to_dense with several even palette groups in the program")
+
+
+def mutate_lut_palette_count(src: str) -> str:
+    """Half the palette entries per group, twice the groups (same element
+    count): 2^(bits-1) entries for 2^bits-entry indices."""
+    i, line = lut_line(src)
+    m = blob_operand(line, "lut")
+    dims = dims_of(m)
+    dims[0] *= 2
+    dims[-2] //= 2
+    return replace_line(src, i, with_operand_type(line, m, m.group("dtype"), dims))
+
+
+def mutate_lut_groups(src: str) -> str:
+    """The palette groups moved from axis 0 to axis 3, whose index extent (1)
+    they do not divide."""
+    i, line = lut_line(src)
+    m = blob_operand(line, "lut")
+    dims = dims_of(m)
+    dims[3], dims[0] = dims[0], 1
+    return replace_line(src, i, with_operand_type(line, m, m.group("dtype"), dims))
+
+
+OTHER_INDEX_DTYPE = {"uint4": "uint8", "uint6": "uint4", "uint8": "uint4"}
+
+
+def mutate_lut_index_dtype(src: str) -> str:
+    """The index blob declared with another index dtype than the blob's."""
+    i, line = lut_line(src)
+    m = blob_operand(line, "indices")
+    return replace_line(src, i, with_operand_type(line, m, OTHER_INDEX_DTYPE[m.group("dtype")], dims_of(m)))
+
+
+def mutate_lut_index_count(src: str) -> str:
+    """The index blob declared with twice the indices it holds."""
+    i, line = lut_line(src)
+    m = blob_operand(line, "indices")
+    dims = dims_of(m)
+    dims[0] *= 2
+    return replace_line(src, i, with_operand_type(line, m, m.group("dtype"), dims))
+
+
+def mutate_lut_ios16_shape(src: str) -> str:
+    """iOS16's `shape` operand added to the iOS18 op, which has none."""
+    i, line = lut_line(src)
+    dims = dims_of(blob_operand(line, "indices"))
+    shape = f"shape = tensor<uint32, [{len(dims)}]>([{', '.join(map(str, dims))}]), "
+    return replace_line(src, i, line.replace("constexpr_lut_to_dense(", "constexpr_lut_to_dense(" + shape, 1))
+
+
+def mutate_lut_missing_lut(src: str) -> str:
+    """The `lut` operand dropped."""
+    i, line = lut_line(src)
+    return replace_line(src, i, line.replace(", " + blob_operand(line, "lut").group(0), "", 1))
+
+
+def mutate_lut_operand_twice(src: str) -> str:
+    """`lut` also given as an attribute."""
+    i, line = lut_line(src)
+    lut = blob_operand(line, "lut").group(0)
+    return replace_line(src, i, line.replace(")[name = ", f")[{lut}, name = ", 1))
+
+
+def mutate_lut_to_attributes(src: str) -> str:
+    """The operands moved from the argument list to the attribute list (the
+    iOS16 ops' form; coremltools' loader reads both, so it must be accepted)."""
+    i, line = lut_line(src)
+    ops = [blob_operand(line, k).group(0) for k in ("indices", "lut")]
+    args = f"constexpr_lut_to_dense({', '.join(ops)})[name = "
+    if args not in line:
+        raise CheckError("self-test: constexpr_lut_to_dense arguments are not `indices, lut`")
+    return replace_line(src, i, line.replace(args, f"constexpr_lut_to_dense()[{', '.join(ops)}, name = ", 1))
+
+
+def mutate_constexpr_dtype(op: str) -> Callable[[str], str]:
+    """The first `op` statement declared fp32 (its operands give fp16)."""
+
+    def mutate(src: str) -> str:
+        i, m = first_line(src, op)
+        return replace_line(src, i, m.string.replace("tensor<fp16,", "tensor<fp32,", 1))
+
+    return mutate
+
+
+def lut_blob_dtype_in_file(kernel_dir: Path) -> None:
+    """The index blob's metadata in the weight file says uint6 (code 13), or
+    uint4 (code 11) where the MIL declares uint6."""
+    _, line = lut_line((kernel_dir / "model.mil").read_text(encoding="utf-8"))
+    b = blob_operand(line, "indices")
+    declared = b.group("dtype")
+    path = kernel_dir / b.group("path")[len(MODEL_PATH_PREFIX):]
+    data = bytearray(path.read_bytes())
+    at = int(b.group("offset"))
+    if data[at:at + 4] != bytes.fromhex("efbeadde"):
+        raise CheckError(f"self-test: no blob metadata sentinel at {path} offset {at}")
+    data[at + 4:at + 8] = (11 if declared == "uint6" else 13).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+
+
+LUT_TEXT_MUTATIONS: List[Tuple[str, Callable[[str], str], Optional[str]]] = [
+    ("operands as attributes (the iOS16 ops' form), accepted", mutate_lut_to_attributes, None),
+    ("lut palette count is not 2^bits of the indices", mutate_lut_palette_count, "so the dtype of indices should be"),
+    ("lut palette groups do not divide the indices", mutate_lut_groups, "should be divisible"),
+    ("index blob declared with another dtype", mutate_lut_index_dtype, "Metadata data type does not match"),
+    ("index blob element count disagrees", mutate_lut_index_count, "elements"),
+    ("iOS16-only `shape` operand", mutate_lut_ios16_shape, "has no argument(s) ['shape']"),
+    ("missing `lut` operand", mutate_lut_missing_lut, "Required input lut is missing"),
+    ("operand given as argument and attribute", mutate_lut_operand_twice, "given both as arguments and as attributes"),
+    ("declared dtype disagrees with the palette", mutate_constexpr_dtype("constexpr_lut_to_dense"), "coremltools infers"),
+]
+LUT_FILE_MUTATIONS: List[Tuple[str, Callable[[Path], None], str]] = [
+    ("index blob of another dtype in the weight file", lut_blob_dtype_in_file, "Metadata data type does not match"),
+]
+
+
+def affine_line(src: str) -> Tuple[int, str]:
+    """Index and text of the first constexpr_affine_dequantize statement."""
+    i, m = first_line(src, "constexpr_affine_dequantize")
+    return i, m.string
+
+
+def mutate_int8_scale_length(src: str) -> str:
+    """The scale vector replaced by an inline one of one more element."""
+    i, line = affine_line(src)
+    m = blob_operand(line, "scale")
+    n = dims_of(m)[0] + 1
+    literal = f"scale = tensor<fp16, [{n}]>([{', '.join(['1'] * n)}])"
+    return replace_line(src, i, line.replace(m.group(0), literal, 1))
+
+
+def mutate_int8_axis(src: str) -> str:
+    """axis past the rank of quantized_data."""
+    i, line = affine_line(src)
+    new = re.sub(r"axis = int32\(-?\d+\)", "axis = int32(4)", line, count=1)
+    return replace_line(src, i, new)
+
+
+def mutate_int8_zero_point(src: str) -> str:
+    """An fp16 zero point, outside the op's ZeroPointT domain."""
+    i, line = affine_line(src)
+    new = re.sub(r"zero_point = int8\(-?\d+\)", "zero_point = fp16(0)", line, count=1)
+    return replace_line(src, i, new)
+
+
+def mutate_int8_data_dtype(src: str) -> str:
+    """quantized_data declared uint8 (a type the op takes) over the int8 blob."""
+    i, line = affine_line(src)
+    m = blob_operand(line, "quantized_data")
+    return replace_line(src, i, with_operand_type(line, m, "uint8", dims_of(m)))
+
+
+def mutate_int8_scale_name(src: str) -> str:
+    """`scale` misspelled `scales`."""
+    i, line = affine_line(src)
+    return replace_line(src, i, line.replace(" scale = tensor<", " scales = tensor<", 1))
+
+
+INT8_TEXT_MUTATIONS: List[Tuple[str, Callable[[str], str], str]] = [
+    ("int8 scale vector of the wrong length", mutate_int8_scale_length, "needs to have same size as the dimension size"),
+    ("int8 axis out of range", mutate_int8_axis, "Parameter axis needs to be in the range"),
+    ("int8 zero point outside the type domain", mutate_int8_zero_point, "type domain"),
+    ("quantized_data declared with another dtype than its blob", mutate_int8_data_dtype, "Metadata data type does not match"),
+    ("misspelled constexpr attribute operand", mutate_int8_scale_name, "has no argument(s) ['scales']"),
+    ("declared dtype disagrees with the scale", mutate_constexpr_dtype("constexpr_affine_dequantize"), "coremltools infers"),
+]
+
+
+@dataclass
+class MutationSet:
+    """Mutations of the first program of a DIR that `wants` picks."""
+
+    title: str
+    wants: Callable[[str], bool]
+    text: List[Tuple[str, Callable[[str], str], Optional[str]]]  # expected error; None: must be accepted
+    files: List[Tuple[str, Callable[[Path], None], str]]
+
+
+BASE_SET = MutationSet(
+    "fp16", lambda src: "= conv(" in src and "BLOBFILE(" in src, TEXT_MUTATIONS, FILE_MUTATIONS
+)
+COMPRESSED_SETS = [
+    MutationSet("int8", lambda src: "= constexpr_affine_dequantize(" in src, INT8_TEXT_MUTATIONS, []),
+    MutationSet("lut", lambda src: "= constexpr_lut_to_dense(" in src, LUT_TEXT_MUTATIONS, LUT_FILE_MUTATIONS),
+]
+
+
+def pick_program(emit_dir: Path, wants: Callable[[str], bool]) -> Optional[Path]:
+    """The first kernel of DIR whose program `wants` accepts, or None."""
     for name in kernels_of(emit_dir):
         src = (emit_dir / name / "model.mil").read_text(encoding="utf-8")
-        if "= conv(" in src and "BLOBFILE(" in src:
+        if wants(src):
             return emit_dir / name
-    raise CheckError(f"{emit_dir}: no program with a conv and a BLOBFILE to mutate")
+    return None
 
 
-def self_test(emit_dir: Path) -> int:
-    """Asserts that the unmutated program is accepted and every mutation is
-    rejected with the expected reason; returns the exit status."""
-    source = pick_program(emit_dir)
+Case = Tuple[str, Optional[Callable[[str], str]], Optional[Callable[[Path], None]], Optional[str]]
+
+
+def run_cases(source: Path, title: str, cases: List[Case], tmp: Path) -> int:
+    """Runs each case on a copy of `source` under `tmp`; prints a line per
+    case and returns the number that did not end as expected."""
     original = (source / "model.mil").read_text(encoding="utf-8")
     failures = 0
-    cases: List[Tuple[str, Optional[Callable[[str], str]], Optional[Callable[[Path], None]], Optional[str]]]
-    cases = [("unmutated", None, None, None)]
-    cases += [(n, f, None, e) for n, f, e in TEXT_MUTATIONS]
-    cases += [(n, None, f, e) for n, f, e in FILE_MUTATIONS]
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (what, text_fn, file_fn, expect) in enumerate(cases):
-            kdir = Path(tmp) / f"case{i}"
-            shutil.copytree(source, kdir)
+    for what, text_fn, file_fn, expect in cases:
+        kdir = tmp / f"case{len(list(tmp.iterdir()))}"
+        shutil.copytree(source, kdir)
+        err: Optional[str]
+        try:
             if text_fn is not None:
                 mutated = text_fn(original)
-                assert mutated != original, what
+                if mutated == original:
+                    raise CheckError("self-test: the mutation left the program unchanged")
                 (kdir / "model.mil").write_text(mutated, encoding="utf-8")
             if file_fn is not None:
                 file_fn(kdir)
-            err = check_kernel(kdir)
-            if expect is None:
-                ok = err is None
-                detail = "accepted" if ok else f"REJECTED: {err}"
-            else:
-                ok = err is not None and expect in err
-                detail = f"rejected: {err}" if err is not None else "ACCEPTED"
-                if err is not None and not ok:
-                    detail = f"rejected for another reason (wanted {expect!r}): {err}"
-            failures += 0 if ok else 1
-            print(f"{'ok  ' if ok else 'FAIL'} self-test {source.name}: {what}: {detail}")
-    total = len(cases)
+        except CheckError as e:
+            failures += 1
+            print(f"FAIL self-test {source.parent.name}/{source.name} ({title}): {what}: cannot mutate: {e}")
+            continue
+        err = check_kernel(kdir)
+        if expect is None:
+            ok = err is None
+            detail = "accepted" if ok else f"REJECTED: {err}"
+        else:
+            ok = err is not None and expect in err
+            detail = f"rejected: {err}" if err is not None else "ACCEPTED"
+            if err is not None and not ok:
+                detail = f"rejected for another reason (wanted {expect!r}): {err}"
+        failures += 0 if ok else 1
+        print(f"{'ok  ' if ok else 'FAIL'} self-test {source.parent.name}/{source.name} ({title}): {what}: {detail}")
+    return failures
+
+
+def self_test(dirs: List[Path]) -> int:
+    """Asserts that unmutated programs are accepted and every mutation is
+    rejected with the expected reason: the fp16 set on the first DIR's first
+    program with a conv and a BLOBFILE; on every DIR, the int8 and lut sets
+    on the first program holding such a constexpr op (every DIR after the
+    first must hold one). Returns the exit status."""
+    sets: List[Tuple[Path, MutationSet]] = []
+    problems: List[str] = []
+    for k, emit_dir in enumerate(dirs):
+        found = 0
+        for mset in ([BASE_SET] if k == 0 else []) + COMPRESSED_SETS:
+            source = pick_program(emit_dir, mset.wants)
+            if source is not None:
+                sets.append((source, mset))
+                found += 1
+            elif mset is BASE_SET:
+                problems.append(f"{emit_dir}: no program with a conv and a BLOBFILE to mutate")
+        if k > 0 and found == 0:
+            problems.append(f"{emit_dir}: no program with a constexpr op to mutate")
+    total = failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for source, mset in sets:
+            cases: List[Case] = [("unmutated", None, None, None)]
+            cases += [(n, f, None, e) for n, f, e in mset.text]
+            cases += [(n, None, f, e) for n, f, e in mset.files]
+            total += len(cases)
+            failures += run_cases(source, mset.title, cases, Path(tmp))
+    for p in problems:
+        print(f"FAIL self-test: {p}")
+    total += len(problems)
+    failures += len(problems)
     print(f"self-test: {total - failures} passed, {failures} failed")
     return 1 if failures else 0
 
@@ -1055,14 +1432,18 @@ def main() -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dirs", nargs="*", type=Path, help="directories written by `anedvd kernels --emit`")
-    ap.add_argument("--self-test", action="store_true", help="mutate a program of the one DIR; each mutation must be rejected")
+    ap.add_argument(
+        "--self-test",
+        action="store_true",
+        help="mutate programs of the DIRs (fp16 set on the first; int8/lut sets on each); each mutation must be rejected",
+    )
     a = ap.parse_args()
     if ct.__version__ != PINNED_COREMLTOOLS:
         print(f"warning: coremltools {ct.__version__}, this check is pinned to {PINNED_COREMLTOOLS}", file=sys.stderr)
     if a.self_test:
-        if len(a.dirs) != 1:
-            ap.error("--self-test takes exactly one DIR")
-        return self_test(a.dirs[0])
+        if not a.dirs:
+            ap.error("--self-test takes at least one DIR")
+        return self_test(a.dirs)
     if not a.dirs:
         ap.error("no DIR given")
     return check_dirs(a.dirs)

@@ -15,3 +15,4 @@ pub use backend::{
     AneBackend, AneExecutable, AneSimBackend, CompileReport, DriverKind, LowerOptions, Variant,
     DEFAULT_COMPILE_BUDGET,
 };
+pub use lower::{RuntimePath, WeightFormat};

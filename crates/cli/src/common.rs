@@ -2,7 +2,8 @@
 
 use anedvd_engine::{
     BackendChoice, BackendOptions, BuiltinTemplate, ConfigOverrides, CpuOptions, Engine, IsaCap,
-    LoadOptions, LoadStage, LowerOptions, RopePairing, SamplingParams, TemplateOverride, Variant,
+    LoadOptions, LoadStage, LowerOptions, RopePairing, RuntimePath, SamplingParams,
+    TemplateOverride, Variant, WeightFormat,
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -156,6 +157,20 @@ pub struct LoweringArgs {
     /// of two (fp16 stops at 65504; Gemma 3 270M residuals reach ~88000).
     #[arg(long, default_value_t = 32.0)]
     pub residual_scale: f32,
+    /// ANE projection weights: fp16, int8 (one fp16 scale per output channel,
+    /// `constexpr_affine_dequantize`) or palettized lut8|lut6|lut4 (a k-means
+    /// palette per 16 output channels, `constexpr_lut_to_dense`). int8 is
+    /// contested on the in-memory path and the palettes untested there; all
+    /// four are correct on e5rt (`anedvd ops`), so simulate them with
+    /// --ane-path e5rt. docs/ane-quantization.md has the accuracy table.
+    #[arg(long, default_value = "fp16", value_name = "fp16|int8|lut8|lut6|lut4",
+          value_parser = ["fp16", "int8", "lut8", "lut6", "lut4"])]
+    pub ane_weights: String,
+    /// The ANE runtime path the programs are checked against: inmem
+    /// (_ANEInMemoryModel, the path --backend ane drives) or e5rt (Espresso;
+    /// simulated only, with --backend ane-sim).
+    #[arg(long, default_value = "inmem", value_name = "inmem|e5rt", value_parser = ["inmem", "e5rt"])]
+    pub ane_path: String,
 }
 
 impl LoweringArgs {
@@ -172,6 +187,10 @@ impl LoweringArgs {
             variant,
             vocab_slice: self.vocab_slice,
             residual_scale: self.residual_scale,
+            weights: WeightFormat::from_name(&self.ane_weights)
+                .ok_or_else(|| anyhow::anyhow!("unknown --ane-weights `{}`", self.ane_weights))?,
+            path: RuntimePath::from_name(&self.ane_path)
+                .ok_or_else(|| anyhow::anyhow!("unknown --ane-path `{}`", self.ane_path))?,
         })
     }
 }

@@ -37,7 +37,9 @@ pub mod stats;
 pub mod tool_format;
 pub mod tools;
 
-pub use anedvd_ane::{DriverKind, LowerOptions, Variant, DEFAULT_COMPILE_BUDGET};
+pub use anedvd_ane::{
+    DriverKind, LowerOptions, RuntimePath, Variant, WeightFormat, DEFAULT_COMPILE_BUDGET,
+};
 pub use anedvd_chat::{
     Content, ContentPart, FunctionCall, Message, RenderOptions, Timestamp, ToolCall,
 };

@@ -220,7 +220,8 @@ impl FunctionBuilder {
         )
     }
 
-    /// `constexpr_lut_to_dense` (iOS18 form): fp16 weights `lut[g][indices]`
+    /// `constexpr_lut_to_dense` (iOS18 form, operands as inputs, as
+    /// coremltools writes it): fp16 weights `lut[g][indices]`
     /// from uint4/uint6/uint8 `indices` (a blob of shape S, rank r) and an
     /// fp16 `lut` blob of shape `[S₀/G, 1, …, 1, 2^bits, 1]` (rank r + 2):
     /// one palette per group of G consecutive indices along axis 0.
@@ -238,7 +239,7 @@ impl FunctionBuilder {
             && lut.ty.shape.len() == r + 2
             && r > 0
             && lut.ty.shape[0] > 0
-            && shape[0] % lut.ty.shape[0] == 0
+            && shape[0].is_multiple_of(lut.ty.shape[0])
             && lut.ty.shape[1..r].iter().all(|&d| d == 1)
             && lut.ty.shape[r] == 1 << bits
             && lut.ty.shape[r + 1] == 1;
@@ -251,11 +252,16 @@ impl FunctionBuilder {
                 ),
             ));
         }
-        let attrs = vec![("indices", Value::Blob(indices)), ("lut", Value::Blob(lut))];
-        self.constexpr(
+        // coremltools 9 writes this iOS18 op with its operands as inputs
+        // (BLOBFILE literals), unlike the iOS16 constexpr ops
+        let args = vec![
+            ("indices", Arg::Inline(Value::Blob(indices))),
+            ("lut", Arg::Inline(Value::Blob(lut))),
+        ];
+        self.push_op(
             name,
             "constexpr_lut_to_dense",
-            attrs,
+            args,
             TensorType::new(DType::Fp16, &shape),
         )
     }

@@ -211,12 +211,17 @@ fn check_function(
     for s in &f.body {
         let loc = format!("{fname}/{}", s.name);
         types.push((loc.clone(), s.ty.clone()));
-        // a const's value, or a constexpr op's operands. Only a const's value
+        // a const's value, or a constexpr op's operands (attributes or inline
+        // inputs). Only a const's value
         // is a tensor the engine holds: a constexpr's operands (an iOS18
         // palette of a conv weight has rank 6, as coremltools writes it for
         // Core ML on the ANE) are decompressed by the compiler, so the rank
         // and dimension limits apply to the op's result, not to them.
-        for v in s.attrs.values() {
+        let inline = s.args.values().filter_map(|a| match a {
+            Arg::Inline(v) => Some(v),
+            _ => None,
+        });
+        for v in s.attrs.values().chain(inline) {
             if let Value::Blob(b) = v {
                 if s.op == "const" {
                     types.push((loc.clone(), ValueType::Tensor(b.ty.clone())));
@@ -240,6 +245,12 @@ fn check_function(
         }
         let inline_ok = spelling_works(&s.op, "inline-literal-args", cfg);
         for (k, a) in &s.args {
+            // weight-file tensors are tensor operands, not the flag-like
+            // literals the rule is about (coremltools writes iOS18 constexpr
+            // operands this way)
+            if let Arg::Inline(Value::Blob(_)) = a {
+                continue;
+            }
             if let (Arg::Inline(v), false) = (a, inline_ok) {
                 let what = crate::print::value_str(v, crate::ir::ScalarStyle::Short);
                 push(

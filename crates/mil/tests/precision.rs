@@ -1,5 +1,6 @@
 //! The precision rules: each quote is in the evidence doc, and each rule the
 //! simulator models changes its numbers as the evidence says.
+#![allow(clippy::unwrap_used)]
 
 use std::path::Path;
 

@@ -1,4 +1,5 @@
 //! The capability registry against the evidence it is derived from.
+#![allow(clippy::unwrap_used)]
 
 use std::path::Path;
 

@@ -340,14 +340,20 @@ impl Ref<'_> {
     }
 }
 
-/// Simulates `k` (printed → parsed → rule-checked) on `x` (`W × in_channels` rows).
-fn simulate(k: &Kernel, x: &[f32], width: usize) -> Result<Vec<f32>> {
+/// Simulates `k` (printed → parsed → rule-checked for `o.path`) on `x`
+/// (`W × in_channels` rows).
+fn simulate(k: &Kernel, x: &[f32], o: &LowerOptions) -> Result<Vec<f32>> {
+    let width = o.width;
     let err = |source| Error::Mil {
         kernel: k.name.clone(),
         source,
     };
     let program = anedvd_mil::parse(&anedvd_mil::print(&k.program)).map_err(err)?;
-    let sim = Simulator::new(&program, &k.weights, &RuleConfig::default()).map_err(err)?;
+    let rules = RuleConfig {
+        path: o.path,
+        ..RuleConfig::default()
+    };
+    let sim = Simulator::new(&program, &k.weights, &rules).map_err(err)?;
     let cin = k.in_channels;
     let mut cols = vec![0f32; cin * width];
     for (t, row) in x.chunks_exact(cin).enumerate() {
@@ -409,7 +415,7 @@ pub fn check_layer0(
             let x: Vec<f32> = (0..o.width * k.in_channels)
                 .map(|_| lcg(&mut seed))
                 .collect();
-            let got = simulate(k, &x, o.width)?;
+            let got = simulate(k, &x, &o)?;
             let want = r.eval(k.kind, &x, o.residual_scale)?;
             let nans = got.iter().filter(|v| !v.is_finite()).count();
             let max_abs = got

@@ -12,6 +12,7 @@ use anedvd_cpu::qkernels::Kernels;
 use anedvd_cpu::IsaCap;
 use anedvd_graph::{Attention, DecoderProgram, Executable, Result, Session};
 use anedvd_mil::ir::Program;
+use anedvd_mil::registry::RuntimePath;
 use anedvd_mil::rules::RuleConfig;
 use anedvd_mil::sim::{Simulator, Tensor, Weights};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -137,6 +138,14 @@ impl Model {
         // refuse what the lowering cannot run before opening anything,
         // naming this backend
         let views = lower::layer_views(p, exec.backend_name())?;
+        if let (Exec::Runtime(..), RuntimePath::E5rt) = (exec, options.path) {
+            return Err(anedvd_graph::Error::Backend {
+                backend: exec.backend_name().into(),
+                message: "the e5rt path has no runtime driver yet (the in-memory one is the only \
+                          one built); simulate its programs with --backend ane-sim --ane-path e5rt"
+                    .into(),
+            });
+        }
         // open the driver first: `ANE unavailable` before any lowering work
         let opened = match exec {
             Exec::Direct => None,
@@ -156,8 +165,11 @@ impl Model {
                     // the text path: what runs is what the printed MIL says
                     let text = anedvd_mil::print(&k.program);
                     let program = anedvd_mil::parse(&text).map_err(mil_err(&k.name))?;
-                    Simulator::new(&program, &k.weights, &RuleConfig::default())
-                        .map_err(mil_err(&k.name))?;
+                    let rules = RuleConfig {
+                        path: options.path,
+                        ..RuleConfig::default()
+                    };
+                    Simulator::new(&program, &k.weights, &rules).map_err(mil_err(&k.name))?;
                     Some(Direct {
                         program,
                         weights: k.weights,

@@ -1,10 +1,11 @@
 //! MIL subgraphs shared by the kernels: 1×1-conv projections, the ANE-safe RMSNorm, gated FFNs.
 
+use super::quantize::{self, WeightFormat};
 use super::tensors::{Pack, WEIGHT_PATH};
 use super::Result;
 use anedvd_graph::Activation;
 use anedvd_mil::builder::{FunctionBuilder, Var};
-use anedvd_mil::ir::DType;
+use anedvd_mil::ir::{BlobRef, DType, TensorType};
 
 /// √(2/π), the GELU tanh-approximation constant.
 const GELU_K: f64 = 0.797_884_560_802_865_4;
@@ -21,6 +22,8 @@ const SUM_PART: usize = 4096;
 const SUM_SCALE_ABOVE: usize = 1024;
 /// 2^-4, exact in fp16.
 const WIDE_SUM_SCALE: f32 = 0.0625;
+/// Lloyd rounds per palette (k-means converges well before on weights).
+const LUT_ITERATIONS: usize = 12;
 
 /// A function under construction together with its weight file.
 pub struct Emitter {
@@ -30,18 +33,22 @@ pub struct Emitter {
     pub pack: Pack,
     /// Activation width W.
     pub width: usize,
+    /// How projection weights are stored.
+    pub weights: WeightFormat,
     /// The constant-weight sum kernels made so far, by (length, weight), so
     /// the norms of one program share them.
     sum_weights: Vec<((usize, u32), Var)>,
 }
 
 impl Emitter {
-    /// An empty `main` function over activations of width `width`.
-    pub fn new(width: usize) -> Self {
+    /// An empty `main` function over activations of width `width`, its
+    /// projections stored as `weights`.
+    pub fn new(width: usize, weights: WeightFormat) -> Self {
         Emitter {
             b: FunctionBuilder::new("main"),
             pack: Pack::new(),
             width,
+            weights,
             sum_weights: Vec::new(),
         }
     }
@@ -80,20 +87,63 @@ impl Emitter {
         bias: Option<&[f32]>,
     ) -> Result<Var> {
         let cin = x.shape().get(1).copied().unwrap_or(0);
-        let off = self.pack.matrix(w);
-        let wv = self.b.const_blob(
-            &format!("{name}_w"),
-            DType::Fp16,
-            &[out, cin, 1, 1],
-            WEIGHT_PATH,
-            off,
-        )?;
+        let wv = self.weight(&format!("{name}_w"), w, out, cin)?;
         match bias {
             None => Ok(self.b.conv(name, x, &wv)?),
             Some(bv) => {
                 let y = self.b.conv(&format!("{name}_nobias"), x, &wv)?;
                 let c = self.channel_const(&format!("{name}_b"), bv)?;
                 Ok(self.b.add(name, &y, &c)?)
+            }
+        }
+    }
+
+    /// The `[out, cin, 1, 1]` conv weight `w` (row-major `[out, cin]`) in
+    /// the emitter's [`WeightFormat`]: a const, or a constexpr op that
+    /// decompresses int8 or palettized weights.
+    fn weight(&mut self, name: &str, w: &[f32], out: usize, cin: usize) -> Result<Var> {
+        let shape = [out, cin, 1, 1];
+        let blob = |dtype, shape: &[usize], offset| BlobRef {
+            ty: TensorType::new(dtype, shape),
+            path: WEIGHT_PATH.into(),
+            offset,
+        };
+        match self.weights {
+            WeightFormat::Fp16 => {
+                let off = self.pack.matrix(w);
+                Ok(self
+                    .b
+                    .const_blob(name, DType::Fp16, &shape, WEIGHT_PATH, off)?)
+            }
+            WeightFormat::Int8 => {
+                let (q, scales) = quantize::int8_per_row(w, out, cin);
+                let (qo, so) = self.pack.int8_matrix(&q, &scales);
+                Ok(self.b.constexpr_affine_dequantize(
+                    name,
+                    blob(DType::Int8, &shape, qo),
+                    blob(DType::Fp16, &[out], so),
+                    0,
+                )?)
+            }
+            WeightFormat::Lut { bits } => {
+                let p = quantize::palettize(w, out, cin, bits, LUT_ITERATIONS);
+                let bad = || super::Error::Options(format!("no {bits}-bit palette indices"));
+                let (io, po) = self
+                    .pack
+                    .lut_matrix(&p.indices, bits, &p.palettes)
+                    .ok_or_else(bad)?;
+                let dtype = match bits {
+                    4 => DType::UInt4,
+                    6 => DType::UInt6,
+                    8 => DType::UInt8,
+                    _ => return Err(bad()),
+                };
+                let lut_shape = [out / p.group, 1, 1, 1, 1 << bits, 1];
+                Ok(self.b.constexpr_lut_to_dense(
+                    name,
+                    blob(dtype, &shape, io),
+                    blob(DType::Fp16, &lut_shape, po),
+                )?)
             }
         }
     }
@@ -269,7 +319,7 @@ mod tests {
     /// columns of `x`, against the f64 mean, on the ANE-modelled simulator.
     fn mean_error(c: usize, emit: impl Fn(&mut Emitter, &Var) -> Var) -> (f64, Vec<String>) {
         let w = 32;
-        let mut e = Emitter::new(w);
+        let mut e = Emitter::new(w, WeightFormat::Fp16);
         let x = e.input(c).unwrap();
         let y = emit(&mut e, &x);
         e.b.output(&y);
@@ -317,7 +367,7 @@ mod tests {
                 );
             }
         }
-        let mut e = Emitter::new(32);
+        let mut e = Emitter::new(32, WeightFormat::Fp16);
         let x = e.input(9000).unwrap();
         e.channel_mean("n", &x).unwrap();
         let text = anedvd_mil::print(&anedvd_mil::builder::program(vec![e.b.finish()]));

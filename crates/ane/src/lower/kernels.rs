@@ -119,7 +119,7 @@ pub fn qkv(
     (i, l): (usize, &LayerView<'_>),
     with_norm: bool,
 ) -> Result<Kernel> {
-    let mut e = Emitter::new(o.width);
+    let mut e = Emitter::new(o.width, o.weights);
     let x = e.input(p.n_embd)?;
     let y = emit_qkv(&mut e, p, o, (i, l), &x, with_norm)?;
     let (name, kind) = if with_norm {
@@ -206,7 +206,7 @@ pub fn attn_out(
     (i, l): (usize, &LayerView<'_>),
 ) -> Result<Kernel> {
     let qd = l.mixer.ctx_width(p.n_embd);
-    let mut e = Emitter::new(o.width);
+    let mut e = Emitter::new(o.width, o.weights);
     let x = e.input(qd)?;
     let y = emit_attn_out(&mut e, p, (i, l), &x)?;
     Ok(finish(
@@ -248,7 +248,7 @@ pub fn ffn(
     o: &LowerOptions,
     (i, l): (usize, &LayerView<'_>),
 ) -> Result<Kernel> {
-    let mut e = Emitter::new(o.width);
+    let mut e = Emitter::new(o.width, o.weights);
     let x = e.input(p.n_embd)?;
     let y = emit_ffn(&mut e, p, (i, l), &x)?.ok_or_else(|| {
         Error::Options(format!("layer {i}: no feed-forward part runs on the ANE"))
@@ -269,7 +269,7 @@ pub fn ple_proj(p: &DecoderProgram, o: &LowerOptions, t: &PerLayerEmbedding) -> 
     let lw = t.width * p.layers.len();
     let mut w = matrix(p, &t.model_proj, lw)?;
     w.iter_mut().for_each(|v| *v *= t.model_proj_scale);
-    let mut e = Emitter::new(o.width);
+    let mut e = Emitter::new(o.width, o.weights);
     let x = e.input(p.n_embd)?;
     let y = e.projection("ple_proj", &x, &w, lw, None)?;
     Ok(finish("ple".into(), KernelKind::PleProj, e, &y, p.n_embd))
@@ -309,7 +309,7 @@ pub fn per_layer(
     pl: &PerLayerInput,
 ) -> Result<Kernel> {
     let (d, w) = (p.n_embd, o.width);
-    let mut e = Emitter::new(w);
+    let mut e = Emitter::new(w, o.weights);
     let xin = e.input(d + pl.width)?;
     let x =
         e.b.slice_by_size(&format!("l{i}_x"), &xin, &[0, 0, 0, 0], &[1, d, 1, w])?;
@@ -351,7 +351,7 @@ pub fn fused_layer(
     let d = p.n_embd;
     let w = o.width;
     let pw = l.per_layer.map_or(0, |pl| pl.width);
-    let mut e = Emitter::new(w);
+    let mut e = Emitter::new(w, o.weights);
     let xin = e.input(qd + d + pw)?;
     let att =
         e.b.slice_by_size(&format!("l{i}_ctx"), &xin, &[0, 0, 0, 0], &[1, qd, 1, w])?;
@@ -430,7 +430,7 @@ pub fn lm_head(
     n: usize,
     norm_inside: bool,
 ) -> Result<Kernel> {
-    let mut e = Emitter::new(o.width);
+    let mut e = Emitter::new(o.width, o.weights);
     let x = e.input(p.n_embd)?;
     let h = if norm_inside {
         let g = norm(p, &p.output_norm)?;

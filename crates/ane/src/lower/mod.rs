@@ -53,16 +53,19 @@
 mod cost;
 mod emit;
 mod kernels;
+pub mod quantize;
 pub mod tensors;
 
 pub use cost::{CostModel, KernelCost};
 pub use kernels::layer_scale;
+pub use quantize::WeightFormat;
 
 use anedvd_graph::{
     Attention, AttentionBias, Block, DecoderProgram, DenseFfn, FeedForward, Mixer, MoeFfn,
     NormPlacement, PerLayerInput, ShortConv,
 };
 use anedvd_mil::ir::Program;
+pub use anedvd_mil::registry::RuntimePath;
 use anedvd_mil::sim::Weights;
 
 /// Errors of the lowering.
@@ -141,6 +144,14 @@ pub struct LowerOptions {
     /// and hands it over divided by `s` only where a program takes it raw
     /// (Gemma 4's `blk.i.ple`).
     pub residual_scale: f32,
+    /// How projection weights are stored. Default [`WeightFormat::Fp16`]
+    /// (programs byte-identical to before the option existed); int8 and the
+    /// palettes have evidence only on the e5rt path (`anedvd ops`).
+    pub weights: WeightFormat,
+    /// The runtime path the programs are for: their rule check (ops,
+    /// spellings, surfaces) follows its registry (`anedvd ops --path`).
+    /// Default in-memory, the one path a runtime drives today.
+    pub path: RuntimePath,
 }
 
 impl Default for LowerOptions {
@@ -150,6 +161,8 @@ impl Default for LowerOptions {
             variant: Variant::Fused,
             vocab_slice: 32768,
             residual_scale: 32.0,
+            weights: WeightFormat::Fp16,
+            path: RuntimePath::InMemory,
         }
     }
 }

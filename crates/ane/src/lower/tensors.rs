@@ -76,7 +76,7 @@ pub fn vector(src: &dyn WeightSource, name: &str, len: usize) -> Result<Vec<f32>
 /// cost model needs.
 pub struct Pack {
     blob: BlobWriter,
-    /// Payload bytes written (fp16).
+    /// Payload bytes written (what the engine streams per dispatch).
     pub bytes: u64,
     /// Elements of conv weights (multiply-accumulates per activation column).
     pub macs: u64,
@@ -102,6 +102,30 @@ impl Pack {
     pub fn matrix(&mut self, values: &[f32]) -> u64 {
         self.macs += values.len() as u64;
         self.vector(values)
+    }
+
+    /// Adds an int8 conv weight with its per-row fp16 scales; returns the
+    /// MIL offsets of the two.
+    pub fn int8_matrix(&mut self, q: &[i8], scales: &[half::f16]) -> (u64, u64) {
+        self.macs += q.len() as u64;
+        self.bytes += q.len() as u64 + 2 * scales.len() as u64;
+        (self.blob.add_i8(q), self.blob.add_f16(scales))
+    }
+
+    /// Adds a palettized conv weight (`bits`-bit indices, fp16 palettes);
+    /// returns the MIL offsets of the two, or `None` for a width the blob
+    /// format lacks or an index that does not fit.
+    pub fn lut_matrix(
+        &mut self,
+        indices: &[u8],
+        bits: u32,
+        palettes: &[half::f16],
+    ) -> Option<(u64, u64)> {
+        let i = self.blob.add_unsigned(bits, indices)?;
+        self.macs += indices.len() as u64;
+        self.bytes +=
+            (indices.len() as u64 * u64::from(bits)).div_ceil(8) + 2 * palettes.len() as u64;
+        Some((i, self.blob.add_f16(palettes)))
     }
 
     /// Adds a per-channel vector (norm weight, bias); returns the MIL offset.

@@ -82,6 +82,24 @@ pub struct VerifyOptions {
     pub max_rel: f64,
 }
 
+/// The pass limits of `verify` on the final logits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VerifyLimits {
+    /// Lowest cosine similarity.
+    pub min_cos: f64,
+    /// Highest max|Δ| / max|cpu|.
+    pub max_rel: f64,
+}
+
+impl VerifyLimits {
+    /// The default limits for the ANE weight format (its stated accuracy,
+    /// `WeightFormat::accuracy`).
+    pub fn for_weights(w: anedvd_ane::WeightFormat) -> Self {
+        let (min_cos, max_rel) = w.accuracy();
+        VerifyLimits { min_cos, max_rel }
+    }
+}
+
 /// The model as verified (after `layers` truncation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyModel {

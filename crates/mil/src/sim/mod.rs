@@ -300,13 +300,14 @@ impl<'a> Simulator<'a> {
         ops::conv(loc, x, w, bias, &p)
     }
 
-    /// An attribute that is a BLOBFILE reference.
+    /// A BLOBFILE operand, written as an attribute (iOS16 constexpr ops) or
+    /// as an inline input (iOS18 ones), as coremltools writes them.
     fn blob_attr<'s>(&self, loc: &str, s: &'s Statement, key: &str) -> Result<&'s BlobRef> {
-        match s.attrs.get(key) {
-            Some(Value::Blob(b)) => Ok(b),
+        match (s.attrs.get(key), s.args.get(key)) {
+            (Some(Value::Blob(b)), None) | (None, Some(Arg::Inline(Value::Blob(b)))) => Ok(b),
             _ => Err(Error::sem(
                 loc,
-                format!("`{}` needs a BLOBFILE `{key}`", s.op),
+                format!("`{}` needs one BLOBFILE `{key}`", s.op),
             )),
         }
     }
