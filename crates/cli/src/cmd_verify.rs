@@ -100,6 +100,11 @@ pub struct KernelsArgs {
     /// Print only the per-variant summary, not every program.
     #[arg(long)]
     pub summary: bool,
+    /// Print the plan as JSON: per variant the runtime path, weight format,
+    /// dispatches per decode token, weight bytes, predicted ms per token,
+    /// contested ops and every program.
+    #[arg(long, conflicts_with = "emit")]
+    pub json: bool,
     /// Write every MIL program the ANE backend would compile (with
     /// --variant/--width) into DIR instead of listing them: DIR/<kernel>/model.mil
     /// plus its weight files (DIR/<kernel>/weights/weight.bin), written by the
@@ -327,6 +332,12 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
         ..CostModel::default()
     };
     let r = kernels::plan(&path, &overrides, &chosen, &cost)?;
+    if a.json {
+        use std::io::Write;
+        let text = serde_json::to_string_pretty(&plan_json(&r))?;
+        let written = writeln!(std::io::stdout().lock(), "{text}").map_err(anyhow::Error::from);
+        return crate::common::ignore_broken_pipe(written);
+    }
     println!(
         "model {}: {} layers, n_embd {}, vocab {}; W = {}, vocab slice {}",
         r.family, r.layers, r.n_embd, r.n_vocab, chosen.width, chosen.vocab_slice
@@ -342,14 +353,21 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
     );
     for v in &r.variants {
         println!(
-            "\n{} variant: {} programs, {} dispatches per decode token, {:.1} MiB fp16 weights, predicted {:.3} ms/token ({:.0} tokens/s)",
+            "\n{} variant: {} programs, {} dispatches per decode token, {:.1} MiB {} weights, predicted {:.3} ms/token ({:.0} tokens/s)",
             v.variant.name(),
             v.kernels.len(),
             v.dispatches_per_token,
             v.weight_bytes as f64 / (1 << 20) as f64,
+            chosen.weights.name(),
             v.per_token_ms,
             1e3 / v.per_token_ms
         );
+        for (op, first) in &v.contested {
+            println!(
+                "  contested on the {} path: `{op}` (first in {first}; `anedvd ops --op {op}`)",
+                chosen.path
+            );
+        }
         if a.summary || v.variant != chosen.variant {
             continue;
         }
@@ -370,6 +388,41 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The `kernels --json` document.
+fn plan_json(r: &kernels::KernelsReport) -> serde_json::Value {
+    let o = &r.options;
+    let variants: Vec<serde_json::Value> = r
+        .variants
+        .iter()
+        .map(|v| {
+            serde_json::json!({
+                "variant": v.variant.name(),
+                "path": o.path.name(),
+                "weights": o.weights.name(),
+                "dispatches_per_decode_token": v.dispatches_per_token,
+                "weight_bytes": v.weight_bytes,
+                "predicted_ms_per_token": v.per_token_ms,
+                "contested_ops": v.contested.iter().map(|(op, first)| serde_json::json!({"op": op, "first_program": first})).collect::<Vec<_>>(),
+                "programs": v.kernels.iter().map(|k| serde_json::json!({
+                    "name": k.name,
+                    "computes": k.computes,
+                    "in_channels": k.in_channels,
+                    "out_channels": k.out_channels,
+                    "weight_bytes": k.weight_bytes,
+                    "predicted_ms": k.predicted_ms,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "model": {"family": r.family, "layers": r.layers, "n_embd": r.n_embd, "n_vocab": r.n_vocab},
+        "width": o.width,
+        "vocab_slice": o.vocab_slice,
+        "cost_model": {"dispatch_ms": r.cost.dispatch_ms, "bandwidth_gbs": r.cost.bandwidth_gbs, "peak_tflops": r.cost.peak_tflops},
+        "variants": variants,
+    })
 }
 
 /// `anedvd selftest`.
@@ -400,6 +453,7 @@ pub fn run_selftest(a: &SelftestArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use anedvd_engine::{LowerOptions, RuntimePath, WeightFormat};
     use std::path::PathBuf;
 
     #[test]
@@ -441,6 +495,80 @@ mod tests {
             let r = verify(extra);
             assert!(r.is_ok(), "{extra:?}: {r:?}");
         }
+    }
+
+    /// Compressed weights pass verify at their stated limits on the e5rt
+    /// path, and the e5rt path is refused by the runtime backend.
+    #[test]
+    fn verify_compressed_weights_and_paths() {
+        for w in ["int8", "lut8"] {
+            let r = verify(&[
+                "--backend",
+                "ane-sim",
+                "--ane-weights",
+                w,
+                "--ane-path",
+                "e5rt",
+            ]);
+            assert!(r.is_ok(), "{w}: {r:?}");
+        }
+        let e = verify(&["--backend", "ane-sim", "--ane-weights", "lut4"])
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        assert!(e.contains("no evidence on the inmem path"), "{e}");
+        let e = verify(&["--backend", "ane", "--driver", "sim", "--ane-path", "e5rt"])
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        assert!(e.contains("no runtime driver"), "{e}");
+    }
+
+    /// `kernels --json`: dispatches per decode token per variant and path,
+    /// compressed weight bytes, contested ops.
+    #[test]
+    fn kernels_json_reports_dispatches_weights_and_contested_ops() {
+        let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/models/qwen2/model-f32.gguf");
+        let json = |weights, path| {
+            let lowering = LowerOptions {
+                weights,
+                path,
+                ..LowerOptions::default()
+            };
+            let r = kernels::plan(
+                &model,
+                &Default::default(),
+                &lowering,
+                &CostModel::default(),
+            )
+            .unwrap();
+            plan_json(&r)
+        };
+        let inmem = json(WeightFormat::Fp16, RuntimePath::InMemory);
+        let fused = &inmem["variants"][0];
+        assert_eq!(fused["variant"], "fused");
+        let layers = inmem["model"]["layers"].as_u64().unwrap();
+        assert_eq!(
+            fused["dispatches_per_decode_token"].as_u64(),
+            Some(layers + 2)
+        );
+        assert_eq!(
+            inmem["variants"][1]["dispatches_per_decode_token"].as_u64(),
+            Some(3 * layers + 1)
+        );
+        assert_eq!(fused["contested_ops"][0]["op"], "concat");
+        let e5rt = json(WeightFormat::Int8, RuntimePath::E5rt);
+        assert_eq!(e5rt["variants"][0]["path"], "e5rt");
+        assert_eq!(e5rt["variants"][0]["weights"], "int8");
+        assert_eq!(
+            e5rt["variants"][0]["contested_ops"]
+                .as_array()
+                .map(Vec::len),
+            Some(0)
+        );
+        let bytes = |j: &serde_json::Value| j["variants"][0]["weight_bytes"].as_f64().unwrap();
+        assert!(bytes(&e5rt) < 0.6 * bytes(&inmem));
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub struct PlannedKernel {
     pub in_channels: usize,
     /// Output channels.
     pub out_channels: usize,
-    /// fp16 weight bytes.
+    /// Weight bytes streamed per dispatch (in the lowering's weight format).
     pub weight_bytes: u64,
     /// Predicted time per dispatch, ms.
     pub predicted_ms: f64,
@@ -61,10 +61,13 @@ pub struct VariantPlan {
     pub variant: Variant,
     /// Dispatches per decode token (= programs: each runs once per token).
     pub dispatches_per_token: usize,
-    /// fp16 weight bytes of all programs.
+    /// Weight bytes of all programs (in the lowering's weight format).
     pub weight_bytes: u64,
     /// Predicted ms per decode token.
     pub per_token_ms: f64,
+    /// Ops whose sources disagree on the lowering's runtime path, with the
+    /// first program using each (`ANE-OP-CONTESTED`; never assumed to work).
+    pub contested: Vec<(String, String)>,
     /// The programs in dispatch order.
     pub kernels: Vec<PlannedKernel>,
 }
@@ -86,6 +89,39 @@ pub struct KernelsReport {
     pub cost: CostModel,
     /// Every variant, the chosen one (`options.variant`) first.
     pub variants: Vec<VariantPlan>,
+}
+
+/// The contested ops of a lowering on `path`, each with the first program using it.
+fn contested_ops(l: &lower::Lowered, path: lower::RuntimePath) -> Vec<(String, String)> {
+    let rules = anedvd_mil::rules::RuleConfig {
+        path,
+        ..anedvd_mil::rules::RuleConfig::default()
+    };
+    let mut out: Vec<(String, String)> = Vec::new();
+    for k in &l.kernels {
+        for v in anedvd_mil::rules::check(&k.program, None, &rules) {
+            if v.rule != anedvd_mil::rules::RuleId::ContestedOp {
+                continue;
+            }
+            let op = v
+                .location
+                .rsplit('/')
+                .next()
+                .and_then(|stmt| {
+                    k.program
+                        .functions
+                        .iter()
+                        .flat_map(|f| &f.body)
+                        .find(|s| s.name == stmt)
+                })
+                .map(|s| s.op.clone())
+                .unwrap_or_default();
+            if !out.iter().any(|(o, _)| *o == op) {
+                out.push((op, k.name.clone()));
+            }
+        }
+    }
+    out
 }
 
 /// Lowers the model at `path` with `lowering` and with every other variant,
@@ -127,6 +163,7 @@ pub fn plan(
             dispatches_per_token: l.dispatches_per_token(),
             weight_bytes: l.weight_bytes(),
             per_token_ms: cost.per_token_ms(&l),
+            contested: contested_ops(&l, o.path),
             kernels,
         });
     }
@@ -176,6 +213,10 @@ pub struct EmittedOptions {
     pub vocab_slice: usize,
     /// The fused variant's residual scale.
     pub residual_scale: f32,
+    /// Projection weight format (`fp16`, `int8`, `lut8`, ...).
+    pub weights: &'static str,
+    /// The runtime path the programs were checked for (`inmem`, `e5rt`).
+    pub path: &'static str,
 }
 
 /// One emitted program, as listed in `index.json`.
@@ -255,6 +296,8 @@ pub fn emit(
             width: lowering.width,
             vocab_slice: lowering.vocab_slice,
             residual_scale: lowering.residual_scale,
+            weights: lowering.weights.name(),
+            path: lowering.path.name(),
         },
         kernels,
     };
