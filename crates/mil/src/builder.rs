@@ -156,8 +156,8 @@ impl FunctionBuilder {
     }
 
     /// A compile-time op whose operands are attributes, as coremltools writes
-    /// them and ANEForge runs them on e5rt (`op()[name = …, input = value]`,
-    /// ane-evidence.md §a): the result is a constant tensor of type `ty`.
+    /// the iOS16 ones and ANEForge runs them on e5rt (`op()[name = …, input =
+    /// value]`, ane-evidence.md §a): the result is a constant tensor of type `ty`.
     fn constexpr(
         &mut self,
         name: &str,
@@ -165,20 +165,8 @@ impl FunctionBuilder {
         attrs: Vec<(&str, Value)>,
         ty: TensorType,
     ) -> Result<Var> {
-        self.claim(name)?;
-        let ty = ValueType::Tensor(ty);
-        self.f.body.push(Statement {
-            ty: ty.clone(),
-            name: name.into(),
-            op: op.into(),
-            args: BTreeMap::new(),
-            label: name.into(),
-            attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-        });
-        Ok(Var {
-            name: name.into(),
-            ty,
-        })
+        let attrs = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        self.push_statement(name, op, BTreeMap::new(), attrs, ty)
     }
 
     /// `constexpr_affine_dequantize`: fp16 weights `scale[c] · q` from int8
@@ -311,15 +299,28 @@ impl FunctionBuilder {
         args: Vec<(&str, Arg)>,
         ty: TensorType,
     ) -> Result<Var> {
+        let args = args.into_iter().map(|(k, a)| (k.to_string(), a)).collect();
+        self.push_statement(name, op, args, BTreeMap::new(), ty)
+    }
+
+    /// Appends `name = op(args)[name, attrs]` of type `ty`.
+    fn push_statement(
+        &mut self,
+        name: &str,
+        op: &str,
+        args: BTreeMap<String, Arg>,
+        attrs: BTreeMap<String, Value>,
+        ty: TensorType,
+    ) -> Result<Var> {
         self.claim(name)?;
         let ty = ValueType::Tensor(ty);
         self.f.body.push(Statement {
             ty: ty.clone(),
             name: name.into(),
             op: op.into(),
-            args: args.into_iter().map(|(k, a)| (k.to_string(), a)).collect(),
+            args,
             label: name.into(),
-            attrs: BTreeMap::new(),
+            attrs,
         });
         Ok(Var {
             name: name.into(),
