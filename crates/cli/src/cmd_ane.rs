@@ -73,6 +73,11 @@ pub fn run_info(_: &InfoArgs) -> Result<()> {
         r.compile_budget, r.compiles_used
     );
     println!("status: implemented, unproven on hardware");
+    println!(
+        "path e5rt (Espresso): no runtime driver in this build; its programs are simulated \
+         (--backend ane-sim --ane-path e5rt)"
+    );
+    println!("path inmem (_ANEInMemoryModel): the runtime's path; probing it:");
     let probe = match r.framework {
         Ok(p) => p,
         Err(e) => {
