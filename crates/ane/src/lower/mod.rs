@@ -6,7 +6,7 @@
 //! v2, coremltools-aligned). Linear layers are 1×1 convs over channels; the
 //! W columns are token positions (decode fills column 0, prefill up to W).
 //! Weights of any ggml type are dequantized with `anedvd_quant::dequantize`
-//! and stored as fp16.
+//! and stored as fp16, int8 or palettes ([`WeightFormat`]).
 //!
 //! Two [`Variant`]s:
 //!
@@ -14,7 +14,8 @@
 //!   `blk.i.qkv` (fused q/k/v projection, biases added), `blk.i.attn_out`
 //!   (output projection), `blk.i.ffn` (gate/up/act/down) — 3 dispatches per
 //!   layer.
-//! * [`Variant::Fused`] (norms inside, RMSNorm via `reduce_sum`·`pow(-0.5)`):
+//! * [`Variant::Fused`] (norms inside, RMSNorm as a constant-weight conv
+//!   sum · `pow(-0.5)`):
 //!   `entry` (layer 0's attention norm + q/k/v) and per layer `blk.i.layer`,
 //!   whose input packs `[attention context; residual]` along channels and which
 //!   runs output projection, post-attention norm, residual add, FFN norm,
@@ -46,9 +47,14 @@
 //! itself. Attention (q/k norm, RoPE, KV cache, softmax over keys), the
 //! embedding lookup, and soft-caps stay on the CPU.
 //!
-//! Everything emitted passes `anedvd_mil::rules::check` with the default
-//! (flat-surface) config: one input and one output per program (uniform I/O),
-//! named consts, only proven ops, W·2 bytes a multiple of 64.
+//! Everything emitted passes `anedvd_mil::rules::check` for
+//! [`LowerOptions::path`] with flat surfaces: one input and one output per
+//! program (uniform I/O), named consts, ops the path's capability registry
+//! shows working, W·2 bytes a multiple of 64. The one exception is
+//! reported, not hidden: the fused variant's `concat`, contested on the
+//! in-memory path (`anedvd kernels` lists it). Projection weights are fp16
+//! consts, or compressed per [`LowerOptions::weights`] ([`quantize`]); the
+//! RMS norm follows the precision rules (`anedvd_mil::precision`).
 
 mod cost;
 mod emit;
