@@ -96,7 +96,7 @@ impl WeightFormat {
 
 /// A row-major `[rows, cols]` matrix as int8 with one scale per row: row r
 /// is `scale[r] · q[r]`. The scale (rounded to fp16) is `c · max|w[r]| / 127`
-/// with the clip factor `c` of [`INT8_CLIPS`] that gives the row the least
+/// with the clip factor `c` (1, 0.95, …, 0.5) that gives the row the least
 /// squared error: a lone outlier no longer sets a step that flattens the
 /// rest of the row (it saturates at ±127 instead).
 pub fn int8_per_row(w: &[f32], rows: usize, cols: usize) -> (Vec<i8>, Vec<f16>) {
