@@ -6,7 +6,8 @@
 //! `blob_at(meta_offset)` returns the same view; an fp16 view decodes to
 //! `len / 2` values exactly when it is `Float16` of even length; and the
 //! blobs re-written by `BlobWriter` (both layouts) read back as the same
-//! dtype/payload sequence.
+//! dtype/payload sequence; packed (uint4/uint6) views honour their padding
+//! bits and unpack to values that fit their width.
 #![no_main]
 
 use anedvd_mil::blob::{BlobDType, BlobFile, BlobLayout, BlobWriter, BLOCK, SENTINEL};
@@ -80,5 +81,22 @@ fn check_view(data: &[u8], b: &anedvd_mil::blob::BlobView<'_>) {
             assert_eq!(v.len() * 2, b.data.len());
         }
         Err(_) => assert!(b.dtype != BlobDType::Float16 || b.data.len() % 2 == 1),
+    }
+    // Packed payloads: the element count honours the padding bits, and the
+    // unpacked values fit their width.
+    let padding = u64::from_le_bytes(data[meta + 24..meta + 32].try_into().unwrap());
+    assert_eq!(b.padding_bits, padding);
+    if let Some(n) = b.elements() {
+        assert!(b.padding_bits < 8);
+        let bits = u64::from(b.dtype.bits().unwrap());
+        assert_eq!(n * bits + b.padding_bits, b.data.len() as u64 * 8);
+    }
+    if let Ok(v) = b.to_unsigned() {
+        let bits = b.dtype.bits().unwrap();
+        assert!(v.iter().all(|&x| u32::from(x) >> bits == 0 || bits == 8));
+        assert_eq!(Some(v.len() as u64), b.elements());
+    }
+    if let Ok(v) = b.to_i8() {
+        assert_eq!(v.len(), b.data.len());
     }
 }

@@ -28,8 +28,8 @@ fn every_program_of_every_family_passes_the_rules() {
                     for k in &l.kernels {
                         let mut v = check(&k.program, Some(&k.weights), &RuleConfig::default());
                         // The fused variant packs a layer's outputs with `concat`,
-                        // contested on the in-memory path: reported by `kernels`
-                        // and `verify`, never assumed to work; nothing else may appear.
+                        // contested on the in-memory path: reported by `kernels`,
+                        // never assumed to work; nothing else may appear.
                         v.retain(|f| {
                             !(variant == Variant::Fused
                                 && f.rule == RuleId::ContestedOp

@@ -19,9 +19,11 @@ fn options(weights: WeightFormat, variant: Variant, path: RuntimePath) -> LowerO
     }
 }
 
-/// int8 and lut8 keep their stated accuracy on every family (fused and split).
+/// Every compressed format keeps its stated accuracy on every family (fused
+/// and split); int8 and lut8 also keep the CPU's top-1 (Gemma 4: accuracy only,
+/// and not held to lut6/lut4).
 #[test]
-fn int8_and_lut8_keep_their_stated_accuracy() {
+fn compressed_weights_keep_their_stated_accuracy() {
     for family in fixtures::ane_families() {
         let p = fixtures::program(family, Format::GgufF32);
         let prompt = fixtures::reference(family).prompt;
@@ -32,7 +34,12 @@ fn int8_and_lut8_keep_their_stated_accuracy() {
             .forward(&prompt, LogitsMode::Last)
             .unwrap()
             .to_vec();
-        for weights in [WeightFormat::Int8, WeightFormat::Lut { bits: 8 }] {
+        for weights in WeightFormat::ALL.into_iter().skip(1) {
+            let narrow = matches!(weights, WeightFormat::Lut { bits: 4 | 6 });
+            // the Gemma 4 fixtures are not held to lut6/lut4 (docs/ane-quantization.md)
+            if narrow && family.starts_with("gemma4") {
+                continue;
+            }
             let (min_cos, max) = if family.starts_with("gemma4") {
                 weights.accuracy_gemma4()
             } else {
@@ -55,7 +62,7 @@ fn int8_and_lut8_keep_their_stated_accuracy() {
                 );
                 println!("{what}");
                 assert!(c >= min_cos && r <= max, "{what}");
-                if !family.starts_with("gemma4") {
+                if !family.starts_with("gemma4") && !narrow {
                     assert_eq!(argmax(&got), argmax(&want), "{what}");
                 }
             }

@@ -315,11 +315,12 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
         let report = kernels::emit(&path, &overrides, &chosen, dir)?;
         let bytes: u64 = report.kernels.iter().map(|k| k.weight_bytes).sum();
         println!(
-            "wrote {} programs ({} variant, W {}, {:.1} MiB fp16 weights) and {} to {}",
+            "wrote {} programs ({} variant, W {}, {:.1} MiB {} weights) and {} to {}",
             report.kernels.len(),
             report.options.variant,
             report.options.width,
             bytes as f64 / (1 << 20) as f64,
+            report.options.weights,
             kernels::EMIT_INDEX,
             dir.display()
         );

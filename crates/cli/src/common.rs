@@ -160,16 +160,18 @@ pub struct LoweringArgs {
     /// ANE projection weights: fp16, int8 (one fp16 scale per output channel,
     /// `constexpr_affine_dequantize`) or palettized lut8|lut6|lut4 (a k-means
     /// palette per 16 output channels, `constexpr_lut_to_dense`). int8 is
-    /// contested on the in-memory path and the palettes untested there; all
-    /// four are correct on e5rt (`anedvd ops`), so simulate them with
-    /// --ane-path e5rt. docs/ane-quantization.md has the accuracy table.
+    /// contested on the in-memory path and the palettes untested there; both
+    /// ops are correct on e5rt (`anedvd ops`; our exact spellings were not
+    /// seen on hardware), so simulate them with --ane-path e5rt.
+    /// docs/ane-quantization.md has the accuracy table.
     #[arg(long, default_value = "fp16", value_name = "fp16|int8|lut8|lut6|lut4",
-          value_parser = ["fp16", "int8", "lut8", "lut6", "lut4"])]
+          value_parser = clap::builder::PossibleValuesParser::new(WeightFormat::ALL.map(WeightFormat::name)))]
     pub ane_weights: String,
     /// The ANE runtime path the programs are checked against: inmem
     /// (_ANEInMemoryModel, the path --backend ane drives) or e5rt (Espresso;
     /// simulated only, with --backend ane-sim).
-    #[arg(long, default_value = "inmem", value_name = "inmem|e5rt", value_parser = ["inmem", "e5rt"])]
+    #[arg(long, default_value = "inmem", value_name = "inmem|e5rt",
+          value_parser = clap::builder::PossibleValuesParser::new(RuntimePath::ALL.map(RuntimePath::name)))]
     pub ane_path: String,
 }
 

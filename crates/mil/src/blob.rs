@@ -86,6 +86,19 @@ impl BlobDType {
         })
     }
 
+    /// Bits of one element (sub-byte types packed); `None` for codes we
+    /// keep verbatim.
+    pub fn bits(self) -> Option<u32> {
+        Some(match self {
+            BlobDType::UInt4 => 4,
+            BlobDType::UInt6 => 6,
+            BlobDType::UInt8 | BlobDType::Int8 => 8,
+            BlobDType::Float16 | BlobDType::BFloat16 | BlobDType::Int16 | BlobDType::UInt16 => 16,
+            BlobDType::Float32 | BlobDType::Int32 | BlobDType::UInt32 => 32,
+            BlobDType::Other(_) => return None,
+        })
+    }
+
     /// The blob dtype of a MIL dtype, if it has one.
     pub fn from_mil(d: crate::ir::DType) -> Option<Self> {
         use crate::ir::DType as D;
@@ -236,14 +249,7 @@ pub struct BlobView<'a> {
 impl BlobView<'_> {
     /// The number of elements the payload holds.
     pub fn elements(&self) -> Option<u64> {
-        let bits = match self.dtype {
-            BlobDType::UInt4 => 4,
-            BlobDType::UInt6 => 6,
-            BlobDType::UInt8 | BlobDType::Int8 => 8,
-            BlobDType::Float16 | BlobDType::BFloat16 | BlobDType::Int16 | BlobDType::UInt16 => 16,
-            BlobDType::Float32 | BlobDType::Int32 | BlobDType::UInt32 => 32,
-            BlobDType::Other(_) => return None,
-        };
+        let bits = u64::from(self.dtype.bits()?);
         // the padding is the unused part of the last byte only
         if self.padding_bits >= 8 {
             return None;
@@ -266,8 +272,7 @@ impl BlobView<'_> {
     /// Decodes a UInt4 / UInt6 / UInt8 payload (packed least significant bit first).
     pub fn to_unsigned(&self) -> Result<Vec<u8>> {
         let bits = match self.dtype {
-            BlobDType::UInt4 => 4,
-            BlobDType::UInt6 => 6,
+            BlobDType::UInt4 | BlobDType::UInt6 => self.dtype.bits().unwrap_or(8) as usize,
             BlobDType::UInt8 => return Ok(self.data.to_vec()),
             other => {
                 return Err(Error::blob(

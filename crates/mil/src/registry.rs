@@ -8,7 +8,7 @@
 //! | file | path | what becomes evidence |
 //! |---|---|---|
 //! | `aneforge-mil-sweep.tsv` | e5rt | every row: `reachable+correct` (with its measured relerr), `reachable`, `not-implemented-on-ANE`, `compile-walled` |
-//! | `aneforge-capabilities.tsv` | e5rt | rows naming a MIL op: `fused` / `reachable` (works), `arch-gated-negative` / `not-authorable` (rejected); bridges and netplist layers are not MIL-path evidence |
+//! | `aneforge-capabilities.tsv` | e5rt | rows naming a MIL op: `fused` / `reachable` (reachable; works where the row carries a relerr), `arch-gated-negative` / `not-authorable` (rejected); bridges and netplist layers are not MIL-path evidence |
 //! | `anedvd-zig-mil/*.mil` | inmem | every op of the programs ANEDVD ran on an A18 Pro (parsed with this crate's parser) |
 //! | `claims.tsv` | both | claims the docs make in prose, one row each, with the doc and a verbatim quote (a test checks each quote is in the doc) |
 //! | `mil-ops-ios18.txt` | — | the MIL op names of coremltools' iOS18 opset (`scripts/list-mil-ops.py`): only these are ops |
@@ -328,12 +328,15 @@ impl Registry {
         mil_ops: &str,
         programs: &[(&str, &str)],
     ) -> Result<Self, String> {
-        let mil_ops: Vec<String> = mil_ops
+        let mut mil_ops: Vec<String> = mil_ops
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
             .map(String::from)
             .collect();
+        // `is_mil_op` binary-searches
+        mil_ops.sort_unstable();
+        mil_ops.dedup();
         let mut reg = Registry {
             entries: BTreeMap::new(),
             mil_ops,
@@ -382,15 +385,16 @@ impl Registry {
             let Some(outcome) = outcome.filter(|_| reg.is_mil_op(op)) else {
                 continue;
             };
-            // The census's "reachable" is the sweep's compile+run without a
-            // numeric check unless its evidence carries a relerr.
+            // The census's "fused" and "reachable" say the op compiled and ran
+            // in one program; only a relerr in its evidence says the numbers
+            // were checked.
             let relerr = f[5]
                 .split("relerr=")
                 .nth(1)
                 .and_then(|s| s.split(')').next())
                 .and_then(|s| s.parse::<f64>().ok());
-            let outcome = match (status, relerr) {
-                ("reachable", None) => Outcome::Reachable,
+            let outcome = match (outcome, relerr) {
+                (Outcome::Works, None) => Outcome::Reachable,
                 _ => outcome,
             };
             reg.add(

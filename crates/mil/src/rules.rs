@@ -248,7 +248,7 @@ fn check_function(
             // weight-file tensors are tensor operands, not the flag-like
             // literals the rule is about (coremltools writes iOS18 constexpr
             // operands this way)
-            if let Arg::Inline(Value::Blob(_)) = a {
+            if let (Arg::Inline(Value::Blob(_)), true) = (a, s.op.starts_with("constexpr_")) {
                 continue;
             }
             if let (Arg::Inline(v), false) = (a, inline_ok) {
@@ -258,6 +258,21 @@ fn check_function(
                     loc.clone(),
                     format!("argument `{k}` is the inline literal {what}"),
                 );
+            }
+        }
+        if s.op == "concat" && !spelling_works("concat", "more-than-two-values", cfg) {
+            if let Some(Arg::Tuple(values)) = s.args.get("values") {
+                if values.len() > 2 {
+                    push(
+                        RuleId::UnprovenOp,
+                        loc.clone(),
+                        format!(
+                            "concat of {} values: concat[more-than-two-values] is not shown working on the {} path",
+                            values.len(),
+                            cfg.path
+                        ),
+                    );
+                }
             }
         }
         if s.op == "softmax" && !spelling_works("softmax", "non-power-of-two-axis", cfg) {

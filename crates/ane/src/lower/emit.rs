@@ -34,7 +34,7 @@ pub struct Emitter {
     /// Activation width W.
     pub width: usize,
     /// How projection weights are stored.
-    pub weights: WeightFormat,
+    pub weight_format: WeightFormat,
     /// The constant-weight sum kernels made so far, by (length, weight), so
     /// the norms of one program share them.
     sum_weights: Vec<((usize, u32), Var)>,
@@ -42,13 +42,13 @@ pub struct Emitter {
 
 impl Emitter {
     /// An empty `main` function over activations of width `width`, its
-    /// projections stored as `weights`.
-    pub fn new(width: usize, weights: WeightFormat) -> Self {
+    /// projections stored as `weight_format`.
+    pub fn new(width: usize, weight_format: WeightFormat) -> Self {
         Emitter {
             b: FunctionBuilder::new("main"),
             pack: Pack::new(),
             width,
-            weights,
+            weight_format,
             sum_weights: Vec::new(),
         }
     }
@@ -108,7 +108,7 @@ impl Emitter {
             path: WEIGHT_PATH.into(),
             offset,
         };
-        match self.weights {
+        match self.weight_format {
             WeightFormat::Fp16 => {
                 let off = self.pack.matrix(w);
                 Ok(self
@@ -126,8 +126,10 @@ impl Emitter {
                 )?)
             }
             WeightFormat::Lut { bits } => {
-                let p = quantize::palettize(w, out, cin, bits, LUT_ITERATIONS);
-                let bad = || super::Error::Options(format!("no {bits}-bit palette indices"));
+                let bad = || {
+                    super::Error::Options(format!("no {bits}-bit palette of a {out}×{cin} weight"))
+                };
+                let p = quantize::palettize(w, out, cin, bits, LUT_ITERATIONS).ok_or_else(bad)?;
                 let (io, po) = self
                     .pack
                     .lut_matrix(&p.indices, bits, &p.palettes)

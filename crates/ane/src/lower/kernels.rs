@@ -375,9 +375,15 @@ pub fn fused_layer(
     if l.ffn.on_host() {
         // The host routes the experts of `hn`, adds the gated shared
         // expert and finishes the residual.
-        let mut parts = vec![&h, &hn];
-        parts.extend(ffn.as_ref());
-        let out = e.b.concat(&format!("l{i}_to_host"), &parts, 1)?;
+        // Two values per concat: e5rt refuses more ("expects exactly 2
+        // inputs", registry concat[more-than-two-values]).
+        let out = match ffn.as_ref() {
+            None => e.b.concat(&format!("l{i}_to_host"), &[&h, &hn], 1)?,
+            Some(shared) => {
+                let first = e.b.concat(&format!("l{i}_to_host_h"), &[&h, &hn], 1)?;
+                e.b.concat(&format!("l{i}_to_host"), &[&first, shared], 1)?
+            }
+        };
         let kind = KernelKind::Layer {
             layer: i,
             next_qkv: false,

@@ -151,8 +151,8 @@ pub struct LowerOptions {
     /// (Gemma 4's `blk.i.ple`).
     pub residual_scale: f32,
     /// How projection weights are stored. Default [`WeightFormat::Fp16`]
-    /// (programs byte-identical to before the option existed); int8 and the
-    /// palettes have evidence only on the e5rt path (`anedvd ops`).
+    /// (fp16 consts, as without the option); int8 and the palettes have
+    /// evidence only on the e5rt path (`anedvd ops`).
     pub weights: WeightFormat,
     /// The runtime path the programs are for: their rule check (ops,
     /// spellings, surfaces) follows its registry (`anedvd ops --path`).

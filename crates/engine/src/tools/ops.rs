@@ -67,7 +67,11 @@ pub fn list(q: &OpsQuery) -> Result<Vec<OpRow>> {
         .collect();
     // An op that is a MIL op but has no evidence at all is untested everywhere.
     let untested_wanted = q.status.as_deref().is_none_or(|s| s == "untested");
+    let has_evidence = |op: &str| reg.entries().any(|e| e.op == op);
     if let (Some(op), true) = (&q.op, rows.is_empty() && untested_wanted) {
+        if has_evidence(op) {
+            return Ok(rows);
+        }
         rows.push(OpRow {
             entry: Entry {
                 op: op.clone(),

@@ -302,7 +302,7 @@ impl<'a> Simulator<'a> {
 
     /// A BLOBFILE operand, written as an attribute (iOS16 constexpr ops) or
     /// as an inline input (iOS18 ones), as coremltools writes them.
-    fn blob_attr<'s>(&self, loc: &str, s: &'s Statement, key: &str) -> Result<&'s BlobRef> {
+    fn blob_operand<'s>(&self, loc: &str, s: &'s Statement, key: &str) -> Result<&'s BlobRef> {
         match (s.attrs.get(key), s.args.get(key)) {
             (Some(Value::Blob(b)), None) | (None, Some(Arg::Inline(Value::Blob(b)))) => Ok(b),
             _ => Err(Error::sem(
@@ -339,8 +339,8 @@ impl<'a> Simulator<'a> {
 
     /// `scale[c] · (q − zero_point)` along `axis`, rounded to fp16.
     fn affine_dequantize(&self, loc: &str, s: &Statement) -> Result<Tensor> {
-        let qb = self.blob_attr(loc, s, "quantized_data")?;
-        let sb = self.blob_attr(loc, s, "scale")?;
+        let qb = self.blob_operand(loc, s, "quantized_data")?;
+        let sb = self.blob_operand(loc, s, "scale")?;
         let int = |key: &str| match s.attrs.get(key) {
             Some(Value::Scalar(v)) => v.as_int(),
             _ => None,
@@ -370,10 +370,16 @@ impl<'a> Simulator<'a> {
     /// `lut[palette(i)][indices[i]]`: one palette per block of the indices,
     /// the blocks given by the lut's leading dims (iOS18 form, vector size 1).
     fn lut_to_dense(&self, loc: &str, s: &Statement) -> Result<Tensor> {
-        let ib = self.blob_attr(loc, s, "indices")?;
-        let lb = self.blob_attr(loc, s, "lut")?;
+        let ib = self.blob_operand(loc, s, "indices")?;
+        let lb = self.blob_operand(loc, s, "lut")?;
         let (shape, lshape) = (&ib.ty.shape, &lb.ty.shape);
         let r = shape.len();
+        if !matches!(ib.ty.dtype, DType::UInt4 | DType::UInt6 | DType::UInt8) {
+            return Err(Error::sem(
+                loc,
+                format!("indices of {} (uint4, uint6 or uint8)", ib.ty.dtype),
+            ));
+        }
         let entries = 1usize << ib.ty.dtype.bits();
         let ok = lshape.len() == r + 2
             && lshape[r] == entries
