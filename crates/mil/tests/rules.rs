@@ -434,3 +434,20 @@ fn fixture_verdicts() {
         assert_eq!(ids(&p, None, &RuleConfig::default()), want, "{file}");
     }
 }
+
+/// ANEForge's concat "expects exactly 2 inputs" on e5rt; Espresso's blog
+/// tested 12+ on the in-memory path, where concat itself is contested.
+#[test]
+fn concat_arity_follows_the_path() {
+    let body = "int32 ax = const()[name = string(\"ax\"), val = int32(1)];\n bool il = const()[name = string(\"il\"), val = bool(false)];\n tensor<fp16, [1, 12, 1, 32]> y = concat(axis = ax, interleave = il, values = (x, x, x))[name = string(\"y\")];";
+    let p = prog(X, body, "y");
+    let e5rt = RuleConfig {
+        path: RuntimePath::E5rt,
+        ..RuleConfig::default()
+    };
+    assert_eq!(ids(&p, None, &e5rt), vec![RuleId::UnprovenOp]);
+    assert_eq!(
+        ids(&p, None, &RuleConfig::default()),
+        vec![RuleId::ContestedOp]
+    );
+}
