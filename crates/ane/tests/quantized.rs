@@ -7,7 +7,7 @@ use anedvd_ane::{
     AneBackend, AneSimBackend, DriverKind, LowerOptions, RuntimePath, Variant, WeightFormat,
 };
 use anedvd_cpu::CpuBackend;
-use anedvd_graph::{Backend, LogitsMode};
+use anedvd_graph::{Backend, DecoderProgram, LogitsMode};
 use anedvd_testkit::fixtures::{self, Format};
 
 fn options(weights: WeightFormat, variant: Variant, path: RuntimePath) -> LowerOptions {
@@ -19,6 +19,13 @@ fn options(weights: WeightFormat, variant: Variant, path: RuntimePath) -> LowerO
     }
 }
 
+/// The logits after `prompt` on `backend`.
+fn last_logits(backend: &dyn Backend, p: &DecoderProgram, prompt: &[u32]) -> Vec<f32> {
+    let exe = backend.compile(p).unwrap();
+    let mut s = exe.new_session(64).unwrap();
+    s.forward(prompt, LogitsMode::Last).unwrap().to_vec()
+}
+
 /// Every compressed format keeps its stated accuracy on every family (fused
 /// and split); int8 and lut8 also keep the CPU's top-1 (Gemma 4: accuracy only,
 /// and not held to lut6/lut4).
@@ -27,13 +34,7 @@ fn compressed_weights_keep_their_stated_accuracy() {
     for family in fixtures::ane_families() {
         let p = fixtures::program(family, Format::GgufF32);
         let prompt = fixtures::reference(family).prompt;
-        let cpu = CpuBackend::new(1).unwrap().compile(&p).unwrap();
-        let want = cpu
-            .new_session(64)
-            .unwrap()
-            .forward(&prompt, LogitsMode::Last)
-            .unwrap()
-            .to_vec();
+        let want = last_logits(&CpuBackend::new(1).unwrap(), &p, &prompt);
         for weights in WeightFormat::ALL.into_iter().skip(1) {
             let narrow = matches!(weights, WeightFormat::Lut { bits: 4 | 6 });
             // the Gemma 4 fixtures are not held to lut6/lut4 (docs/ane-quantization.md)
@@ -47,13 +48,7 @@ fn compressed_weights_keep_their_stated_accuracy() {
             };
             for variant in [Variant::Fused, Variant::Split] {
                 let o = options(weights, variant, RuntimePath::E5rt);
-                let exe = AneSimBackend::new(o).compile(&p).unwrap();
-                let got = exe
-                    .new_session(64)
-                    .unwrap()
-                    .forward(&prompt, LogitsMode::Last)
-                    .unwrap()
-                    .to_vec();
+                let got = last_logits(&AneSimBackend::new(o), &p, &prompt);
                 let (c, r) = (cosine(&got, &want), max_rel(&got, &want));
                 let what = format!(
                     "{family} {} {}: cosine {c:.6}, max rel {r:.4}",

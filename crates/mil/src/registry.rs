@@ -319,6 +319,17 @@ fn rows<'a>(
     Ok(out)
 }
 
+/// Evidence from one of ANEForge's e5rt files.
+fn e5rt(outcome: Outcome, relerr: Option<f64>, source: &str, detail: String) -> Evidence {
+    Evidence {
+        path: RuntimePath::E5rt,
+        outcome,
+        relerr,
+        source: source.into(),
+        detail,
+    }
+}
+
 impl Registry {
     /// Builds the registry from the evidence texts (see the module docs).
     pub fn from_sources(
@@ -355,17 +366,9 @@ impl Registry {
             };
             let relerr = relerr.parse::<f64>().ok();
             let (op, variant) = op_and_spelling(op);
-            reg.add(
-                op,
-                variant,
-                Evidence {
-                    path: RuntimePath::E5rt,
-                    outcome,
-                    relerr: relerr.filter(|_| outcome == Outcome::Works),
-                    source: "F-SW".into(),
-                    detail: format!("aneforge-mil-sweep.tsv line {line}: {klass}"),
-                },
-            )?;
+            let relerr = relerr.filter(|_| outcome == Outcome::Works);
+            let detail = format!("aneforge-mil-sweep.tsv line {line}: {klass}");
+            reg.add(op, variant, e5rt(outcome, relerr, "F-SW", detail))?;
         }
         for (line, f) in rows("aneforge-capabilities.tsv", census, 7)? {
             let (name, status) = (f[0], f[1]);
@@ -397,17 +400,8 @@ impl Registry {
                 (Outcome::Works, None) => Outcome::Reachable,
                 _ => outcome,
             };
-            reg.add(
-                op,
-                variant,
-                Evidence {
-                    path: RuntimePath::E5rt,
-                    outcome,
-                    relerr,
-                    source: "F-CJ".into(),
-                    detail: format!("aneforge-capabilities.tsv line {line}: {status}"),
-                },
-            )?;
+            let detail = format!("aneforge-capabilities.tsv line {line}: {status}");
+            reg.add(op, variant, e5rt(outcome, relerr, "F-CJ", detail))?;
         }
         for (file, text) in programs {
             let body: String = text
