@@ -64,6 +64,8 @@ impl Default for ConvOpts {
 pub struct FunctionBuilder {
     f: Function,
     names: HashSet<String>,
+    /// names kept for later statements: generated names avoid them
+    reserved: HashSet<String>,
     /// printed const value -> name, to share identical parameter consts
     consts: BTreeMap<String, Var>,
 }
@@ -93,6 +95,7 @@ impl FunctionBuilder {
                 outputs: Vec::new(),
             },
             names: HashSet::new(),
+            reserved: HashSet::new(),
             consts: BTreeMap::new(),
         }
     }
@@ -104,7 +107,41 @@ impl FunctionBuilder {
         if !self.names.insert(name.to_string()) {
             return Err(Error::sem(name, "name already used in this function"));
         }
+        self.reserved.remove(name);
         Ok(())
+    }
+
+    /// Keeps `names` for statements added later: names the builder makes up
+    /// (shared parameter consts, [`Self::fresh_name`]) never take them.
+    pub fn reserve<'n>(&mut self, names: impl IntoIterator<Item = &'n str>) {
+        self.reserved.extend(names.into_iter().map(str::to_string));
+    }
+
+    /// `base`, or `base_1`, `base_2`, ...: the first name neither used nor reserved.
+    pub fn fresh_name(&self, base: &str) -> String {
+        let taken = |n: &str| self.names.contains(n) || self.reserved.contains(n);
+        let mut name = base.to_string();
+        let mut k = 1;
+        while taken(&name) {
+            name = format!("{base}_{k}");
+            k += 1;
+        }
+        name
+    }
+
+    /// Number of statements so far.
+    pub fn len(&self) -> usize {
+        self.f.body.len()
+    }
+
+    /// Whether no statement was added yet.
+    pub fn is_empty(&self) -> bool {
+        self.f.body.is_empty()
+    }
+
+    /// Names of the statements from index `from` on.
+    pub fn statement_names(&self, from: usize) -> impl Iterator<Item = &str> {
+        self.f.body.iter().skip(from).map(|s| s.name.as_str())
     }
 
     /// Declares a tensor input.
@@ -268,12 +305,7 @@ impl FunctionBuilder {
         if let Some(v) = self.consts.get(&key) {
             return Ok(v.clone());
         }
-        let mut name = base.to_string();
-        let mut k = 1;
-        while self.names.contains(&name) {
-            name = format!("{base}_{k}");
-            k += 1;
-        }
+        let name = self.fresh_name(base);
         let v = self.const_value(&name, val)?;
         self.consts.insert(key, v.clone());
         Ok(v)
@@ -709,6 +741,71 @@ impl FunctionBuilder {
             ("values", tuple),
         ];
         self.push_op(name, "concat", args, TensorType::new(t0.dtype, &shape))
+    }
+
+    /// Element-wise `max(x, y)` (broadcasting).
+    pub fn maximum(&mut self, name: &str, x: &Var, y: &Var) -> Result<Var> {
+        self.binary("maximum", name, x, y)
+    }
+
+    /// Element-wise `min(x, y)` (broadcasting).
+    pub fn minimum(&mut self, name: &str, x: &Var, y: &Var) -> Result<Var> {
+        self.binary("minimum", name, x, y)
+    }
+
+    /// `tile`: `x` repeated `reps[d]` times along every dim `d`.
+    pub fn tile(&mut self, name: &str, x: &Var, reps: &[usize]) -> Result<Var> {
+        let t = self.tensor(name, x)?.clone();
+        if reps.len() != t.shape.len() || reps.contains(&0) {
+            return Err(Error::sem(name, format!("tile {:?} by {reps:?}", t.shape)));
+        }
+        let shape: Vec<usize> = t.shape.iter().zip(reps).map(|(d, r)| d * r).collect();
+        let r = self.int_list("reps", &reps.iter().map(|&d| d as i64).collect::<Vec<_>>())?;
+        let args = vec![("reps", Arg::Var(r.name)), ("x", Arg::Var(x.name.clone()))];
+        self.push_op(name, "tile", args, TensorType::new(t.dtype, &shape))
+    }
+
+    /// Constant padding: `pads` holds `[before, after]` for every dim of `x`.
+    pub fn pad(&mut self, name: &str, x: &Var, pads: &[[usize; 2]], value: f64) -> Result<Var> {
+        let t = self.tensor(name, x)?.clone();
+        if pads.len() != t.shape.len() {
+            return Err(Error::sem(
+                name,
+                format!("{} pads for {:?}", pads.len(), t.shape),
+            ));
+        }
+        let shape: Vec<usize> = t
+            .shape
+            .iter()
+            .zip(pads)
+            .map(|(d, [a, b])| d + a + b)
+            .collect();
+        let flat: Vec<i64> = pads
+            .iter()
+            .flat_map(|[a, b]| [*a as i64, *b as i64])
+            .collect();
+        let p = self.int_list("pad", &flat)?;
+        let mode = self.param("mode", Value::Scalar(Scalar::Str("constant".into())))?;
+        let cv = match t.dtype {
+            DType::Fp32 => Scalar::fp32(value),
+            _ => Scalar::fp16(value),
+        };
+        let c = self.param("constant_val", Value::Scalar(cv))?;
+        let args = vec![
+            ("constant_val", Arg::Var(c.name)),
+            ("mode", Arg::Var(mode.name)),
+            ("pad", Arg::Var(p.name)),
+            ("x", Arg::Var(x.name.clone())),
+        ];
+        self.push_op(name, "pad", args, TensorType::new(t.dtype, &shape))
+    }
+
+    /// `reverse`: `x` with the order of `axes` reversed.
+    pub fn reverse(&mut self, name: &str, x: &Var, axes: &[i64]) -> Result<Var> {
+        let t = self.tensor(name, x)?.clone();
+        let a = self.int_list("axes", axes)?;
+        let args = vec![("axes", Arg::Var(a.name)), ("x", Arg::Var(x.name.clone()))];
+        self.push_op(name, "reverse", args, t)
     }
 
     /// Appends `v` to the returned values.

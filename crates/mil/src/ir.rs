@@ -222,6 +222,11 @@ impl Scalar {
         Scalar::Float(DType::Fp16, round_to(DType::Fp16, v))
     }
 
+    /// Builds an fp32 scalar, rounding `v` to the nearest fp32.
+    pub fn fp32(v: f64) -> Self {
+        Scalar::Float(DType::Fp32, round_to(DType::Fp32, v))
+    }
+
     /// Builds an int32 scalar.
     pub fn int32(v: i32) -> Self {
         Scalar::Int(DType::Int32, v.into())

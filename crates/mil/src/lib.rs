@@ -52,6 +52,7 @@
 //! * [`blob`]: MIL blob storage v2, coremltools-aligned or the
 //!   maderix/Espresso-compatible layout (reproduces Espresso's
 //!   `ffn_blob_ref.bin`/`qkv_blob_ref.bin` byte for byte); a checked reader.
+//! * [`quantize`]: per-row int8 and k-means palettes for compressed weights.
 //! * [`registry`]: the ANE capability registry (per op and argument
 //!   spelling, per runtime path), derived from the evidence files.
 //! * [`precision`]: the published precision rules as data, the
@@ -114,6 +115,7 @@ mod lex;
 pub mod parse;
 pub mod precision;
 pub mod print;
+pub mod quantize;
 pub mod registry;
 pub mod rules;
 pub mod sim;

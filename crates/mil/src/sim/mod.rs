@@ -173,6 +173,37 @@ impl<'a> Simulator<'a> {
             "relu" => ops::unary(loc, a.t("x")?, |x| x.max(0.0))?,
             "sqrt" => ops::unary(loc, a.t("x")?, f32::sqrt)?,
             "identity" => a.t("x")?.clone(),
+            "log" => ops::unary(loc, a.t("x")?, f32::ln)?,
+            "rsqrt" => {
+                let eps = a.opt_float("epsilon")?.unwrap_or(1e-12);
+                ops::unary(loc, a.t("x")?, |x| 1.0 / (x + eps).sqrt())?
+            }
+            "abs" => ops::unary(loc, a.t("x")?, f32::abs)?,
+            "sign" => ops::unary(loc, a.t("x")?, |x| {
+                if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    0.0
+                }
+            })?,
+            "square" => ops::unary(loc, a.t("x")?, |x| x * x)?,
+            "maximum" => ops::binary(loc, a.t("x")?, a.t("y")?, f32::max)?,
+            "minimum" => ops::binary(loc, a.t("x")?, a.t("y")?, f32::min)?,
+            "tile" => ops::tile(loc, a.t("x")?, &a.ints("reps")?)?,
+            "reverse" => ops::reverse(loc, a.t("x")?, &a.ints("axes")?)?,
+            "pad" => {
+                let mode = a.string("mode")?;
+                if mode != "constant" {
+                    return Err(Error::sem(
+                        loc,
+                        format!("pad mode {mode:?} is not simulated"),
+                    ));
+                }
+                let value = a.opt_float("constant_val")?.unwrap_or(0.0);
+                ops::pad(loc, a.t("x")?, &a.ints("pad")?, value)?
+            }
             "softmax" => ops::softmax(loc, a.t("x")?, a.int("axis")?)?,
             "reduce_sum" | "reduce_max" | "reduce_mean" => {
                 let kind = match s.op.as_str() {
@@ -607,6 +638,17 @@ impl<'e> Args<'e> {
                 self.loc,
                 format!("`{key}` must be one value, got {v:?}"),
             )),
+        }
+    }
+
+    /// A scalar float argument, if given.
+    fn opt_float(&self, key: &str) -> Result<Option<f32>> {
+        if !self.s.args.contains_key(key) {
+            return Ok(None);
+        }
+        match self.val(key)? {
+            Val::T(t) if t.numel() == 1 => Ok(Some(t.to_f32()[0])),
+            _ => Err(Error::sem(self.loc, format!("`{key}` must be one float"))),
         }
     }
 

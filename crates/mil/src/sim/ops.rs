@@ -550,3 +550,94 @@ fn join(ts: &[&Tensor]) -> Tensor {
         data,
     }
 }
+
+/// `tile`: `x` repeated `reps[d]` times along every dim.
+pub(crate) fn tile(loc: &str, x: &Tensor, reps: &[i64]) -> R {
+    if reps.len() != x.shape.len() || reps.iter().any(|&r| r < 1) {
+        return Err(Error::sem(loc, format!("reps {reps:?} for {:?}", x.shape)));
+    }
+    let shape: Vec<usize> = x
+        .shape
+        .iter()
+        .zip(reps)
+        .map(|(&d, &r)| d * r as usize)
+        .collect();
+    let n = checked_numel(loc, &shape)?;
+    let (src, dst) = (strides(&x.shape), strides(&shape));
+    let idx: Vec<usize> = (0..n)
+        .map(|i| {
+            (0..shape.len())
+                .map(|d| ((i / dst[d]) % shape[d] % x.shape[d]) * src[d])
+                .sum()
+        })
+        .collect();
+    Ok(x.gather(shape, &idx))
+}
+
+/// `reverse` along `axes`.
+pub(crate) fn reverse(loc: &str, x: &Tensor, axes: &[i64]) -> R {
+    let r = x.shape.len();
+    let mut flip = vec![false; r];
+    for &a in axes {
+        flip[axis(loc, a, r)?] = true;
+    }
+    let st = strides(&x.shape);
+    let idx: Vec<usize> = (0..x.numel())
+        .map(|i| {
+            (0..r)
+                .map(|d| {
+                    let c = (i / st[d]) % x.shape[d];
+                    let c = if flip[d] { x.shape[d] - 1 - c } else { c };
+                    c * st[d]
+                })
+                .sum()
+        })
+        .collect();
+    Ok(x.gather(x.shape.clone(), &idx))
+}
+
+/// Constant padding; `pads` holds `[before, after]` pairs for the last
+/// `pads.len() / 2` dims.
+pub(crate) fn pad(loc: &str, x: &Tensor, pads: &[i64], value: f32) -> R {
+    let r = x.shape.len();
+    if !pads.len().is_multiple_of(2) || pads.len() / 2 > r || pads.iter().any(|&p| p < 0) {
+        return Err(Error::sem(loc, format!("pad {pads:?} for {:?}", x.shape)));
+    }
+    let lead = r - pads.len() / 2;
+    let before: Vec<usize> = (0..r)
+        .map(|d| {
+            if d < lead {
+                0
+            } else {
+                pads[2 * (d - lead)] as usize
+            }
+        })
+        .collect();
+    let after: Vec<usize> = (0..r)
+        .map(|d| {
+            if d < lead {
+                0
+            } else {
+                pads[2 * (d - lead) + 1] as usize
+            }
+        })
+        .collect();
+    let shape: Vec<usize> = (0..r).map(|d| x.shape[d] + before[d] + after[d]).collect();
+    let n = checked_numel(loc, &shape)?;
+    let (src, dst) = (strides(&x.shape), strides(&shape));
+    let xv = x.to_f32();
+    let out: Vec<f32> = (0..n)
+        .map(|i| {
+            let mut flat = 0;
+            for d in 0..r {
+                let c = (i / dst[d]) % shape[d];
+                if c < before[d] || c >= before[d] + x.shape[d] {
+                    return value;
+                }
+                flat += (c - before[d]) * src[d];
+            }
+            xv[flat]
+        })
+        .collect();
+    store(loc, float_dtype(loc, x)?, shape, &out)
+}

@@ -1,0 +1,301 @@
+//! Compiled programs and the unit that runs them.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use anedvd_mil::registry::RuntimePath;
+use anedvd_mil::rules::{self, RuleConfig, Violation};
+use anedvd_mil::sim::{Simulator, Tensor as SimTensor};
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Tensor};
+use crate::lower::{self, CompileOptions, Lowered};
+
+/// What executes a program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// anedvd's fp16 MIL simulator on the CPU, after the rule checks of `path`.
+    Simulator {
+        /// The path whose rules the program passed.
+        path: RuntimePath,
+    },
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unit::Simulator { path } => write!(
+                f,
+                "the fp16 MIL simulator on the CPU (checked against the {} path's rules; not the ANE)",
+                path.name()
+            ),
+        }
+    }
+}
+
+/// One output of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    /// The node's name.
+    pub name: String,
+    /// Its graph shape (`[]` for a scalar).
+    pub shape: Vec<usize>,
+    /// Row-major values (fp16 results widened to f32).
+    pub values: Vec<f32>,
+}
+
+/// A rule violation mapped to the graph node that caused it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeViolation {
+    /// The node's name (or `inputs`/`outputs` for the function's interface).
+    pub node: String,
+    /// The node's op.
+    pub op: String,
+    /// The rule broken.
+    pub rule: Violation,
+}
+
+impl NodeViolation {
+    fn into_error(self, path: RuntimePath) -> Error {
+        Error::Invalid {
+            node: self.node,
+            op: self.op,
+            path: path.name(),
+            rule: self.rule.rule.code(),
+            detail: self.rule.detail,
+            rule_id: self.rule.rule,
+        }
+    }
+}
+
+fn rule_config(path: RuntimePath) -> RuleConfig {
+    RuleConfig {
+        path,
+        ..RuleConfig::default()
+    }
+}
+
+/// Every rule of `opts.path` the program for `outputs` breaks, by node
+/// (contested ops included: they are reported, never assumed to work).
+pub fn violations(outputs: &[&Tensor], opts: &CompileOptions) -> Result<Vec<NodeViolation>> {
+    let l = lower::lower(outputs, opts)?;
+    Ok(node_violations(outputs[0].graph(), &l, opts.path))
+}
+
+fn node_violations(graph: &Graph, l: &Lowered, path: RuntimePath) -> Vec<NodeViolation> {
+    rules::check(&l.program, Some(&l.weights), &rule_config(path))
+        .into_iter()
+        .map(|v| {
+            let stmt = v
+                .location
+                .rsplit(['/', ':'])
+                .next()
+                .unwrap_or("")
+                .to_string();
+            let (node, op) = match l.origin.get(&stmt).and_then(|&id| graph.node(id)) {
+                Some(n) => (n.name, n.op.name().to_string()),
+                None => (stmt, "interface".to_string()),
+            };
+            NodeViolation { node, op, rule: v }
+        })
+        .collect()
+}
+
+/// Checks the program for `outputs` against `opts.path`'s rules before
+/// anything is compiled: the first refused node as [`Error::Invalid`].
+pub fn validate(outputs: &[&Tensor], opts: &CompileOptions) -> Result<()> {
+    let l = lower::lower(outputs, opts)?;
+    first_refusal(outputs[0].graph(), &l, opts.path)
+}
+
+fn first_refusal(graph: &Graph, l: &Lowered, path: RuntimePath) -> Result<()> {
+    match node_violations(graph, l, path)
+        .into_iter()
+        .find(|v| v.rule.rule != rules::RuleId::ContestedOp)
+    {
+        Some(v) => Err(v.into_error(path)),
+        None => Ok(()),
+    }
+}
+
+/// Validates and compiles `outputs` into one program.
+pub fn compile(outputs: &[&Tensor], opts: &CompileOptions) -> Result<Executable> {
+    let lowered = lower::lower(outputs, opts)?;
+    first_refusal(outputs[0].graph(), &lowered, opts.path)?;
+    Ok(Executable {
+        lowered,
+        unit: Unit::Simulator { path: opts.path },
+        state: HashMap::new(),
+        aliases: Vec::new(),
+    })
+}
+
+/// A compiled program: one MIL function, one weight file, one dispatch per run.
+#[derive(Debug, Clone)]
+pub struct Executable {
+    lowered: Lowered,
+    unit: Unit,
+    /// Values of inputs carried between runs.
+    state: HashMap<String, SimTensor>,
+    /// (output index, input name): after a run the output becomes the input's state.
+    aliases: Vec<(usize, String)>,
+}
+
+impl Executable {
+    /// The unit that runs it.
+    pub fn unit(&self) -> Unit {
+        self.unit
+    }
+
+    /// Dispatches per run (one: the whole graph is one program).
+    pub fn dispatches(&self) -> usize {
+        self.lowered.program.functions.len()
+    }
+
+    /// The MIL text.
+    pub fn mil(&self) -> String {
+        anedvd_mil::print(&self.lowered.program)
+    }
+
+    /// The lowered program, weights and maps.
+    pub fn lowered(&self) -> &Lowered {
+        &self.lowered
+    }
+
+    /// Number of MIL statements (ops and consts).
+    pub fn statements(&self) -> usize {
+        self.lowered
+            .program
+            .functions
+            .iter()
+            .map(|f| f.body.len())
+            .sum()
+    }
+
+    /// Inputs the caller supplies (state inputs excluded): name and shape.
+    pub fn inputs(&self) -> Vec<(String, Vec<usize>)> {
+        self.lowered
+            .inputs
+            .iter()
+            .filter(|(n, _)| !self.state.contains_key(n))
+            .cloned()
+            .collect()
+    }
+
+    /// Outputs: name and shape.
+    pub fn outputs(&self) -> &[(String, Vec<usize>)] {
+        &self.lowered.outputs
+    }
+
+    /// Makes input `input` state: it starts at `values`, and after every run
+    /// takes the value of output `output` (output-to-input aliasing, as the
+    /// runtime binds one buffer to both).
+    pub fn bind_state(&mut self, input: &str, values: &[f32], output: &str) -> Result<()> {
+        let feed_err = |detail: String| Error::Feed {
+            name: input.to_string(),
+            detail,
+        };
+        let (_, shape) = self
+            .lowered
+            .inputs
+            .iter()
+            .find(|(n, _)| n == input)
+            .ok_or_else(|| feed_err("no such input".into()))?;
+        let out = self
+            .lowered
+            .outputs
+            .iter()
+            .position(|(n, s)| n == output && s == shape)
+            .ok_or_else(|| feed_err(format!("no output `{output}` of shape {shape:?} to alias")))?;
+        let t = sim_tensor(input, shape, values)?;
+        self.state.insert(input.to_string(), t);
+        self.aliases.retain(|(_, n)| n != input);
+        self.aliases.push((out, input.to_string()));
+        Ok(())
+    }
+
+    /// The current value of a state input.
+    pub fn state(&self, input: &str) -> Option<Vec<f32>> {
+        self.state.get(input).map(SimTensor::to_f32)
+    }
+
+    /// Replaces the value of a state input.
+    pub fn set_state(&mut self, input: &str, values: &[f32]) -> Result<()> {
+        let shape = self
+            .lowered
+            .inputs
+            .iter()
+            .find(|(n, _)| n == input && self.state.contains_key(n))
+            .map(|(_, s)| s.clone())
+            .ok_or_else(|| Error::Feed {
+                name: input.to_string(),
+                detail: "not a state input".into(),
+            })?;
+        self.state
+            .insert(input.to_string(), sim_tensor(input, &shape, values)?);
+        Ok(())
+    }
+
+    /// Runs once on named inputs (row-major f32, rounded to fp16); state
+    /// inputs are supplied from the carried values and updated after.
+    pub fn run(&mut self, feeds: &[(&str, &[f32])]) -> Result<Vec<Output>> {
+        for (name, _) in feeds {
+            if !self.lowered.inputs.iter().any(|(n, _)| n == name) {
+                return Err(Error::Feed {
+                    name: name.to_string(),
+                    detail: "the program has no such input".into(),
+                });
+            }
+        }
+        let mut args: Vec<(String, SimTensor)> = Vec::with_capacity(self.lowered.inputs.len());
+        for (name, shape) in &self.lowered.inputs {
+            let t = match (feeds.iter().find(|(n, _)| n == name), self.state.get(name)) {
+                (Some((_, v)), _) => sim_tensor(name, shape, v)?,
+                (None, Some(t)) => t.clone(),
+                (None, None) => {
+                    return Err(Error::Feed {
+                        name: name.clone(),
+                        detail: format!("not supplied (shape {shape:?})"),
+                    })
+                }
+            };
+            args.push((name.clone(), t));
+        }
+        let refs: Vec<(&str, SimTensor)> =
+            args.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        // the rules were checked at compile time
+        let sim = Simulator::new_unchecked(&self.lowered.program, &self.lowered.weights);
+        let results = sim.run("main", &refs)?;
+        let by_name: HashMap<&str, &SimTensor> =
+            results.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let mut outs = Vec::with_capacity(self.lowered.outputs.len());
+        for (name, shape) in &self.lowered.outputs {
+            let t = by_name.get(name.as_str()).ok_or_else(|| Error::Feed {
+                name: name.clone(),
+                detail: "output missing from the run".into(),
+            })?;
+            outs.push(Output {
+                name: name.clone(),
+                shape: shape.clone(),
+                values: t.to_f32(),
+            });
+        }
+        for (i, input) in &self.aliases {
+            if let Some(t) = by_name.get(self.lowered.outputs[*i].0.as_str()) {
+                self.state.insert(input.clone(), (*t).clone());
+            }
+        }
+        Ok(outs)
+    }
+}
+
+fn sim_tensor(name: &str, shape: &[usize], values: &[f32]) -> Result<SimTensor> {
+    let n: usize = shape.iter().product();
+    if values.len() != n {
+        return Err(Error::Feed {
+            name: name.to_string(),
+            detail: format!("{} values for shape {shape:?}", values.len()),
+        });
+    }
+    Ok(SimTensor::f16(&lower::mil_shape(shape), values)?)
+}
