@@ -44,3 +44,4 @@ pub use exec::{compile, validate, violations, Executable, NodeViolation, Output,
 pub use graph::{Graph, Tensor};
 pub use lower::{Choice, CompileOptions, MatmulStyle, ParamMode};
 pub use optim::{Optimizer, Trainer};
+pub use anedvd_mil::registry;
