@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use anedvd_mil::blob::{BlobLayout, BlobWriter};
 use anedvd_mil::builder::{self, ConvOpts, FunctionBuilder, Var};
-use anedvd_mil::ir::{DType, Program};
+use anedvd_mil::ir::{DType, Program, Scalar, TensorLit, TensorType, Value};
 use anedvd_mil::registry::{self, RuntimePath};
 use anedvd_mil::sim::Weights;
 
@@ -267,7 +267,14 @@ impl Lowering<'_> {
                 let values = self.graph.values(id).unwrap_or_default();
                 self.blob_const(name, &shape, &values)?
             }
-            Op::Scalar(v) => self.b.fp16(name, f64::from(*v))?,
+            // a [1] tensor, not a MIL scalar, so layout ops (reshape, tile) take it too
+            Op::Scalar(v) => self.b.const_value(
+                name,
+                Value::Tensor(TensorLit {
+                    ty: TensorType::new(DType::Fp16, &[1]),
+                    values: vec![Scalar::fp16(f64::from(*v))],
+                }),
+            )?,
             Op::Unary(u) => self.b.unary(u.mil(), name, &a[0])?,
             Op::Binary(op) => self.binary(name, *op, &a[0], &a[1])?,
             Op::MatMul { tx, ty } => self.matmul(name, node, &a, *tx, *ty)?,
