@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use anedvd_forge as af;
 use af::{Choice, CompileOptions, Compress, MatmulStyle, RuntimePath};
+use anedvd_forge as af;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -37,7 +37,9 @@ fn choice(s: &str) -> PyResult<Choice> {
         "auto" => Ok(Choice::Auto),
         "native" => Ok(Choice::Native),
         "decomposed" => Ok(Choice::Decomposed),
-        o => Err(PyValueError::new_err(format!("{o:?}: expected auto, native or decomposed"))),
+        o => Err(PyValueError::new_err(format!(
+            "{o:?}: expected auto, native or decomposed"
+        ))),
     }
 }
 
@@ -50,8 +52,9 @@ fn options(d: Option<&Bound<'_, PyDict>>) -> PyResult<CompileOptions> {
         match k.as_str() {
             "path" => {
                 let s: String = v.extract()?;
-                o.path = RuntimePath::from_name(&s)
-                    .ok_or_else(|| PyValueError::new_err(format!("path {s:?}: expected inmem or e5rt")))?;
+                o.path = RuntimePath::from_name(&s).ok_or_else(|| {
+                    PyValueError::new_err(format!("path {s:?}: expected inmem or e5rt"))
+                })?;
             }
             "softmax" => o.softmax = choice(&v.extract::<String>()?)?,
             "reduce" => o.reduce = choice(&v.extract::<String>()?)?,
@@ -59,7 +62,11 @@ fn options(d: Option<&Bound<'_, PyDict>>) -> PyResult<CompileOptions> {
                 o.matmul = match v.extract::<String>()?.as_str() {
                     "matmul" => MatmulStyle::Matmul,
                     "conv" => MatmulStyle::Conv,
-                    s => return Err(PyValueError::new_err(format!("matmul {s:?}: expected matmul or conv"))),
+                    s => {
+                        return Err(PyValueError::new_err(format!(
+                            "matmul {s:?}: expected matmul or conv"
+                        )))
+                    }
                 }
             }
             "compress" => o.compress = compress(&v.extract::<String>()?)?,
@@ -76,8 +83,11 @@ fn options(d: Option<&Bound<'_, PyDict>>) -> PyResult<CompileOptions> {
 }
 
 fn compress(s: &str) -> PyResult<Compress> {
-    Compress::from_name(s)
-        .ok_or_else(|| PyValueError::new_err(format!("compress {s:?}: expected none, int8, lut8, lut6 or lut4")))
+    Compress::from_name(s).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "compress {s:?}: expected none, int8, lut8, lut6 or lut4"
+        ))
+    })
 }
 
 fn options_dict<'py>(py: Python<'py>, o: &CompileOptions) -> PyResult<Bound<'py, PyDict>> {
@@ -85,7 +95,14 @@ fn options_dict<'py>(py: Python<'py>, o: &CompileOptions) -> PyResult<Bound<'py,
     d.set_item("path", o.path.name())?;
     d.set_item("softmax", o.softmax.name())?;
     d.set_item("reduce", o.reduce.name())?;
-    d.set_item("matmul", if o.matmul == MatmulStyle::Conv { "conv" } else { "matmul" })?;
+    d.set_item(
+        "matmul",
+        if o.matmul == MatmulStyle::Conv {
+            "conv"
+        } else {
+            "matmul"
+        },
+    )?;
     d.set_item("compress", o.compress.name())?;
     Ok(d)
 }
@@ -109,10 +126,16 @@ impl PyGraph {
         self.0.input(name, &shape).map(PyTensor).map_err(err)
     }
     fn param(&self, name: &str, shape: Vec<usize>, data: &[u8]) -> PyResult<PyTensor> {
-        self.0.param(name, &shape, floats(data)?).map(PyTensor).map_err(err)
+        self.0
+            .param(name, &shape, floats(data)?)
+            .map(PyTensor)
+            .map_err(err)
     }
     fn constant(&self, shape: Vec<usize>, data: &[u8]) -> PyResult<PyTensor> {
-        self.0.constant(&shape, floats(data)?).map(PyTensor).map_err(err)
+        self.0
+            .constant(&shape, floats(data)?)
+            .map(PyTensor)
+            .map_err(err)
     }
     fn scalar(&self, v: f32) -> PyResult<PyTensor> {
         self.0.scalar(v).map(PyTensor).map_err(err)
@@ -184,8 +207,17 @@ impl PyTensor {
     fn matmul(&self, y: &PyTensor, tx: bool, ty: bool) -> PyResult<PyTensor> {
         self.0.matmul_t(&y.0, tx, ty).map(PyTensor).map_err(err)
     }
-    fn conv2d(&self, w: &PyTensor, stride: [usize; 2], pad: [usize; 4], groups: usize) -> PyResult<PyTensor> {
-        self.0.conv2d(&w.0, stride, pad, groups).map(PyTensor).map_err(err)
+    fn conv2d(
+        &self,
+        w: &PyTensor,
+        stride: [usize; 2],
+        pad: [usize; 4],
+        groups: usize,
+    ) -> PyResult<PyTensor> {
+        self.0
+            .conv2d(&w.0, stride, pad, groups)
+            .map(PyTensor)
+            .map_err(err)
     }
     fn reduce(&self, kind: &str, axes: Vec<isize>, keep: bool) -> PyResult<PyTensor> {
         let r = match kind {
@@ -221,26 +253,54 @@ impl PyTensor {
         self.0.broadcast_to(&shape).map(PyTensor).map_err(err)
     }
     fn attention(&self, k: &PyTensor, v: &PyTensor, causal: bool) -> PyResult<PyTensor> {
-        self.0.attention(&k.0, &v.0, causal).map(PyTensor).map_err(err)
+        self.0
+            .attention(&k.0, &v.0, causal)
+            .map(PyTensor)
+            .map_err(err)
     }
     fn cross_entropy(&self, targets: &PyTensor) -> PyResult<PyTensor> {
         self.0.cross_entropy(&targets.0).map(PyTensor).map_err(err)
     }
     #[pyo3(signature = (axes, gamma=None, beta=None, eps=1e-5))]
-    fn layer_norm(&self, axes: Vec<isize>, gamma: Option<PyTensor>, beta: Option<PyTensor>, eps: f32) -> PyResult<PyTensor> {
+    fn layer_norm(
+        &self,
+        axes: Vec<isize>,
+        gamma: Option<PyTensor>,
+        beta: Option<PyTensor>,
+        eps: f32,
+    ) -> PyResult<PyTensor> {
         self.0
-            .layer_norm(&axes, gamma.as_ref().map(|t| &t.0), beta.as_ref().map(|t| &t.0), eps)
+            .layer_norm(
+                &axes,
+                gamma.as_ref().map(|t| &t.0),
+                beta.as_ref().map(|t| &t.0),
+                eps,
+            )
             .map(PyTensor)
             .map_err(err)
     }
     #[pyo3(signature = (axes, gamma=None, eps=1e-6))]
     fn rms_norm(&self, axes: Vec<isize>, gamma: Option<PyTensor>, eps: f32) -> PyResult<PyTensor> {
-        self.0.rms_norm(&axes, gamma.as_ref().map(|t| &t.0), eps).map(PyTensor).map_err(err)
+        self.0
+            .rms_norm(&axes, gamma.as_ref().map(|t| &t.0), eps)
+            .map(PyTensor)
+            .map_err(err)
     }
     #[pyo3(signature = (groups, gamma=None, beta=None, eps=1e-5))]
-    fn group_norm(&self, groups: usize, gamma: Option<PyTensor>, beta: Option<PyTensor>, eps: f32) -> PyResult<PyTensor> {
+    fn group_norm(
+        &self,
+        groups: usize,
+        gamma: Option<PyTensor>,
+        beta: Option<PyTensor>,
+        eps: f32,
+    ) -> PyResult<PyTensor> {
         self.0
-            .group_norm(groups, gamma.as_ref().map(|t| &t.0), beta.as_ref().map(|t| &t.0), eps)
+            .group_norm(
+                groups,
+                gamma.as_ref().map(|t| &t.0),
+                beta.as_ref().map(|t| &t.0),
+                eps,
+            )
             .map(PyTensor)
             .map_err(err)
     }
@@ -255,7 +315,9 @@ fn feeds(d: &Bound<'_, PyDict>) -> PyResult<Vec<(String, Vec<f32>)>> {
 type Outputs<'py> = Vec<(String, Vec<usize>, Bound<'py, PyBytes>)>;
 
 fn outputs<'py>(py: Python<'py>, outs: Vec<af::Output>) -> Outputs<'py> {
-    outs.into_iter().map(|o| (o.name, o.shape, to_bytes(py, &o.values))).collect()
+    outs.into_iter()
+        .map(|o| (o.name, o.shape, to_bytes(py, &o.values)))
+        .collect()
 }
 
 /// A compiled program.
@@ -312,25 +374,39 @@ impl PyTrainer {
         let opt = match optimizer {
             "sgd" => af::Optimizer::sgd(lr, momentum),
             "adam" => af::Optimizer::adam(lr),
-            o => return Err(PyValueError::new_err(format!("optimizer {o:?}: expected sgd or adam"))),
+            o => {
+                return Err(PyValueError::new_err(format!(
+                    "optimizer {o:?}: expected sgd or adam"
+                )))
+            }
         };
         let params = params.unwrap_or_default();
         let refs: Vec<&af::Tensor> = params.iter().map(|t| &t.0).collect();
-        af::Trainer::new(&loss.0, &refs, opt, &self::options(options)?).map(PyTrainer).map_err(err)
+        af::Trainer::new(&loss.0, &refs, opt, &self::options(options)?)
+            .map(PyTrainer)
+            .map_err(err)
     }
     fn step(&mut self, inputs: &Bound<'_, PyDict>) -> PyResult<f32> {
         let f = feeds(inputs)?;
         let refs: Vec<(&str, &[f32])> = f.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
         self.0.step(&refs).map_err(err)
     }
-    fn run<'py>(&mut self, py: Python<'py>, outs: Vec<PyTensor>, inputs: &Bound<'py, PyDict>) -> PyResult<Outputs<'py>> {
+    fn run<'py>(
+        &mut self,
+        py: Python<'py>,
+        outs: Vec<PyTensor>,
+        inputs: &Bound<'py, PyDict>,
+    ) -> PyResult<Outputs<'py>> {
         let f = feeds(inputs)?;
         let refs: Vec<(&str, &[f32])> = f.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
         let o: Vec<&af::Tensor> = outs.iter().map(|t| &t.0).collect();
         Ok(outputs(py, self.0.run(&o, &refs).map_err(err)?))
     }
     fn param<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyBytes>> {
-        let v = self.0.param(name).ok_or_else(|| PyValueError::new_err(format!("no param {name:?}")))?;
+        let v = self
+            .0
+            .param(name)
+            .ok_or_else(|| PyValueError::new_err(format!("no param {name:?}")))?;
         Ok(to_bytes(py, &v))
     }
     fn param_names(&self) -> Vec<String> {
@@ -352,7 +428,9 @@ fn refs(ts: &[PyTensor]) -> Vec<&af::Tensor> {
 #[pyfunction]
 #[pyo3(signature = (outputs, options=None))]
 fn compile(outputs: Vec<PyTensor>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyProgram> {
-    af::compile(&refs(&outputs), &self::options(options)?).map(PyProgram).map_err(err)
+    af::compile(&refs(&outputs), &self::options(options)?)
+        .map(PyProgram)
+        .map_err(err)
 }
 
 #[pyfunction]
@@ -363,15 +441,18 @@ fn validate(outputs: Vec<PyTensor>, options: Option<&Bound<'_, PyDict>>) -> PyRe
 
 #[pyfunction]
 fn grad(y: &PyTensor, wrt: Vec<PyTensor>) -> PyResult<Vec<PyTensor>> {
-    Ok(af::grad(&y.0, &refs(&wrt)).map_err(err)?.into_iter().map(PyTensor).collect())
+    Ok(af::grad(&y.0, &refs(&wrt))
+        .map_err(err)?
+        .into_iter()
+        .map(PyTensor)
+        .collect())
 }
 
 /// `(op, inmem status, e5rt status)` for every op and spelling with evidence.
 #[pyfunction]
 fn capabilities() -> PyResult<Vec<(String, String, String)>> {
     let r = anedvd_forge_registry()?;
-    Ok(r
-        .entries()
+    Ok(r.entries()
         .map(|e| {
             (
                 e.label(),
@@ -415,12 +496,16 @@ fn tune<'py>(
 
 #[pyfunction]
 fn cg(a: &PyTensor, b: &PyTensor, iterations: usize) -> PyResult<PyTensor> {
-    af::numeric::conjugate_gradient(&a.0, &b.0, iterations).map(PyTensor).map_err(err)
+    af::numeric::conjugate_gradient(&a.0, &b.0, iterations)
+        .map(PyTensor)
+        .map_err(err)
 }
 
 #[pyfunction]
 fn bicgstab(a: &PyTensor, b: &PyTensor, iterations: usize) -> PyResult<PyTensor> {
-    af::numeric::bicgstab(&a.0, &b.0, iterations).map(PyTensor).map_err(err)
+    af::numeric::bicgstab(&a.0, &b.0, iterations)
+        .map(PyTensor)
+        .map_err(err)
 }
 
 #[pyfunction]

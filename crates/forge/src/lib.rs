@@ -36,6 +36,7 @@ pub mod lower;
 pub mod numeric;
 pub mod optim;
 
+pub use anedvd_mil::registry;
 pub use anedvd_mil::registry::RuntimePath;
 pub use autograd::grad;
 pub use compress::Compress;
@@ -44,4 +45,3 @@ pub use exec::{compile, validate, violations, Executable, NodeViolation, Output,
 pub use graph::{Graph, Tensor};
 pub use lower::{Choice, CompileOptions, MatmulStyle, ParamMode};
 pub use optim::{Optimizer, Trainer};
-pub use anedvd_mil::registry;

@@ -1,0 +1,188 @@
+//! The graph API end to end on the simulator: validation names the node,
+//! compression off changes nothing, training converges to a known answer,
+//! and the tuner never picks a lowering beyond its tolerance.
+
+use anedvd_forge::cost::{tune, TuneOptions};
+use anedvd_forge::{
+    compile, validate, CompileOptions, Compress, Error, Graph, Optimizer, RuntimePath, Trainer,
+};
+
+fn lcg(seed: &mut u64) -> f32 {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+}
+
+#[test]
+fn validate_names_the_refused_node_per_path() -> anyhow::Result<()> {
+    let g = Graph::new();
+    let x = g.input("x", &[4, 32])?;
+    let y = x.mul(&x)?.add_scalar(1.0)?.log()?.named("the_log")?;
+    let inmem = CompileOptions {
+        path: RuntimePath::InMemory,
+        ..CompileOptions::default()
+    };
+    match validate(&[&y], &inmem) {
+        Err(Error::Invalid { node, rule, .. }) => {
+            assert_eq!(node, "the_log");
+            assert_eq!(rule, "ANE-OP");
+        }
+        other => panic!("expected the log to be refused on inmem, got {other:?}"),
+    }
+    assert!(
+        matches!(compile(&[&y], &inmem), Err(Error::Invalid { .. })),
+        "compile validates first"
+    );
+    validate(&[&y], &CompileOptions::default())?;
+    Ok(())
+}
+
+#[test]
+fn compression_off_is_byte_identical_and_on_uses_constexpr_ops() -> anyhow::Result<()> {
+    let g = Graph::new();
+    let mut seed = 3;
+    let x = g.input("x", &[2, 32])?;
+    let w = g.param("w", &[32, 32], (0..1024).map(|_| lcg(&mut seed)).collect())?;
+    let y = x.matmul(&w)?;
+    let plain = compile(&[&y], &CompileOptions::default())?;
+    let none = compile(
+        &[&y],
+        &CompileOptions {
+            compress: Compress::None,
+            ..CompileOptions::default()
+        },
+    )?;
+    assert_eq!(plain.mil(), none.mil());
+    assert_eq!(
+        plain
+            .lowered()
+            .weights
+            .get(anedvd_forge::lower::WEIGHT_FILE),
+        none.lowered().weights.get(anedvd_forge::lower::WEIGHT_FILE)
+    );
+    let xv: Vec<f32> = (0..64).map(|_| lcg(&mut seed)).collect();
+    let want = compile(&[&y], &CompileOptions::default())?.run(&[("x", &xv)])?;
+    for (c, op, limit) in [
+        (Compress::Int8, "constexpr_affine_dequantize", 0.02),
+        (Compress::Lut { bits: 8 }, "constexpr_lut_to_dense", 0.02),
+        (Compress::Lut { bits: 4 }, "constexpr_lut_to_dense", 0.15),
+    ] {
+        let mut exe = compile(
+            &[&y],
+            &CompileOptions {
+                compress: c,
+                ..CompileOptions::default()
+            },
+        )?;
+        assert!(exe.mil().contains(op), "{}", c.name());
+        let got = exe.run(&[("x", &xv)])?;
+        let num: f32 = got[0]
+            .values
+            .iter()
+            .zip(&want[0].values)
+            .map(|(a, b)| (a - b).powi(2))
+            .sum();
+        let den: f32 = want[0].values.iter().map(|b| b * b).sum();
+        assert!(
+            (num / den).sqrt() < limit,
+            "{}: {}",
+            c.name(),
+            (num / den).sqrt()
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn sgd_and_adam_recover_a_known_linear_map() -> anyhow::Result<()> {
+    let mut seed = 11;
+    let w_true: Vec<f32> = (0..8).map(|_| lcg(&mut seed)).collect();
+    for opt in [Optimizer::sgd(0.1, 0.9), Optimizer::adam(0.02)] {
+        let g = Graph::new();
+        let x = g.input("x", &[16, 8])?;
+        let t = g.input("t", &[16, 1])?;
+        let w = g.param("w", &[8, 1], vec![0.0; 8])?;
+        let loss = x.matmul(&w)?.sub(&t)?.square()?.mean(&[0, 1], false)?;
+        let mut tr = Trainer::new(&loss, &[], opt, &CompileOptions::default())?;
+        assert_eq!(tr.program().dispatches(), 1);
+        let mut last = f32::INFINITY;
+        for _ in 0..300 {
+            let xv: Vec<f32> = (0..128).map(|_| lcg(&mut seed)).collect();
+            let tv: Vec<f32> = (0..16)
+                .map(|r| (0..8).map(|c| xv[r * 8 + c] * w_true[c]).sum())
+                .collect();
+            last = tr.step(&[("x", &xv), ("t", &tv)])?;
+        }
+        let got = tr.param("w").expect("w is trained");
+        let err = got
+            .iter()
+            .zip(&w_true)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(
+            err < 2e-2,
+            "{opt:?}: max |w - w_true| = {err}, last loss {last}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn the_tuner_keeps_within_tolerance() -> anyhow::Result<()> {
+    let g = Graph::new();
+    let mut seed = 5;
+    let x = g.input("x", &[8, 64])?;
+    let w = g.param("w", &[64, 16], (0..1024).map(|_| lcg(&mut seed)).collect())?;
+    let y = x
+        .matmul(&w)?
+        .softmax(-1)?
+        .sum(&[1], false)?
+        .add(&x.mean(&[1], false)?)?;
+    for tolerance in [1e-9, 1e-2] {
+        let t = TuneOptions {
+            tolerance,
+            allow_compression: true,
+            survivors: 16,
+            ..TuneOptions::default()
+        };
+        let tuned = tune(&[&y], &CompileOptions::default(), &t)?;
+        let chosen = tuned
+            .candidates
+            .iter()
+            .find(|c| c.options == tuned.options && c.dropped.is_none());
+        match chosen {
+            Some(c) => assert!(c.error.expect("survivors are measured") <= tolerance),
+            // nothing passed: the literal lowering itself
+            None => assert_eq!(tuned.options.compress, Compress::None),
+        }
+        assert!(tuned
+            .candidates
+            .iter()
+            .all(|c| c.dropped.is_some() || c.error.is_some_and(|e| e <= tolerance)));
+    }
+    Ok(())
+}
+
+#[test]
+fn bad_feeds_and_state_bindings_are_refused() -> anyhow::Result<()> {
+    let g = Graph::new();
+    let x = g.input("x", &[2, 2])?;
+    let y = x.add_scalar(1.0)?;
+    let mut exe = compile(&[&y], &CompileOptions::default())?;
+    assert!(matches!(
+        exe.run(&[("x", &[1.0, 2.0][..])]),
+        Err(Error::Feed { .. })
+    ));
+    assert!(matches!(exe.run(&[]), Err(Error::Feed { .. })));
+    assert!(matches!(
+        exe.run(&[("x", &[0.0; 4][..]), ("z", &[0.0][..])]),
+        Err(Error::Feed { .. })
+    ));
+    assert!(exe.bind_state("x", &[0.0; 4], "nope").is_err());
+    exe.bind_state("x", &[0.0; 4], &y.name())?;
+    exe.run(&[])?;
+    let out = exe.run(&[])?;
+    assert_eq!(out[0].values, vec![2.0; 4], "state carried: 0 → 1 → 2");
+    Ok(())
+}
