@@ -343,6 +343,19 @@ impl Graph {
         self.len() == 0
     }
 
+    /// `base`, or `base_1`, `base_2`, ...: the first name no node has.
+    pub fn fresh_name(&self, base: &str) -> String {
+        let g = self.lock();
+        let taken = |n: &str| g.nodes.iter().any(|x| x.name == n);
+        let mut name = base.to_string();
+        let mut k = 1;
+        while taken(&name) {
+            name = format!("{base}_{k}");
+            k += 1;
+        }
+        name
+    }
+
     /// A copy of node `id`.
     pub fn node(&self, id: NodeId) -> Option<Node> {
         self.lock().nodes.get(id).cloned()

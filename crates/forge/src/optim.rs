@@ -97,7 +97,7 @@ impl Trainer {
         }
         let refs: Vec<&Tensor> = params.iter().collect();
         let grads = crate::autograd::grad(loss, &refs)?;
-        let lr = g.input(&fresh_input(&g, LR_INPUT), &[])?;
+        let lr = g.input(&g.fresh_name(LR_INPUT), &[])?;
         let mut outputs = vec![loss.clone()];
         let mut state: Vec<(String, Vec<f32>, usize)> = Vec::new(); // input, initial, output index
         for (p, gr) in params.iter().zip(&grads) {
@@ -111,7 +111,7 @@ impl Trainer {
             let new_w = match opt {
                 Optimizer::Sgd { momentum: 0.0, .. } => p.sub(&gr.mul(&lr)?)?,
                 Optimizer::Sgd { momentum, .. } => {
-                    let v = g.input(&fresh_input(&g, &format!("{pname}_velocity")), &shape)?;
+                    let v = g.input(&g.fresh_name(&format!("{pname}_velocity")), &shape)?;
                     let v2 = v.mul_scalar(momentum)?.add(gr)?;
                     outputs.push(v2.clone());
                     state.push((v.name(), zeros.clone(), outputs.len() - 1));
@@ -120,8 +120,8 @@ impl Trainer {
                 Optimizer::Adam {
                     beta1, beta2, eps, ..
                 } => {
-                    let m = g.input(&fresh_input(&g, &format!("{pname}_m")), &shape)?;
-                    let v = g.input(&fresh_input(&g, &format!("{pname}_v")), &shape)?;
+                    let m = g.input(&g.fresh_name(&format!("{pname}_m")), &shape)?;
+                    let v = g.input(&g.fresh_name(&format!("{pname}_v")), &shape)?;
                     let m2 = m.mul_scalar(beta1)?.add(&gr.mul_scalar(1.0 - beta1)?)?;
                     let v2 = v
                         .mul_scalar(beta2)?
@@ -231,15 +231,4 @@ impl Trainer {
         all.extend(weights.iter().map(|(n, v)| (n.as_str(), v.as_slice())));
         exe.run(&all)
     }
-}
-
-fn fresh_input(g: &crate::graph::Graph, base: &str) -> String {
-    let taken = |n: &str| (0..g.len()).any(|i| g.node(i).is_some_and(|x| x.name == n));
-    let mut name = base.to_string();
-    let mut k = 1;
-    while taken(&name) {
-        name = format!("{base}_{k}");
-        k += 1;
-    }
-    name
 }
