@@ -299,7 +299,7 @@ def compile(*outputs: Tensor, path: Optional[str] = None, softmax: Optional[str]
     """Validate and compile ``outputs`` into one program.
 
     path: ``e5rt`` (default) or ``inmem``; softmax/reduce: ``auto``, ``native``
-    or ``decomposed``; matmul: ``matmul`` or ``conv``; compress: ``none``,
+    or ``decomposed``; matmul: ``matmul`` or ``conv``; compress: ``fp16`` (off),
     ``int8``, ``lut8``, ``lut6`` or ``lut4`` for every param, or per param name
     with ``compress_param``.
     """

@@ -46,7 +46,7 @@ def test_compression_off_is_identical():
     x = af.input((2, 16), name="x")
     w = af.param(np.random.default_rng(1).normal(size=(16, 16)), name="w")
     y = x @ w
-    assert af.compile(y).mil() == af.compile(y, compress="none").mil()
+    assert af.compile(y).mil() == af.compile(y, compress="fp16").mil()
     assert "constexpr_affine_dequantize" in af.compile(y, compress="int8").mil()
     assert "constexpr_lut_to_dense" in af.compile(y, compress="lut4").mil()
 
@@ -60,6 +60,9 @@ def test_errors_are_clear():
         (lambda: af.compile(x + 1.0)(), "not supplied"),
         (lambda: af.input((2,), name="x"), "already used"),
         (lambda: af.param(np.array([np.nan])), "finite"),
+        (lambda: af.input((1 << 20, 1 << 20)), "too large"),
+        (lambda: af.compile(x + 1.0, compress="none"), "expected fp16"),
+        (lambda: af.validate(x + 1.0, nonsense="x"), "unknown option"),
         (lambda: af.compile(x.log(), path="nowhere"), "inmem or e5rt"),
     ]:
         try:

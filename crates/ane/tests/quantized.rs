@@ -42,9 +42,9 @@ fn compressed_weights_keep_their_stated_accuracy() {
                 continue;
             }
             let (min_cos, max) = if family.starts_with("gemma4") {
-                weights.accuracy_gemma4()
+                anedvd_ane::lower::quantize::accuracy_gemma4(weights)
             } else {
-                weights.accuracy()
+                anedvd_ane::lower::quantize::accuracy(weights)
             };
             for variant in [Variant::Fused, Variant::Split] {
                 let o = options(weights, variant, RuntimePath::E5rt);

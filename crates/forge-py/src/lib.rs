@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use af::{Choice, CompileOptions, Compress, MatmulStyle, RuntimePath};
+use af::{Choice, CompileOptions, MatmulStyle, RuntimePath, WeightFormat};
 use anedvd_forge as af;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -82,10 +82,10 @@ fn options(d: Option<&Bound<'_, PyDict>>) -> PyResult<CompileOptions> {
     Ok(o)
 }
 
-fn compress(s: &str) -> PyResult<Compress> {
-    Compress::from_name(s).ok_or_else(|| {
+fn compress(s: &str) -> PyResult<WeightFormat> {
+    WeightFormat::from_name(s).ok_or_else(|| {
         PyValueError::new_err(format!(
-            "compress {s:?}: expected none, int8, lut8, lut6 or lut4"
+            "compress {s:?}: expected fp16, int8, lut8, lut6 or lut4"
         ))
     })
 }

@@ -1,58 +1,16 @@
-//! Weight compression of baked params: the same MIL constexpr ops and math
-//! as the model lowering (`anedvd_mil::quantize`).
+//! Weight compression of baked params: the same formats, MIL constexpr ops
+//! and math as the model lowering ([`WeightFormat`], `anedvd_mil::quantize`).
 
 use anedvd_mil::blob::BlobWriter;
 use anedvd_mil::builder::{FunctionBuilder, Var};
 use anedvd_mil::ir::{BlobRef, DType, TensorType};
-use anedvd_mil::quantize;
+use anedvd_mil::quantize::{self, WeightFormat};
 
 use crate::error::{shape_err, Result};
 use crate::lower::WEIGHT_FILE;
 
 /// Lloyd iterations per palette.
 const LUT_ITERATIONS: usize = 16;
-
-/// How a baked param is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Compress {
-    /// fp16 (the program is byte-identical to one built without compression).
-    #[default]
-    None,
-    /// int8 with one fp16 scale per row (first dim), `constexpr_affine_dequantize`.
-    Int8,
-    /// `bits`-bit indices into fp16 palettes per group of rows, `constexpr_lut_to_dense`.
-    Lut {
-        /// 4, 6 or 8.
-        bits: u32,
-    },
-}
-
-impl Compress {
-    /// Every choice.
-    pub const ALL: [Compress; 5] = [
-        Compress::None,
-        Compress::Int8,
-        Compress::Lut { bits: 8 },
-        Compress::Lut { bits: 6 },
-        Compress::Lut { bits: 4 },
-    ];
-
-    /// `none`, `int8`, `lut8`, `lut6`, `lut4`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Compress::None => "none",
-            Compress::Int8 => "int8",
-            Compress::Lut { bits: 8 } => "lut8",
-            Compress::Lut { bits: 6 } => "lut6",
-            Compress::Lut { .. } => "lut4",
-        }
-    }
-
-    /// Parses [`Compress::name`].
-    pub fn from_name(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.name() == s)
-    }
-}
 
 /// Emits param `name` of `shape` as a const or a decompressing constexpr.
 /// A param of rank < 2 (a bias, a norm weight) stays fp16: one scale or
@@ -63,7 +21,7 @@ pub(crate) fn emit(
     name: &str,
     shape: &[usize],
     values: &[f32],
-    how: Compress,
+    how: WeightFormat,
 ) -> Result<Var> {
     let rows = shape.first().copied().unwrap_or(1);
     let cols = values.len() / rows.max(1);
@@ -73,9 +31,9 @@ pub(crate) fn emit(
         offset,
     };
     match how {
-        Compress::Lut { .. } | Compress::Int8 if shape.len() < 2 => {}
-        Compress::None => {}
-        Compress::Int8 => {
+        WeightFormat::Lut { .. } | WeightFormat::Int8 if shape.len() < 2 => {}
+        WeightFormat::Fp16 => {}
+        WeightFormat::Int8 => {
             let (q, scales) = quantize::int8_per_row(values, rows, cols);
             let (qo, so) = (blob.add_i8(&q), blob.add_f16(&scales));
             return Ok(b.constexpr_affine_dequantize(
@@ -85,7 +43,7 @@ pub(crate) fn emit(
                 0,
             )?);
         }
-        Compress::Lut { bits } => {
+        WeightFormat::Lut { bits } => {
             let bad = || {
                 shape_err(
                     "compress",

@@ -21,7 +21,7 @@ use crate::error::Result;
 use crate::exec::compile;
 use crate::graph::Tensor;
 use crate::lower::{self, Choice, CompileOptions, MatmulStyle};
-use crate::Compress;
+use anedvd_mil::quantize::WeightFormat;
 
 /// The calibration table, each figure with its source.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -234,7 +234,7 @@ pub fn tune(outputs: &[&Tensor], base: &CompileOptions, t: &TuneOptions) -> Resu
         softmax: Choice::Decomposed,
         reduce: Choice::Decomposed,
         matmul: MatmulStyle::Matmul,
-        compress: Compress::None,
+        compress: WeightFormat::Fp16,
         ..base.clone()
     };
     let mut ref_exe = compile(outputs, &reference)?;
@@ -250,10 +250,10 @@ pub fn tune(outputs: &[&Tensor], base: &CompileOptions, t: &TuneOptions) -> Resu
         .collect();
     let want = ref_exe.run(&feed_refs)?;
 
-    let compressions: &[Compress] = if t.allow_compression {
-        &[Compress::None, Compress::Int8]
+    let compressions: &[WeightFormat] = if t.allow_compression {
+        &[WeightFormat::Fp16, WeightFormat::Int8]
     } else {
-        &[Compress::None]
+        &[WeightFormat::Fp16]
     };
     let mut candidates = Vec::new();
     for softmax in [Choice::Native, Choice::Decomposed] {

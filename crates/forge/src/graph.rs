@@ -346,14 +346,7 @@ impl Graph {
     /// `base`, or `base_1`, `base_2`, ...: the first name no node has.
     pub fn fresh_name(&self, base: &str) -> String {
         let g = self.lock();
-        let taken = |n: &str| g.nodes.iter().any(|x| x.name == n);
-        let mut name = base.to_string();
-        let mut k = 1;
-        while taken(&name) {
-            name = format!("{base}_{k}");
-            k += 1;
-        }
-        name
+        anedvd_mil::builder::first_free(base, |n| g.nodes.iter().any(|x| x.name == n))
     }
 
     /// A copy of node `id`.

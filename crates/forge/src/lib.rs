@@ -36,10 +36,10 @@ pub mod lower;
 pub mod numeric;
 pub mod optim;
 
+pub use anedvd_mil::quantize::WeightFormat;
 pub use anedvd_mil::registry;
 pub use anedvd_mil::registry::RuntimePath;
 pub use autograd::grad;
-pub use compress::Compress;
 pub use error::{Error, Result};
 pub use exec::{compile, validate, violations, Executable, NodeViolation, Output, Unit};
 pub use graph::{Graph, Tensor};

@@ -15,9 +15,10 @@ use anedvd_mil::ir::{DType, Program, Scalar, TensorLit, TensorType, Value};
 use anedvd_mil::registry::{self, RuntimePath};
 use anedvd_mil::sim::Weights;
 
-use crate::compress::{self, Compress};
+use crate::compress;
 use crate::error::{Error, Result};
 use crate::graph::{Binary, Graph, NodeId, Op, Reduce, Tensor};
+use anedvd_mil::quantize::WeightFormat;
 
 /// The MIL path of the one weight file.
 pub const WEIGHT_FILE: &str = "@model_path/weights/weight.bin";
@@ -79,9 +80,9 @@ pub struct CompileOptions {
     /// Products with a constant weight.
     pub matmul: MatmulStyle,
     /// Compression of baked params, unless `compress_param` names them.
-    pub compress: Compress,
+    pub compress: WeightFormat,
     /// Per-param compression by param name.
-    pub compress_param: BTreeMap<String, Compress>,
+    pub compress_param: BTreeMap<String, WeightFormat>,
     /// Where params live.
     pub params: ParamMode,
 }
@@ -93,7 +94,7 @@ impl Default for CompileOptions {
             softmax: Choice::Auto,
             reduce: Choice::Auto,
             matmul: MatmulStyle::Matmul,
-            compress: Compress::None,
+            compress: WeightFormat::Fp16,
             compress_param: BTreeMap::new(),
             params: ParamMode::Baked,
         }
@@ -258,7 +259,7 @@ impl Lowering<'_> {
                     .get(name)
                     .copied()
                     .unwrap_or(self.opts.compress);
-                if how != Compress::None {
+                if how != WeightFormat::Fp16 {
                     self.choices.push((name.to_string(), how.name()));
                 }
                 compress::emit(&mut self.b, &mut self.blob, name, &shape, &values, how)?

@@ -61,6 +61,8 @@ pub struct Trainer {
     exe: Executable,
     params: Vec<(String, Tensor)>,
     opt: Optimizer,
+    /// The step program's learning-rate input.
+    lr_input: String,
     step: u64,
     opts: CompileOptions,
     /// Inference programs compiled on demand, by output node ids.
@@ -150,6 +152,7 @@ impl Trainer {
             exe,
             params: params.iter().map(|p| (p.name(), p.clone())).collect(),
             opt,
+            lr_input: lr.name(),
             step: 0,
             opts,
             eval: HashMap::new(),
@@ -178,16 +181,9 @@ impl Trainer {
                 lr * (1.0 - beta2.powi(t)).sqrt() / (1.0 - beta1.powi(t))
             }
         };
-        let lr_name = self
-            .exe
-            .inputs()
-            .into_iter()
-            .map(|(n, _)| n)
-            .find(|n| n.starts_with(LR_INPUT))
-            .ok_or_else(|| shape_err("trainer", "step program lost its learning-rate input"))?;
         let lr_v = [lr];
         let mut all: Vec<(&str, &[f32])> = feeds.to_vec();
-        all.push((lr_name.as_str(), &lr_v));
+        all.push((self.lr_input.as_str(), &lr_v));
         let out = self.exe.run(&all)?;
         let loss = out[0].values[0];
         if !loss.is_finite() {

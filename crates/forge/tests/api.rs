@@ -4,7 +4,7 @@
 
 use anedvd_forge::cost::{tune, TuneOptions};
 use anedvd_forge::{
-    compile, validate, CompileOptions, Compress, Error, Graph, Optimizer, RuntimePath, Trainer,
+    compile, validate, CompileOptions, Error, Graph, Optimizer, RuntimePath, Trainer, WeightFormat,
 };
 
 fn lcg(seed: &mut u64) -> f32 {
@@ -49,7 +49,7 @@ fn compression_off_is_byte_identical_and_on_uses_constexpr_ops() -> anyhow::Resu
     let none = compile(
         &[&y],
         &CompileOptions {
-            compress: Compress::None,
+            compress: WeightFormat::Fp16,
             ..CompileOptions::default()
         },
     )?;
@@ -64,9 +64,17 @@ fn compression_off_is_byte_identical_and_on_uses_constexpr_ops() -> anyhow::Resu
     let xv: Vec<f32> = (0..64).map(|_| lcg(&mut seed)).collect();
     let want = compile(&[&y], &CompileOptions::default())?.run(&[("x", &xv)])?;
     for (c, op, limit) in [
-        (Compress::Int8, "constexpr_affine_dequantize", 0.02),
-        (Compress::Lut { bits: 8 }, "constexpr_lut_to_dense", 0.02),
-        (Compress::Lut { bits: 4 }, "constexpr_lut_to_dense", 0.15),
+        (WeightFormat::Int8, "constexpr_affine_dequantize", 0.02),
+        (
+            WeightFormat::Lut { bits: 8 },
+            "constexpr_lut_to_dense",
+            0.02,
+        ),
+        (
+            WeightFormat::Lut { bits: 4 },
+            "constexpr_lut_to_dense",
+            0.15,
+        ),
     ] {
         let mut exe = compile(
             &[&y],
@@ -154,7 +162,7 @@ fn the_tuner_keeps_within_tolerance() -> anyhow::Result<()> {
         match chosen {
             Some(c) => assert!(c.error.expect("survivors are measured") <= tolerance),
             // nothing passed: the literal lowering itself
-            None => assert_eq!(tuned.options.compress, Compress::None),
+            None => assert_eq!(tuned.options.compress, WeightFormat::Fp16),
         }
         assert!(tuned
             .candidates

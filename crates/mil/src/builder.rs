@@ -119,14 +119,9 @@ impl FunctionBuilder {
 
     /// `base`, or `base_1`, `base_2`, ...: the first name neither used nor reserved.
     pub fn fresh_name(&self, base: &str) -> String {
-        let taken = |n: &str| self.names.contains(n) || self.reserved.contains(n);
-        let mut name = base.to_string();
-        let mut k = 1;
-        while taken(&name) {
-            name = format!("{base}_{k}");
-            k += 1;
-        }
-        name
+        first_free(base, |n| {
+            self.names.contains(n) || self.reserved.contains(n)
+        })
     }
 
     /// Number of statements so far.
@@ -817,6 +812,17 @@ impl FunctionBuilder {
     pub fn finish(self) -> Function {
         self.f
     }
+}
+
+/// `base`, or `base_1`, `base_2`, ...: the first name `taken` refuses.
+pub fn first_free(base: &str, taken: impl Fn(&str) -> bool) -> String {
+    let mut name = base.to_string();
+    let mut k = 1;
+    while taken(&name) {
+        name = format!("{base}_{k}");
+        k += 1;
+    }
+    name
 }
 
 /// A `program(1.3)` with the default buildInfo holding `functions`.

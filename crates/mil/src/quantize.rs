@@ -15,6 +15,60 @@ use half::f16;
 /// multiple: the largest divisor of it that is at most this).
 pub const LUT_GROUP: usize = 16;
 
+/// How weights are stored in an ANE program: fp16, or compressed for a
+/// constexpr op to decompress (the model lowering's `--ane-weights` and the
+/// graph API's `compress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightFormat {
+    /// fp16, uncompressed.
+    #[default]
+    Fp16,
+    /// int8 with one fp16 scale per output channel (symmetric, zero point 0).
+    Int8,
+    /// Palettized: `bits`-bit indices into a 2^bits-entry fp16 palette per
+    /// group of [`LUT_GROUP`] output channels (4, 6 or 8 bits).
+    Lut {
+        /// Index width.
+        bits: u32,
+    },
+}
+
+impl WeightFormat {
+    /// Every format, in the order `--ane-weights` lists them.
+    pub const ALL: [WeightFormat; 5] = [
+        WeightFormat::Fp16,
+        WeightFormat::Int8,
+        WeightFormat::Lut { bits: 8 },
+        WeightFormat::Lut { bits: 6 },
+        WeightFormat::Lut { bits: 4 },
+    ];
+
+    /// `fp16`, `int8`, `lut8`, `lut6`, `lut4`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::Fp16 => "fp16",
+            WeightFormat::Int8 => "int8",
+            WeightFormat::Lut { bits: 8 } => "lut8",
+            WeightFormat::Lut { bits: 6 } => "lut6",
+            WeightFormat::Lut { .. } => "lut4",
+        }
+    }
+
+    /// Parses [`WeightFormat::name`].
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == s)
+    }
+
+    /// Weight bits per element stored (palettes and scales not counted).
+    pub fn bits(self) -> u32 {
+        match self {
+            WeightFormat::Fp16 => 16,
+            WeightFormat::Int8 => 8,
+            WeightFormat::Lut { bits } => bits,
+        }
+    }
+}
+
 /// A row-major `[rows, cols]` matrix as int8 with one scale per row: row r
 /// is `scale[r] · q[r]`. The scale (rounded to fp16) is `c · max|w[r]| / 127`
 /// with the clip factor `c` (1, 0.95, …, 0.5) that gives the row the least
@@ -300,6 +354,14 @@ mod tests {
             (f32::from(q[1]) * s[0].to_f32() - 1.0).abs() < 0.01,
             "{q:?} {s:?}"
         );
+    }
+
+    #[test]
+    fn format_names_round_trip() {
+        for f in WeightFormat::ALL {
+            assert_eq!(WeightFormat::from_name(f.name()), Some(f));
+        }
+        assert_eq!(WeightFormat::from_name("none"), None);
     }
 
     #[test]

@@ -93,9 +93,9 @@ pub struct VerifyLimits {
 
 impl VerifyLimits {
     /// The default limits for the ANE weight format (its stated accuracy,
-    /// `WeightFormat::accuracy`).
+    /// `anedvd_ane::lower::quantize::accuracy`).
     pub fn for_weights(w: anedvd_ane::WeightFormat) -> Self {
-        let (min_cos, max_rel) = w.accuracy();
+        let (min_cos, max_rel) = anedvd_ane::lower::quantize::accuracy(w);
         VerifyLimits { min_cos, max_rel }
     }
 }
