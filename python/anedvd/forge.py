@@ -294,16 +294,16 @@ def _outs(outputs) -> List:
 
 
 def compile(*outputs: Tensor, path: Optional[str] = None, softmax: Optional[str] = None,
-            reduce: Optional[str] = None, matmul: Optional[str] = None,
+            attention: Optional[str] = None, reduce: Optional[str] = None, matmul: Optional[str] = None,
             compress: Optional[str] = None, compress_param: Optional[dict] = None) -> Program:
     """Validate and compile ``outputs`` into one program.
 
-    path: ``e5rt`` (default) or ``inmem``; softmax/reduce: ``auto``, ``native``
-    or ``decomposed``; matmul: ``matmul`` or ``conv``; compress: ``fp16`` (off),
+    path: ``e5rt`` (default) or ``inmem``; softmax/attention/reduce: ``auto``,
+    ``native`` (one op) or ``decomposed``; matmul: ``matmul`` or ``conv``; compress: ``fp16`` (off),
     ``int8``, ``lut8``, ``lut6`` or ``lut4`` for every param, or per param name
     with ``compress_param``.
     """
-    o = _opts(dict(path=path, softmax=softmax, reduce=reduce, matmul=matmul,
+    o = _opts(dict(path=path, softmax=softmax, attention=attention, reduce=reduce, matmul=matmul,
                    compress=compress, compress_param=compress_param))
     return Program(_forge.compile(_outs(outputs), o))
 

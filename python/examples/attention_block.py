@@ -55,7 +55,7 @@ def main():
 
     options, report, _ = af.tune(y, allow_compression=True, tolerance=2e-2)
     for r in report:
-        print("  tune candidate", {k: r[k] for k in ("softmax", "reduce", "matmul", "compress", "estimate_us", "error", "dropped")})
+        print("  tune candidate", {k: r[k] for k in ("softmax", "attention", "reduce", "matmul", "compress", "estimate_us", "error", "dropped")})
     print("tune picked", options)
     tuned = af.compile(y, **options)
     err_t = rel(tuned(x=xv), want)

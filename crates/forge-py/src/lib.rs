@@ -58,6 +58,7 @@ fn options(d: Option<&Bound<'_, PyDict>>) -> PyResult<CompileOptions> {
             }
             "softmax" => o.softmax = choice(&v.extract::<String>()?)?,
             "reduce" => o.reduce = choice(&v.extract::<String>()?)?,
+            "attention" => o.attention = choice(&v.extract::<String>()?)?,
             "matmul" => {
                 o.matmul = match v.extract::<String>()?.as_str() {
                     "matmul" => MatmulStyle::Matmul,
@@ -94,6 +95,7 @@ fn options_dict<'py>(py: Python<'py>, o: &CompileOptions) -> PyResult<Bound<'py,
     let d = PyDict::new(py);
     d.set_item("path", o.path.name())?;
     d.set_item("softmax", o.softmax.name())?;
+    d.set_item("attention", o.attention.name())?;
     d.set_item("reduce", o.reduce.name())?;
     d.set_item(
         "matmul",

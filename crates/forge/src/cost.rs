@@ -256,32 +256,41 @@ pub fn tune(outputs: &[&Tensor], base: &CompileOptions, t: &TuneOptions) -> Resu
         &[WeightFormat::Fp16]
     };
     let mut candidates = Vec::new();
-    for softmax in [Choice::Native, Choice::Decomposed] {
-        for reduce in [Choice::Native, Choice::Decomposed] {
-            for matmul in [MatmulStyle::Matmul, MatmulStyle::Conv] {
-                for &compress in compressions {
-                    let options = CompileOptions {
-                        softmax,
-                        reduce,
-                        matmul,
-                        compress,
-                        ..base.clone()
-                    };
-                    let l = lower::lower(outputs, &options)?;
-                    let estimate = estimate(&l.program, &t.table);
-                    let dropped = crate::exec::validate(outputs, &options)
-                        .err()
-                        .map(|e| e.to_string());
-                    candidates.push(Candidate {
-                        options,
-                        estimate,
-                        measured_us: None,
-                        error: None,
-                        dropped,
-                    });
-                }
-            }
+    let mut seen = std::collections::HashSet::new();
+    let choices = [Choice::Native, Choice::Decomposed];
+    let styles = [MatmulStyle::Matmul, MatmulStyle::Conv];
+    for (softmax, attention, reduce, matmul, &compress) in choices
+        .iter()
+        .flat_map(|&s| choices.iter().map(move |&a| (s, a)))
+        .flat_map(|(s, a)| choices.iter().map(move |&r| (s, a, r)))
+        .flat_map(|(s, a, r)| styles.iter().map(move |&m| (s, a, r, m)))
+        .flat_map(|(s, a, r, m)| compressions.iter().map(move |c| (s, a, r, m, c)))
+    {
+        let options = CompileOptions {
+            softmax,
+            attention,
+            reduce,
+            matmul,
+            compress,
+            ..base.clone()
+        };
+        let l = lower::lower(outputs, &options)?;
+        // a choice the graph has no node for lowers to the same program
+        let text = anedvd_mil::print(&l.program);
+        if !seen.insert(text) {
+            continue;
         }
+        let estimate = estimate(&l.program, &t.table);
+        let dropped = crate::exec::first_refusal(outputs[0].graph(), &l, options.path)
+            .err()
+            .map(|e| e.to_string());
+        candidates.push(Candidate {
+            options,
+            estimate,
+            measured_us: None,
+            error: None,
+            dropped,
+        });
     }
     let mut order: Vec<usize> = (0..candidates.len())
         .filter(|&i| candidates[i].dropped.is_none())

@@ -108,7 +108,7 @@ pub fn validate(outputs: &[&Tensor], opts: &CompileOptions) -> Result<()> {
     first_refusal(outputs[0].graph(), &l, opts.path)
 }
 
-fn first_refusal(graph: &Graph, l: &Lowered, path: RuntimePath) -> Result<()> {
+pub(crate) fn first_refusal(graph: &Graph, l: &Lowered, path: RuntimePath) -> Result<()> {
     match node_violations(graph, l, path)
         .into_iter()
         .find(|v| v.rule.rule != rules::RuleId::ContestedOp)

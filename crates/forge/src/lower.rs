@@ -74,6 +74,10 @@ pub struct CompileOptions {
     pub path: RuntimePath,
     /// Softmax spelling.
     pub softmax: Choice,
+    /// Attention spelling (`Native`: the one `scaled_dot_product_attention`
+    /// op, for unmasked attention only: its `attn_mask` is ignored or
+    /// rejected by every path's evidence).
+    pub attention: Choice,
     /// Sum/mean spelling (`Decomposed`: a matmul with a ones vector, which
     /// accumulates wide where `reduce_sum` accumulates in fp16).
     pub reduce: Choice,
@@ -92,6 +96,7 @@ impl Default for CompileOptions {
         CompileOptions {
             path: RuntimePath::E5rt,
             softmax: Choice::Auto,
+            attention: Choice::Auto,
             reduce: Choice::Auto,
             matmul: MatmulStyle::Matmul,
             compress: WeightFormat::Fp16,
@@ -510,6 +515,16 @@ impl Lowering<'_> {
         let qs = q.shape().to_vec();
         let r = qs.len();
         let (s, d, t) = (qs[r - 2], qs[r - 1], k.shape()[r - 2]);
+        let composite = !causal
+            && match self.opts.attention {
+                Choice::Native => true,
+                Choice::Decomposed => false,
+                Choice::Auto => usable("scaled_dot_product_attention", None, self.opts.path),
+            };
+        if composite {
+            self.choices.push((name.to_string(), "attention-composite"));
+            return Ok(self.b.scaled_dot_product_attention(name, q, k, v)?);
+        }
         self.choices
             .push((name.to_string(), "attention-decomposed"));
         let n = self.fresh(&format!("{name}_scores"));

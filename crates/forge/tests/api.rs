@@ -194,3 +194,53 @@ fn bad_feeds_and_state_bindings_are_refused() -> anyhow::Result<()> {
     assert_eq!(out[0].values, vec![2.0; 4], "state carried: 0 → 1 → 2");
     Ok(())
 }
+
+#[test]
+fn composite_attention_agrees_with_its_decomposition() -> anyhow::Result<()> {
+    use anedvd_forge::Choice;
+    let g = Graph::new();
+    let mut seed = 9;
+    let q = g.input("q", &[2, 8, 16])?;
+    let k = g.input("k", &[2, 12, 16])?;
+    let v = g.input("v", &[2, 12, 16])?;
+    let y = q.attention(&k, &v, false)?;
+    let feeds: Vec<(String, Vec<f32>)> = [("q", 256), ("k", 384), ("v", 384)]
+        .iter()
+        .map(|&(n, len)| (n.to_string(), (0..len).map(|_| lcg(&mut seed)).collect()))
+        .collect();
+    let refs: Vec<(&str, &[f32])> = feeds
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_slice()))
+        .collect();
+    let run = |attention| -> anyhow::Result<(String, Vec<f32>)> {
+        let mut exe = compile(
+            &[&y],
+            &CompileOptions {
+                attention,
+                ..CompileOptions::default()
+            },
+        )?;
+        Ok((exe.mil(), exe.run(&refs)?.remove(0).values))
+    };
+    let (composite_mil, composite) = run(Choice::Native)?;
+    let (decomposed_mil, decomposed) = run(Choice::Decomposed)?;
+    assert!(composite_mil.contains("scaled_dot_product_attention"));
+    assert!(!decomposed_mil.contains("scaled_dot_product_attention"));
+    let worst = composite
+        .iter()
+        .zip(&decomposed)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(worst < 2e-3, "max |composite − decomposed| = {worst}");
+    // causal attention needs a mask, which the composite op cannot take
+    let c = q.attention(&k, &v, true)?;
+    let causal = compile(
+        &[&c],
+        &CompileOptions {
+            attention: Choice::Native,
+            ..CompileOptions::default()
+        },
+    )?;
+    assert!(!causal.mil().contains("scaled_dot_product_attention"));
+    Ok(())
+}

@@ -803,6 +803,46 @@ impl FunctionBuilder {
         self.push_op(name, "reverse", args, t)
     }
 
+    /// `scaled_dot_product_attention(query, key, value)` (no mask: the
+    /// evidence shows `attn_mask` ignored on one path and rejected on the
+    /// other): `softmax(q·kᵀ/√E)·v` over the last two dims.
+    pub fn scaled_dot_product_attention(
+        &mut self,
+        name: &str,
+        q: &Var,
+        k: &Var,
+        v: &Var,
+    ) -> Result<Var> {
+        let (qs, ks, vs) = (q.shape().to_vec(), k.shape().to_vec(), v.shape().to_vec());
+        let r = qs.len();
+        let ok = r >= 2
+            && ks.len() == r
+            && vs.len() == r
+            && qs[r - 1] == ks[r - 1]
+            && ks[r - 2] == vs[r - 2];
+        let batch = (r >= 2)
+            .then(|| crate::sim::broadcast_shape(&qs[..r - 2], &ks[..r - 2]))
+            .flatten();
+        let (true, Some(mut shape)) = (ok, batch) else {
+            return Err(Error::sem(
+                name,
+                format!("attention of q {qs:?}, k {ks:?}, v {vs:?}"),
+            ));
+        };
+        shape.extend([qs[r - 2], vs[r - 1]]);
+        let args = vec![
+            ("key", Arg::Var(k.name.clone())),
+            ("query", Arg::Var(q.name.clone())),
+            ("value", Arg::Var(v.name.clone())),
+        ];
+        self.push_op(
+            name,
+            "scaled_dot_product_attention",
+            args,
+            TensorType::new(q.ty.dtype(), &shape),
+        )
+    }
+
     /// Appends `v` to the returned values.
     pub fn output(&mut self, v: &Var) {
         self.f.outputs.push(v.name.clone());

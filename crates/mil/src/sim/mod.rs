@@ -192,6 +192,15 @@ impl<'a> Simulator<'a> {
             "maximum" => ops::binary(loc, a.t("x")?, a.t("y")?, f32::max)?,
             "minimum" => ops::binary(loc, a.t("x")?, a.t("y")?, f32::min)?,
             "tile" => ops::tile(loc, a.t("x")?, &a.ints("reps")?)?,
+            "scaled_dot_product_attention" => {
+                if s.args.contains_key("attn_mask") {
+                    return Err(Error::sem(
+                        loc,
+                        "attn_mask is not simulated (the evidence shows it ignored or rejected)",
+                    ));
+                }
+                ops::sdpa(loc, a.t("query")?, a.t("key")?, a.t("value")?)?
+            }
             "reverse" => ops::reverse(loc, a.t("x")?, &a.ints("axes")?)?,
             "pad" => {
                 let mode = a.string("mode")?;

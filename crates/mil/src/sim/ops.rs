@@ -641,3 +641,21 @@ pub(crate) fn pad(loc: &str, x: &Tensor, pads: &[i64], value: f32) -> R {
         .collect();
     store(loc, float_dtype(loc, x)?, shape, &out)
 }
+
+/// `scaled_dot_product_attention` without a mask: `softmax(q·kᵀ/√E)·v` over
+/// the last two dims (batch dims broadcast), f32 inside, one rounding.
+pub(crate) fn sdpa(loc: &str, q: &Tensor, k: &Tensor, v: &Tensor) -> R {
+    let dt = float_dtype(loc, q)?;
+    let wide = |t: &Tensor| store(loc, DType::Fp32, t.shape.clone(), &t.to_f32());
+    let (q, k, v) = (wide(q)?, wide(k)?, wide(v)?);
+    let e = *q
+        .shape
+        .last()
+        .ok_or_else(|| Error::sem(loc, "query of rank 0"))?;
+    let scores = matmul(loc, &q, &k, false, true)?;
+    let scale = 1.0 / (e as f32).sqrt();
+    let scaled = unary(loc, &scores, |x| x * scale)?;
+    let p = softmax(loc, &scaled, -1)?;
+    let out = matmul(loc, &p, &v, false, false)?;
+    store(loc, dt, out.shape.clone(), &out.to_f32())
+}
