@@ -268,6 +268,10 @@ class Program:
         """The MIL text."""
         return self._p.mil()
 
+    def save(self, directory) -> None:
+        """Write ``model.mil`` and ``weights/weight.bin`` (what the ANE compiler reads) into an empty directory."""
+        self._p.save(str(directory))
+
     def __call__(self, *args, **kwargs):
         ins = self.inputs
         if len(args) > len(ins):
@@ -362,6 +366,10 @@ class Trainer:
 
     def param(self, name: str) -> np.ndarray:
         return np.frombuffer(self._tr.param(name), dtype="<f4").copy()
+
+    def save_step(self, directory) -> None:
+        """Write the step program (``model.mil``, ``weights/weight.bin``) into an empty directory."""
+        self._tr.save_step(str(directory))
 
     @property
     def steps(self) -> int:

@@ -337,6 +337,9 @@ impl PyProgram {
     fn mil(&self) -> String {
         self.0.mil()
     }
+    fn save(&self, dir: std::path::PathBuf) -> PyResult<()> {
+        self.0.save(&dir).map_err(err)
+    }
     fn unit(&self) -> String {
         self.0.unit().to_string()
     }
@@ -410,6 +413,9 @@ impl PyTrainer {
             .param(name)
             .ok_or_else(|| PyValueError::new_err(format!("no param {name:?}")))?;
         Ok(to_bytes(py, &v))
+    }
+    fn save_step(&self, dir: std::path::PathBuf) -> PyResult<()> {
+        self.0.program().save(&dir).map_err(err)
     }
     fn param_names(&self) -> Vec<String> {
         self.0.param_names()

@@ -48,6 +48,14 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// Writing a program's files failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
     /// The MIL layer refused something (a bug in the lowering if it passed validation).
     #[error(transparent)]
     Mil(#[from] anedvd_mil::Error),

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::Path;
 
 use anedvd_mil::registry::RuntimePath;
 use anedvd_mil::rules::{self, RuleConfig, Violation};
@@ -185,6 +186,38 @@ impl Executable {
     /// Outputs: name and shape.
     pub fn outputs(&self) -> &[(String, Vec<usize>)] {
         &self.lowered.outputs
+    }
+
+    /// Writes the program as the ANE compiler reads it: `dir/model.mil` and
+    /// `dir/weights/weight.bin` (the one weight file). `dir` must be absent
+    /// or empty, so nothing is overwritten.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Io { path, source }
+        };
+        if let Ok(mut entries) = std::fs::read_dir(dir) {
+            if entries.next().is_some() {
+                return Err(Error::Io {
+                    path: dir.to_path_buf(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::AlreadyExists,
+                        "directory is not empty",
+                    ),
+                });
+            }
+        }
+        let weights_dir = dir.join("weights");
+        std::fs::create_dir_all(&weights_dir).map_err(io(&weights_dir))?;
+        let mil = dir.join("model.mil");
+        std::fs::write(&mil, self.mil()).map_err(io(&mil))?;
+        let file = weights_dir.join("weight.bin");
+        let bytes = self
+            .lowered
+            .weights
+            .get(lower::WEIGHT_FILE)
+            .unwrap_or_default();
+        std::fs::write(&file, bytes).map_err(io(&file))
     }
 
     /// Makes input `input` state: it starts at `values`, and after every run

@@ -244,3 +244,28 @@ fn composite_attention_agrees_with_its_decomposition() -> anyhow::Result<()> {
     assert!(!causal.mil().contains("scaled_dot_product_attention"));
     Ok(())
 }
+
+#[test]
+fn save_writes_the_model_directory_and_never_overwrites() -> anyhow::Result<()> {
+    let g = Graph::new();
+    let x = g.input("x", &[2, 4])?;
+    let w = g.param("w", &[4, 4], vec![0.5; 16])?;
+    let exe = compile(&[&x.matmul(&w)?], &CompileOptions::default())?;
+    let tmp = std::env::temp_dir().join(format!("forge-save-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    exe.save(&tmp)?;
+    assert_eq!(std::fs::read_to_string(tmp.join("model.mil"))?, exe.mil());
+    let blob = std::fs::read(tmp.join("weights/weight.bin"))?;
+    let want = exe
+        .lowered()
+        .weights
+        .get(anedvd_forge::lower::WEIGHT_FILE)
+        .expect("one weight file");
+    assert_eq!(blob, want);
+    assert!(
+        matches!(exe.save(&tmp), Err(Error::Io { .. })),
+        "a non-empty directory is refused"
+    );
+    std::fs::remove_dir_all(&tmp)?;
+    Ok(())
+}
