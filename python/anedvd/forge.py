@@ -239,13 +239,14 @@ def _opts(options: dict) -> dict:
 class Program:
     """A compiled program: call it with numpy arrays, by input name or in declaration order."""
 
-    def __init__(self, native):
+    def __init__(self, native, loaded=None):
         self._p = native
+        self._loaded = loaded
 
     @property
     def unit(self) -> str:
-        """What executes it (the simulator here)."""
-        return self._p.unit()
+        """What executes it: the simulator, or the driver it was loaded on."""
+        return (self._loaded or self._p).unit()
 
     @property
     def dispatches(self) -> int:
@@ -268,6 +269,12 @@ class Program:
         """The MIL text."""
         return self._p.mil()
 
+    def load(self, driver: str = "sim") -> "Program":
+        """Load on a runtime driver of the in-memory path: ``sim`` (the simulated
+        driver) or ``ane`` (AppleNeuralEngine.framework; raises where there is none).
+        The program must have been compiled with ``path="inmem"``."""
+        return Program(self._p, self._p.load(driver))
+
     def save(self, directory) -> None:
         """Write ``model.mil`` and ``weights/weight.bin`` (what the ANE compiler reads) into an empty directory."""
         self._p.save(str(directory))
@@ -287,7 +294,7 @@ class Program:
         for n, a in itertools.chain(zip([n for n, _ in ins], args), kwargs.items()):
             if n in want and tuple(np.shape(a)) != want[n] and int(np.prod(np.shape(a))) != int(np.prod(want[n])):
                 raise ForgeError(f"input {n!r}: shape {np.shape(a)}, declared {want[n]}")
-        outs = [_from(s, b) for _, s, b in self._p.run(feeds)]
+        outs = [_from(s, b) for _, s, b in (self._loaded or self._p).run(feeds)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 

@@ -73,6 +73,31 @@ def test_errors_are_clear():
             raise AssertionError(f"no error for {needle}")
 
 
+def test_runtime_driver():
+    af.reset()
+    x = af.input((2, 64), name="x")
+    y = ((x * 2.0 + 1.0).relu() * x)
+    prog = af.compile(y, path="inmem")
+    xv = np.linspace(-2, 2, 128).reshape(2, 64)
+    loaded = prog.load("sim")
+    assert "sim" in loaded.unit and "not the ANE" in loaded.unit
+    assert np.array_equal(loaded(x=xv), prog(x=xv))
+    try:
+        af.compile(y).load("sim")
+    except ValueError as e:
+        assert "e5rt has no driver" in str(e)
+    else:
+        raise AssertionError("an e5rt program has no driver")
+    import sys
+    if sys.platform != "darwin":
+        try:
+            prog.load("ane")
+        except ValueError as e:
+            assert "ANE unavailable" in str(e), str(e)
+        else:
+            raise AssertionError("no ANE here")
+
+
 def test_capabilities():
     rows = af.capabilities()
     ops = {r["op"]: r for r in rows}

@@ -9,7 +9,7 @@
 
 pub mod backend;
 pub mod lower;
-pub mod runtime;
+pub use anedvd_ane_runtime as runtime;
 
 pub use backend::{
     AneBackend, AneExecutable, AneSimBackend, CompileReport, DriverKind, LowerOptions, Variant,

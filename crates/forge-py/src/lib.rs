@@ -337,6 +337,25 @@ impl PyProgram {
     fn mil(&self) -> String {
         self.0.mil()
     }
+    /// Loads the program on a runtime driver: `sim` (the simulated driver)
+    /// or `ane` (AppleNeuralEngine.framework; an error where there is none).
+    #[pyo3(signature = (driver="sim"))]
+    fn load(&self, driver: &str) -> PyResult<PyLoaded> {
+        let exe = self.0.clone();
+        let loaded = match driver {
+            "sim" => AnyLoaded::Sim(exe.load(af::SimDriver::new()).map_err(err)?),
+            "ane" => {
+                let d = af::PrivateDriver::open().map_err(|e| err(e.into()))?;
+                AnyLoaded::Private(exe.load(d).map_err(err)?)
+            }
+            o => {
+                return Err(PyValueError::new_err(format!(
+                    "driver {o:?}: expected sim or ane"
+                )))
+            }
+        };
+        Ok(PyLoaded(loaded))
+    }
     fn save(&self, dir: std::path::PathBuf) -> PyResult<()> {
         self.0.save(&dir).map_err(err)
     }
@@ -357,6 +376,36 @@ impl PyProgram {
     }
     fn choices(&self) -> Vec<(String, &'static str)> {
         self.0.lowered().choices.clone()
+    }
+}
+
+enum AnyLoaded {
+    Sim(af::Loaded<af::SimDriver>),
+    Private(af::Loaded<af::PrivateDriver>),
+}
+
+/// A program loaded on a runtime driver (bound to the thread that loaded it:
+/// the private driver's handles are not thread-safe).
+#[pyclass(name = "Loaded", module = "anedvd._forge", unsendable)]
+struct PyLoaded(AnyLoaded);
+
+#[pymethods]
+impl PyLoaded {
+    fn run<'py>(&mut self, py: Python<'py>, inputs: &Bound<'py, PyDict>) -> PyResult<Outputs<'py>> {
+        let f = feeds(inputs)?;
+        let refs: Vec<(&str, &[f32])> = f.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+        let outs = match &mut self.0 {
+            AnyLoaded::Sim(l) => l.run(&refs),
+            AnyLoaded::Private(l) => l.run(&refs),
+        }
+        .map_err(err)?;
+        Ok(outputs(py, outs))
+    }
+    fn unit(&self) -> String {
+        match &self.0 {
+            AnyLoaded::Sim(l) => l.unit().to_string(),
+            AnyLoaded::Private(l) => l.unit().to_string(),
+        }
     }
 }
 
@@ -535,6 +584,7 @@ fn _forge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTensor>()?;
     m.add_class::<PyProgram>()?;
     m.add_class::<PyTrainer>()?;
+    m.add_class::<PyLoaded>()?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(grad, m)?)?;

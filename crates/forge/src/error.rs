@@ -56,6 +56,9 @@ pub enum Error {
         /// The error.
         source: std::io::Error,
     },
+    /// The runtime driver refused or failed (e.g. no ANE on this machine).
+    #[error("runtime: {0}")]
+    Runtime(#[from] anedvd_ane_runtime::Error),
     /// The MIL layer refused something (a bug in the lowering if it passed validation).
     #[error(transparent)]
     Mil(#[from] anedvd_mil::Error),

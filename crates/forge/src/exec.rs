@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
+use anedvd_ane_runtime::{Driver, Kernel, ProgramSource, Runtime};
 use anedvd_mil::registry::RuntimePath;
 use anedvd_mil::rules::{self, RuleConfig, Violation};
 use anedvd_mil::sim::{Simulator, Tensor as SimTensor};
@@ -20,6 +21,13 @@ pub enum Unit {
         /// The path whose rules the program passed.
         path: RuntimePath,
     },
+    /// A runtime driver of the in-memory path ([`Executable::load`]):
+    /// `sim` (the runtime's binding and layout rules over the MIL
+    /// simulator) or `private` (the ANE, through AppleNeuralEngine.framework).
+    Driver {
+        /// The driver's name.
+        name: &'static str,
+    },
 }
 
 impl fmt::Display for Unit {
@@ -29,6 +37,13 @@ impl fmt::Display for Unit {
                 f,
                 "the fp16 MIL simulator on the CPU (checked against the {} path's rules; not the ANE)",
                 path.name()
+            ),
+            Unit::Driver { name: "private" } => {
+                f.write_str("the ANE, through AppleNeuralEngine.framework (in-memory path)")
+            }
+            Unit::Driver { name } => write!(
+                f,
+                "the `{name}` runtime driver (the in-memory path's binding rules over the MIL simulator; not the ANE)"
             ),
         }
     }
@@ -188,6 +203,32 @@ impl Executable {
         &self.lowered.outputs
     }
 
+    /// Compiles and loads the program on a runtime driver (the in-memory
+    /// path's; the e5rt path has no driver yet), ready to run.
+    pub fn load<D: Driver>(self, driver: D) -> Result<Loaded<D>> {
+        match self.unit {
+            Unit::Simulator { path: RuntimePath::InMemory } => {}
+            _ => {
+                return Err(Error::Feed {
+                    name: "path".into(),
+                    detail: "only programs compiled for the inmem path can load on a runtime driver (e5rt has no driver yet)".into(),
+                })
+            }
+        }
+        let unit = Unit::Driver {
+            name: driver.name(),
+        };
+        let mut runtime = Runtime::new(driver);
+        let source = ProgramSource::from_program(&self.lowered.program, &self.lowered.weights);
+        let kernel = runtime.prepare(&source)?;
+        Ok(Loaded {
+            exe: self,
+            runtime,
+            kernel: Some(kernel),
+            unit,
+        })
+    }
+
     /// Writes the program as the ANE compiler reads it: `dir/model.mil` and
     /// `dir/weights/weight.bin` (the one weight file). `dir` must be absent
     /// or empty, so nothing is overwritten.
@@ -319,6 +360,88 @@ impl Executable {
             }
         }
         Ok(outs)
+    }
+}
+
+/// A program loaded on a runtime driver; its kernel is released on drop.
+pub struct Loaded<D: Driver> {
+    exe: Executable,
+    runtime: Runtime<D>,
+    kernel: Option<Kernel>,
+    unit: Unit,
+}
+
+impl<D: Driver> std::fmt::Debug for Loaded<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Loaded({})", self.unit)
+    }
+}
+
+impl<D: Driver> Loaded<D> {
+    /// The unit that runs it.
+    pub fn unit(&self) -> Unit {
+        self.unit
+    }
+
+    /// The compiled program.
+    pub fn executable(&self) -> &Executable {
+        &self.exe
+    }
+
+    /// Runs once on named inputs (row-major f32, rounded to fp16 on the
+    /// surfaces): one evaluation of the loaded program.
+    pub fn run(&mut self, feeds: &[(&str, &[f32])]) -> Result<Vec<Output>> {
+        for (name, shape) in &self.exe.lowered.inputs {
+            let n: usize = shape.iter().product();
+            match feeds.iter().find(|(f, _)| f == name) {
+                Some((_, v)) if v.len() != n => {
+                    return Err(Error::Feed {
+                        name: name.clone(),
+                        detail: format!("{} values for shape {shape:?}", v.len()),
+                    })
+                }
+                Some(_) => {}
+                None => {
+                    return Err(Error::Feed {
+                        name: name.clone(),
+                        detail: format!("not supplied (shape {shape:?})"),
+                    })
+                }
+            }
+        }
+        let kernel = self.kernel.as_mut().ok_or_else(|| Error::Feed {
+            name: "program".into(),
+            detail: "released".into(),
+        })?;
+        let got = self.runtime.run(kernel, feeds)?;
+        self.exe
+            .lowered
+            .outputs
+            .iter()
+            .map(|(name, shape)| {
+                let values = got
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+                    .ok_or_else(|| Error::Feed {
+                        name: name.clone(),
+                        detail: "output missing from the driver's result".into(),
+                    })?;
+                Ok(Output {
+                    name: name.clone(),
+                    shape: shape.clone(),
+                    values,
+                })
+            })
+            .collect()
+    }
+}
+
+impl<D: Driver> Drop for Loaded<D> {
+    fn drop(&mut self) {
+        if let Some(k) = self.kernel.take() {
+            self.runtime.release(k);
+        }
     }
 }
 

@@ -36,12 +36,13 @@ pub mod lower;
 pub mod numeric;
 pub mod optim;
 
+pub use anedvd_ane_runtime::{PrivateDriver, SimDriver};
 pub use anedvd_mil::quantize::WeightFormat;
 pub use anedvd_mil::registry;
 pub use anedvd_mil::registry::RuntimePath;
 pub use autograd::grad;
 pub use error::{Error, Result};
-pub use exec::{compile, validate, violations, Executable, NodeViolation, Output, Unit};
+pub use exec::{compile, validate, violations, Executable, Loaded, NodeViolation, Output, Unit};
 pub use graph::{Graph, Tensor};
 pub use lower::{Choice, CompileOptions, MatmulStyle, ParamMode};
 pub use optim::{Optimizer, Trainer};

@@ -269,3 +269,46 @@ fn save_writes_the_model_directory_and_never_overwrites() -> anyhow::Result<()> 
     std::fs::remove_dir_all(&tmp)?;
     Ok(())
 }
+
+#[test]
+fn inmem_programs_run_on_the_runtime_driver_and_e5rt_ones_are_refused() -> anyhow::Result<()> {
+    use anedvd_forge::{SimDriver, Unit};
+    let g = Graph::new();
+    let x = g.input("x", &[2, 64])?;
+    let w = g.param(
+        "w",
+        &[64, 64],
+        (0..4096).map(|i| ((i % 7) as f32 - 3.0) / 16.0).collect(),
+    )?;
+    let y = x.mul_scalar(2.0)?.add_scalar(1.0)?.relu()?.mul(&x)?;
+    let inmem = CompileOptions {
+        path: RuntimePath::InMemory,
+        ..CompileOptions::default()
+    };
+    let mut exe = compile(&[&y], &inmem)?;
+    let xv: Vec<f32> = (0..128).map(|i| (i as f32 - 64.0) / 32.0).collect();
+    let want = exe.run(&[("x", &xv)])?;
+    let mut loaded = exe.load(SimDriver::new())?;
+    assert_eq!(loaded.unit(), Unit::Driver { name: "sim" });
+    let got = loaded.run(&[("x", &xv)])?;
+    assert_eq!(
+        got, want,
+        "the driver runs the same program the simulator ran"
+    );
+    assert!(matches!(
+        loaded.run(&[("x", &xv[..3])]),
+        Err(Error::Feed { .. })
+    ));
+    // the matmul with a param is contested on inmem (reported, not refused), but e5rt has no driver
+    let e5rt = compile(&[&x.matmul(&w)?], &CompileOptions::default())?;
+    let e = e5rt.load(SimDriver::new()).unwrap_err().to_string();
+    assert!(e.contains("e5rt has no driver"), "{e}");
+    Ok(())
+}
+
+#[cfg(not(target_os = "macos"))]
+#[test]
+fn the_private_driver_says_when_there_is_no_ane() {
+    let e = anedvd_forge::PrivateDriver::open().unwrap_err().to_string();
+    assert!(e.contains("ANE unavailable"), "{e}");
+}

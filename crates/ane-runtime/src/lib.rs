@@ -2,8 +2,10 @@
 //!
 //! Status: **implemented, unproven on hardware.** Nothing here has run on a
 //! Mac yet; the private driver is type-checked everywhere and fails with
-//! `ANE unavailable: …` where the framework cannot be loaded. See `README.md`
-//! in this folder for building and running on macOS.
+//! `ANE unavailable: …` where the framework cannot be loaded. See the crate's
+//! `README.md` for building and running on macOS. Its own crate so the
+//! graph API (`anedvd-forge`) can run programs on it without the model
+//! lowering; `anedvd_ane::runtime` re-exports it.
 //!
 //! Layers, bottom up:
 //! * [`driver::Driver`]: one method per private-API step (compile, load,
@@ -20,7 +22,7 @@
 //!   and dispatched by name (what a backend holds).
 //!
 //! ```
-//! use anedvd_ane::runtime::{ProgramSource, Runtime, SimDriver};
+//! use anedvd_ane_runtime::{ProgramSource, Runtime, SimDriver};
 //! let mil = "program(1.3)\n{\n  func main<ios18>(tensor<fp16, [1, 2, 1, 4]> x) {\n    \
 //!            tensor<fp16, [1, 2, 1, 4]> y = relu(x = x)[name = string(\"y\")];\n  } -> (y);\n}\n";
 //! let mut rt = Runtime::new(SimDriver::new());
@@ -28,7 +30,7 @@
 //! let out = rt.run(&mut k, &[("x", &[-1.0, 2.0, -3.0, 4.0, 5.0, -6.0, 7.0, -8.0])])?;
 //! assert_eq!(out[0].1, [0.0, 2.0, 0.0, 4.0, 5.0, 0.0, 7.0, 0.0]);
 //! rt.release(k);
-//! # Ok::<(), anedvd_ane::runtime::Error>(())
+//! # Ok::<(), anedvd_ane_runtime::Error>(())
 //! ```
 
 pub mod attrs;
