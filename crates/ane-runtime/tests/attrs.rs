@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use anedvd_ane::runtime::attrs::{parse_attributes, Plist};
-use anedvd_ane::runtime::ElemType;
+use anedvd_ane_runtime::attrs::{parse_attributes, Plist};
+use anedvd_ane_runtime::ElemType;
 
 fn dict(kv: &[(&str, Plist)]) -> Plist {
     Plist::Dict(

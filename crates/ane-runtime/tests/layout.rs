@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use anedvd_ane::runtime::layout::{pack, pack_f16, round_up_64, unpack, ElemType, TensorLayout};
-use anedvd_ane::runtime::Error;
+use anedvd_ane_runtime::layout::{pack, pack_f16, round_up_64, unpack, ElemType, TensorLayout};
+use anedvd_ane_runtime::Error;
 use half::f16;
 
 fn values(n: usize) -> Vec<f32> {
