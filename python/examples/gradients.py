@@ -28,15 +28,26 @@ def np_softmax(z, axis=-1):
     return e / e.sum(axis, keepdims=True)
 
 
-def np_conv(x, w, pad):
+def np_conv(x, w, pad, stride=1, groups=1):
     x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    out = np.zeros((n, o, h - kh + 1, wd - kw + 1))
-    for i in range(kh):
-        for j in range(kw):
-            out += np.einsum("nchw,oc->nohw", x[:, :, i:i + out.shape[2], j:j + out.shape[3]], w[:, :, i, j])
+    o, ci, kh, kw = w.shape
+    ho, wo = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    out = np.zeros((n, o, ho, wo))
+    og = o // groups
+    for gi in range(groups):
+        xs, ws = x[:, gi * ci:(gi + 1) * ci], w[gi * og:(gi + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride]
+                out[:, gi * og:(gi + 1) * og] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
     return out
+
+
+def np_conv_hw(x, w):
+    """Stride 2, padding 1 on rows only (the stride2 case's asymmetric padding)."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (0, 0)))
+    return np_conv(xp, w, 0, stride=2)
 
 
 def np_attention(q, k, v, causal):
@@ -77,6 +88,13 @@ CASES = [
     ("matmul_T", [away((4, 3)), away((5, 4))], lambda a, b: a.T @ b.T, lambda a, b: a.T @ b.T),
     ("conv2d", [away((2, 3, 5, 5)), away((4, 3, 3, 3), 0.1, 0.5)], lambda x, w: x.conv2d(w, padding=(1, 1, 1, 1)),
      lambda x, w: np_conv(x, w, 1)),
+    ("conv2d_stride2", [away((2, 2, 7, 6)), away((3, 2, 3, 2), 0.1, 0.5)],
+     lambda x, w: x.conv2d(w, stride=(2, 2), padding=(1, 1, 0, 0)), lambda x, w: np_conv_hw(x, w)),
+    ("conv2d_groups2", [away((2, 4, 5, 5)), away((6, 2, 3, 3), 0.1, 0.5)],
+     lambda x, w: x.conv2d(w, padding=(2, 2, 2, 2), groups=2), lambda x, w: np_conv(x, w, 2, groups=2)),
+    ("conv2d_depthwise_s2", [away((1, 3, 6, 6)), away((3, 1, 3, 3), 0.1, 0.5)],
+     lambda x, w: x.conv2d(w, stride=(2, 2), padding=(1, 1, 1, 1), groups=3),
+     lambda x, w: np_conv(x, w, 1, stride=2, groups=3)),
     ("sum", [away((3, 4, 5))], lambda a: a.sum(axis=(0, 2)), lambda a: a.sum((0, 2))),
     ("mean", [away((3, 40))], lambda a: a.mean(axis=-1, keepdims=True), lambda a: a.mean(-1, keepdims=True)),
     ("max", [rng.permutation(12).reshape(3, 4) / 6.0], lambda a: a.max(axis=1), lambda a: a.max(1)),

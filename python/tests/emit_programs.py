@@ -55,6 +55,9 @@ def programs():
     k = af.param(rng.normal(size=(4, 3, 3, 3)), name="k")
     cl = img.conv2d(k, padding=(1, 1, 1, 1)).relu().mean()
     yield "conv_grads", [cl] + af.grad(cl, [img, k]), {}
+    kg = af.param(rng.normal(size=(6, 1, 3, 3)), name="kg")
+    cs = img.conv2d(kg, stride=(2, 2), padding=(1, 1, 1, 1), groups=3).relu().mean()
+    yield "conv_grads_strided_grouped", [cs] + af.grad(cs, [img, kg]), {}
     a, rhs = af.input((16, 16), name="a"), af.input((16, 1), name="rhs")
     yield "cg", [af.cg(a, rhs, 4)], {}
     yield "bicgstab", [af.bicgstab(a, rhs, 3)], {}

@@ -12,8 +12,7 @@ use crate::lower::{causal_mask, live_nodes};
 /// A node in `wrt` that `y` does not depend on gets a zero gradient.
 /// Sign and the comparison masks are treated as constants (gradient 0
 /// almost everywhere); `reduce_max` and maximum/minimum route the gradient
-/// to the maximal elements (ties share it in full); conv is differentiable
-/// for stride 1, groups 1 and padding below the kernel size.
+/// to the maximal elements (ties share it in full).
 pub fn grad(y: &Tensor, wrt: &[&Tensor]) -> Result<Vec<Tensor>> {
     let g = y.graph().clone();
     if wrt.iter().any(|t| !t.graph().same(&g)) {
@@ -140,10 +139,6 @@ fn ge_mask(x: &Tensor, y: &Tensor) -> Result<Tensor> {
 
 /// The gradient contribution to each operand of node `n` (None: none).
 fn backward(n: &Node, out: &Tensor, a: &[Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> {
-    let not_diff = || Error::NotDifferentiable {
-        node: n.name.clone(),
-        op: n.op.name().to_string(),
-    };
     Ok(match &n.op {
         Op::Input | Op::Param | Op::Const | Op::Scalar(_) => vec![],
         Op::Unary(u) => {
@@ -197,33 +192,7 @@ fn backward(n: &Node, out: &Tensor, a: &[Tensor], g: &Tensor) -> Result<Vec<Opti
             pad,
             groups,
         } => {
-            let (x, w) = (&a[0], &a[1]);
-            let ws = w.shape();
-            let (kh, kw) = (ws[2], ws[3]);
-            let ok = *stride == [1, 1]
-                && *groups == 1
-                && pad[0] < kh
-                && pad[1] < kh
-                && pad[2] < kw
-                && pad[3] < kw;
-            if !ok {
-                return Err(not_diff());
-            }
-            // dx = conv(pad(g, k-1-p), flip(w) with in/out swapped)
-            let gp = g.pad(&[
-                [0, 0],
-                [0, 0],
-                [kh - 1 - pad[0], kh - 1 - pad[1]],
-                [kw - 1 - pad[2], kw - 1 - pad[3]],
-            ])?;
-            let wf = w.reverse(&[2, 3])?.transpose(&[1, 0, 2, 3])?;
-            let dx = gp.conv2d(&wf, [1, 1], [0; 4], 1)?;
-            // dw[o, i] = Σ_n,h,w xpad[n, i, h+a, w+b] g[n, o, h, w]: a conv with batch as channels
-            let xp = x.pad(&[[0, 0], [0, 0], [pad[0], pad[1]], [pad[2], pad[3]]])?;
-            let dw = xp
-                .transpose(&[1, 0, 2, 3])?
-                .conv2d(&g.transpose(&[1, 0, 2, 3])?, [1, 1], [0; 4], 1)?
-                .transpose(&[1, 0, 2, 3])?;
+            let (dx, dw) = conv_backward(&a[0], &a[1], g, *stride, *pad, *groups)?;
             vec![Some(dx), Some(dw)]
         }
         Op::Reduce { kind, axes, keep } => {
@@ -322,6 +291,96 @@ fn backward(n: &Node, out: &Tensor, a: &[Tensor], g: &Tensor) -> Result<Vec<Opti
             vec![Some(dx), Some(dt)]
         }
     })
+}
+
+/// `g` `[N, C, H, W]` with `s − 1` zeros inserted between rows and between
+/// columns (`[N, C, (H−1)·s₀+1, (W−1)·s₁+1]`): the stride undone.
+fn dilate(g: &Tensor, s: [usize; 2]) -> Result<Tensor> {
+    if s == [1, 1] {
+        return Ok(g.clone());
+    }
+    let gs = g.shape();
+    let (n, c, h, w) = (gs[0], gs[1], gs[2], gs[3]);
+    let i = |v: usize| v as isize;
+    // [N·C, H, 1, W, 1] padded to [N·C, H, s₀, W, s₁], then trimmed
+    let spread = g
+        .reshape(&[i(n * c), i(h), 1, i(w), 1])?
+        .pad(&[[0, 0], [0, 0], [0, s[0] - 1], [0, 0], [0, s[1] - 1]])?
+        .reshape(&[i(n), i(c), i(h * s[0]), i(w * s[1])])?;
+    spread.slice(
+        &[0, 0, 0, 0],
+        &[n, c, (h - 1) * s[0] + 1, (w - 1) * s[1] + 1],
+    )
+}
+
+/// Channel block `k` of `groups` along axis `axis` of a rank-4 tensor.
+fn group_block(t: &Tensor, axis: usize, k: usize, groups: usize) -> Result<Tensor> {
+    let mut size = t.shape();
+    size[axis] /= groups;
+    let mut begin = vec![0; 4];
+    begin[axis] = k * size[axis];
+    t.slice(&begin, &size)
+}
+
+/// Gradients of `conv(x, w)` (NCHW, any stride, padding and groups) as convs:
+/// dx is the full correlation of the stride-dilated gradient with the
+/// flipped kernel (in/out swapped per group), trimmed to the unpadded input;
+/// dw correlates the padded input with the dilated gradient, batch as
+/// channels, one group at a time.
+fn conv_backward(
+    x: &Tensor,
+    w: &Tensor,
+    g: &Tensor,
+    stride: [usize; 2],
+    pad: [usize; 4],
+    groups: usize,
+) -> Result<(Tensor, Tensor)> {
+    let (xs, ws) = (x.shape(), w.shape());
+    let (kh, kw) = (ws[2], ws[3]);
+    let (hp, wp) = (xs[2] + pad[0] + pad[1], xs[3] + pad[2] + pad[3]);
+    let gd = dilate(g, stride)?;
+    let gds = gd.shape();
+    // rows/cols of the padded input no output position reached (stride leftovers)
+    let (rh, rw) = (hp - (gds[2] + kh - 1), wp - (gds[3] + kw - 1));
+    // flipped kernel, in/out swapped within each group: [Cin, Cout/groups, kh, kw]
+    let (co, ci) = (ws[0], ws[1]);
+    let wf = w
+        .reverse(&[2, 3])?
+        .reshape(&[
+            groups as isize,
+            (co / groups) as isize,
+            ci as isize,
+            kh as isize,
+            kw as isize,
+        ])?
+        .transpose(&[0, 2, 1, 3, 4])?
+        .reshape(&[
+            (ci * groups) as isize,
+            (co / groups) as isize,
+            kh as isize,
+            kw as isize,
+        ])?;
+    let full = gd
+        .pad(&[[0, 0], [0, 0], [kh - 1, kh - 1 + rh], [kw - 1, kw - 1 + rw]])?
+        .conv2d(&wf, [1, 1], [0; 4], groups)?;
+    let dx = full.slice(&[0, 0, pad[0], pad[2]], &xs)?;
+    let xp = x.pad(&[[0, 0], [0, 0], [pad[0], pad[1]], [pad[2], pad[3]]])?;
+    let mut blocks = Vec::with_capacity(groups);
+    for k in 0..groups {
+        let xk = group_block(&xp, 1, k, groups)?.transpose(&[1, 0, 2, 3])?;
+        let gk = group_block(&gd, 1, k, groups)?.transpose(&[1, 0, 2, 3])?;
+        // [Cin/groups, Cout/groups, kh + rh, kw + rw] → the kernel's extent
+        let d = xk.conv2d(&gk, [1, 1], [0; 4], 1)?;
+        let d = d.slice(&[0, 0, 0, 0], &[ci, co / groups, kh, kw])?;
+        blocks.push(d.transpose(&[1, 0, 2, 3])?);
+    }
+    let dw = if groups == 1 {
+        blocks.remove(0)
+    } else {
+        let refs: Vec<&Tensor> = blocks.iter().collect();
+        x.graph().concat(&refs, 0)?
+    };
+    Ok((dx, dw))
 }
 
 /// Gradients of `softmax(q·kᵀ/√d + mask)·v`, recomputing the probabilities.

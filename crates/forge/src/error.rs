@@ -32,14 +32,6 @@ pub enum Error {
         /// The typed rule.
         rule_id: RuleId,
     },
-    /// A node has no gradient rule.
-    #[error("`{node}` ({op}) is not differentiable")]
-    NotDifferentiable {
-        /// The node's name.
-        node: String,
-        /// The graph op.
-        op: String,
-    },
     /// A run was given the wrong inputs.
     #[error("input `{name}`: {detail}")]
     Feed {
