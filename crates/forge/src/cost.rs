@@ -172,8 +172,8 @@ fn cache() -> &'static Mutex<HashMap<u64, CompileOptions>> {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// A key from the structure and shapes of the graph behind `outputs`
-/// (values are not part of it: the same architecture tunes once).
+/// A key from the structure and shapes of the graph behind `outputs` and
+/// the settings (values are not part of it: the same architecture tunes once).
 fn structure_key(outputs: &[&Tensor], base: &CompileOptions, t: &TuneOptions) -> u64 {
     let g = outputs[0].graph();
     let ids: Vec<usize> = outputs.iter().map(|o| o.id()).collect();
@@ -186,8 +186,13 @@ fn structure_key(outputs: &[&Tensor], base: &CompileOptions, t: &TuneOptions) ->
         }
     }
     ids.hash(&mut h);
-    base.path.name().hash(&mut h);
+    // everything that changes the choice: a pick made under a looser
+    // tolerance must never answer a stricter one
+    format!("{base:?}").hash(&mut h);
     t.allow_compression.hash(&mut h);
+    t.survivors.hash(&mut h);
+    t.tolerance.to_bits().hash(&mut h);
+    format!("{:?}", t.table).hash(&mut h);
     h.finish()
 }
 

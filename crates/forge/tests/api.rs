@@ -155,6 +155,7 @@ fn the_tuner_keeps_within_tolerance() -> anyhow::Result<()> {
             ..TuneOptions::default()
         };
         let tuned = tune(&[&y], &CompileOptions::default(), &t)?;
+        assert!(!tuned.cached, "another tolerance is another tuning");
         let chosen = tuned
             .candidates
             .iter()
@@ -164,6 +165,8 @@ fn the_tuner_keeps_within_tolerance() -> anyhow::Result<()> {
             // nothing passed: the literal lowering itself
             None => assert_eq!(tuned.options.compress, WeightFormat::Fp16),
         }
+        let again = tune(&[&y], &CompileOptions::default(), &t)?;
+        assert!(again.cached && again.options == tuned.options);
         assert!(tuned
             .candidates
             .iter()
