@@ -374,8 +374,7 @@ impl Graph {
         shape: Vec<usize>,
         name: Option<&str>,
     ) -> Result<Tensor> {
-        check_shape(op.name(), &shape)
-            .or_else(|e| if shape.is_empty() { Ok(()) } else { Err(e) })?;
+        check_shape(op.name(), &shape)?;
         let mut g = self.lock();
         let id = g.nodes.len();
         let name = match name {
@@ -457,9 +456,9 @@ impl Graph {
 
     /// Concatenation along `axis`.
     pub fn concat(&self, xs: &[&Tensor], axis: isize) -> Result<Tensor> {
-        let first = xs
-            .first()
-            .ok_or_else(|| shape_err("concat", "nothing to concatenate"))?;
+        if xs.is_empty() {
+            return Err(shape_err("concat", "nothing to concatenate"));
+        }
         let ids = xs.iter().map(|t| self.own(t)).collect::<Result<Vec<_>>>()?;
         let shapes: Vec<Vec<usize>> = xs.iter().map(|t| t.shape()).collect();
         let r = shapes[0].len();
@@ -475,7 +474,6 @@ impl Graph {
             }
             shape[a] += s[a];
         }
-        let _ = first;
         self.push(Op::Concat { axis: a }, ids, shape, None)
     }
 
