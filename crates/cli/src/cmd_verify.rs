@@ -8,6 +8,7 @@ use anedvd_engine::tools::kernels::{self, CostModel};
 use anedvd_engine::tools::verify::{
     Reference, Verification, VerifyLimits, VerifyOptions, VerifyPrompt,
 };
+use anedvd_engine::Variant;
 use anedvd_engine::{BackendChoice, BackendOptions, DriverKind, DEFAULT_COMPILE_BUDGET};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -369,6 +370,12 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
                 chosen.path
             );
         }
+        if v.variant == Variant::Resident {
+            println!(
+                "  KV caches resident: {} positions per layer (--ane-context), aliased ports",
+                chosen.context
+            );
+        }
         if a.summary || v.variant != chosen.variant {
             continue;
         }
@@ -387,6 +394,9 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
                 k.predicted_ms
             );
         }
+    }
+    for (variant, why) in &r.unavailable {
+        println!("\n{} variant: not available: {why}", variant.name());
     }
     Ok(())
 }
@@ -423,6 +433,7 @@ fn plan_json(r: &kernels::KernelsReport) -> serde_json::Value {
         "vocab_slice": o.vocab_slice,
         "cost_model": {"dispatch_ms": r.cost.dispatch_ms, "bandwidth_gbs": r.cost.bandwidth_gbs, "peak_tflops": r.cost.peak_tflops},
         "variants": variants,
+        "unavailable": r.unavailable.iter().map(|(v, why)| serde_json::json!({"variant": v.name(), "reason": why})).collect::<Vec<_>>(),
     })
 }
 

@@ -143,10 +143,21 @@ impl CpuArgs {
 /// How the decoder is lowered to ANE programs (the ANE backends only).
 #[derive(Debug, Args, Clone)]
 pub struct LoweringArgs {
-    /// ANE program granularity: `fused` (norms inside, one program per layer)
-    /// or `split` (q/k/v, output and FFN projections as separate programs).
-    #[arg(long, default_value = "fused", value_name = "fused|split")]
+    /// ANE program granularity: `fused` (norms inside, one program per layer,
+    /// attention on the host), `split` (q/k/v, output and FFN projections as
+    /// separate programs) or `resident` (whole layers with attention and the
+    /// KV cache inside, several layers per program; e5rt path only).
+    #[arg(long, default_value = "fused", value_name = "fused|split|resident")]
     pub variant: String,
+    /// Resident variant: layers per program. Default: as many as keep each
+    /// program's weights within 1.5 GB (ANEForge's measured limit), which is
+    /// the whole model for Gemma 3 270M.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub ane_layers_per_program: Option<u32>,
+    /// Resident variant: positions each layer's resident KV cache holds
+    /// (a power of two); caps the context of a session.
+    #[arg(long, default_value_t = 1024, value_name = "T")]
+    pub ane_context: usize,
     /// ANE activation width W (token columns per dispatch, multiple of 32).
     #[arg(long, default_value_t = 64, value_name = "W")]
     pub width: usize,
@@ -180,7 +191,7 @@ impl LoweringArgs {
     pub fn options(&self) -> Result<LowerOptions> {
         let Some(variant) = Variant::from_name(&self.variant) else {
             bail!(
-                "--variant must be `fused` or `split`, not `{}`",
+                "--variant must be `fused`, `split` or `resident`, not `{}`",
                 self.variant
             );
         };
@@ -193,6 +204,8 @@ impl LoweringArgs {
                 .ok_or_else(|| anyhow::anyhow!("unknown --ane-weights `{}`", self.ane_weights))?,
             path: RuntimePath::from_name(&self.ane_path)
                 .ok_or_else(|| anyhow::anyhow!("unknown --ane-path `{}`", self.ane_path))?,
+            layers_per_program: self.ane_layers_per_program.map_or(0, |k| k as usize),
+            context: self.ane_context,
         })
     }
 }

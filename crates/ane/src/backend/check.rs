@@ -223,6 +223,11 @@ impl Ref<'_> {
         let d = self.p.n_embd;
         let up = |v: &[f32]| -> Vec<f32> { v.iter().map(|x| x * s).collect() };
         match kind {
+            KernelKind::Resident { first, .. } => Err(Error::Output {
+                kernel: format!("blk.{first}.resident"),
+                msg: "a resident program holds attention; it is checked whole by verify".into(),
+            }
+            .into()),
             KernelKind::Qkv { layer } => self.qkv(layer, x),
             KernelKind::AttnOut { layer } => self.attn_out(layer, x),
             KernelKind::Ffn { layer } => self.ffn(layer, x),
@@ -408,6 +413,8 @@ pub fn check_layer0(
                 KernelKind::Entry { layer } | KernelKind::PerLayer { layer } => layer == 0,
                 KernelKind::PleProj => true,
                 KernelKind::LmHead { first, .. } => first == 0,
+                // attention with its cache inside: `verify` checks it whole
+                KernelKind::Resident { .. } => false,
             };
             if !wanted {
                 continue;

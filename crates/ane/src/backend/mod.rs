@@ -64,6 +64,7 @@
 pub mod check;
 mod model;
 pub mod reference;
+mod resident;
 pub mod selftest;
 mod session;
 pub mod worker;

@@ -1,9 +1,12 @@
 //! The compiled model: kernels printed → parsed → rule-checked, plus the CPU-side vectors.
 
+use super::resident::ResidentSession;
 use super::session::AneSession;
 use super::worker::{CompileReport, DriverKind, Opened, Worker};
 use super::Error;
-use crate::lower::{self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Variant};
+use crate::lower::{
+    self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Port, Variant,
+};
 use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
 use anedvd_cpu::moe::{MoeLayer, Shared};
@@ -33,6 +36,8 @@ pub(crate) struct SimKernel {
     pub out_channels: usize,
     /// Position in [`Model::kernels`] (the worker's program index).
     pub index: usize,
+    /// Inputs after `x` and outputs after the first (resident variant).
+    pub ports: (Vec<Port>, Vec<Port>),
     /// `Some` on the direct path; `None` when a runtime worker holds the program.
     pub direct: Option<Direct>,
 }
@@ -146,6 +151,14 @@ impl Model {
                     .into(),
             });
         }
+        if let (Exec::Runtime(..), Variant::Resident) = (exec, options.variant) {
+            return Err(anedvd_graph::Error::Backend {
+                backend: exec.backend_name().into(),
+                message: "the resident variant's programs (caches as aliased ports) run on the \
+                          simulator only so far (--backend ane-sim --ane-path e5rt)"
+                    .into(),
+            });
+        }
         // open the driver first: `ANE unavailable` before any lowering work
         let opened = match exec {
             Exec::Direct => None,
@@ -191,6 +204,7 @@ impl Model {
                 in_channels: k.in_channels,
                 out_channels: k.out_channels,
                 index,
+                ports: (k.inputs, k.outputs),
                 direct,
             });
         }
@@ -338,6 +352,28 @@ impl Model {
         Ok(res)
     }
 
+    /// Runs kernel `k` on named whole inputs (`x` and its ports), returning
+    /// its outputs by name in program order (resident variant; the direct
+    /// simulator path only).
+    pub fn run_ports(
+        &self,
+        k: &SimKernel,
+        inputs: &[(&str, Tensor)],
+    ) -> Result<Vec<(String, Tensor)>> {
+        let Some(d) = &k.direct else {
+            let msg = "ports run on the simulator only".to_string();
+            return Err(Error::Output {
+                kernel: k.name.clone(),
+                msg,
+            }
+            .into());
+        };
+        let sim = Simulator::new_unchecked(&d.program, &d.weights);
+        let out = sim.run("main", inputs).map_err(mil_err(&k.name))?;
+        self.dispatches.fetch_add(1, Ordering::Relaxed);
+        Ok(out)
+    }
+
     /// Gemma 4's per-layer inputs of the `n` rows of scaled token
     /// embeddings `x` (`n_layer · width` each): the `ple` program's
     /// projection normed per layer slice, plus the token table's row,
@@ -442,6 +478,10 @@ impl AneExecutable {
 
 impl Executable for AneExecutable {
     fn new_session(&self, max_seq: usize) -> Result<Box<dyn Session>> {
+        if self.model.options.variant == Variant::Resident {
+            let s = ResidentSession::new(self.model.clone(), max_seq)?;
+            return Ok(Box::new(s));
+        }
         Ok(Box::new(AneSession::new(self.model.clone(), max_seq)))
     }
 
@@ -449,7 +489,12 @@ impl Executable for AneExecutable {
         self.model.n_vocab
     }
 
+    /// The model's training context; a resident lowering holds at most
+    /// its cache length.
     fn n_ctx_train(&self) -> usize {
-        self.model.n_ctx_train
+        match self.model.options.variant {
+            Variant::Resident => self.model.n_ctx_train.min(self.model.options.context),
+            _ => self.model.n_ctx_train,
+        }
     }
 }

@@ -37,6 +37,12 @@ fn norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     out
 }
 
+/// The refusal of a resident lowering here: it has its own session
+/// (`super::resident`), which the executable picks.
+fn resident_elsewhere() -> anedvd_graph::Error {
+    anedvd_graph::Error::InvalidProgram("resident programs run in their own session".into())
+}
+
 impl AneSession {
     pub fn new(model: Arc<Model>, max_seq: usize) -> Self {
         let caches = model
@@ -98,6 +104,7 @@ impl AneSession {
         self.positions.extend(pos0..pos0 + n);
         self.rope_tables.new_pass();
         match m.options.variant {
+            Variant::Resident => return Err(resident_elsewhere()),
             Variant::Split => {
                 for (i, l) in m.layers.iter().enumerate() {
                     let li = Some(i);
@@ -218,6 +225,7 @@ impl AneSession {
                 h
             }
             Variant::Fused => x[first * d..].to_vec(),
+            Variant::Resident => return Err(resident_elsewhere()),
         };
         let mut logits = vec![0f32; rows * m.n_vocab];
         for (k, off) in m.lm_heads() {

@@ -2,19 +2,19 @@
 
 use super::emit::Emitter;
 use super::tensors::{rows, vector, WEIGHT_PATH};
-use super::{Error, Kernel, KernelKind, LowerOptions, Result};
+use super::{Error, Kernel, KernelKind, LowerOptions, Port, Result};
 use super::{FfnView, LayerView, MixerView};
 use anedvd_graph::{Attention, DecoderProgram, PerLayerEmbedding, PerLayerInput, ShortConv};
 use anedvd_mil::builder::{program as mil_program, ConvOpts, Var};
 use anedvd_mil::sim::Weights;
 
 /// Whole matrix `name` of `out` rows, row-major `[out, in]`.
-fn matrix(p: &DecoderProgram, name: &str, out: usize) -> Result<Vec<f32>> {
+pub(super) fn matrix(p: &DecoderProgram, name: &str, out: usize) -> Result<Vec<f32>> {
     Ok(rows(p.weights.as_ref(), name, 0, out)?.0)
 }
 
 /// Norm weight with the program's offset folded in (Gemma HF `(1 + w)`).
-fn norm(p: &DecoderProgram, name: &str) -> Result<Vec<f32>> {
+pub(super) fn norm(p: &DecoderProgram, name: &str) -> Result<Vec<f32>> {
     let mut v = vector(p.weights.as_ref(), name, p.n_embd)?;
     let off = p.norm.weight_offset;
     if off != 0.0 {
@@ -23,11 +23,15 @@ fn norm(p: &DecoderProgram, name: &str) -> Result<Vec<f32>> {
     Ok(v)
 }
 
-fn optional_norm(p: &DecoderProgram, name: Option<&str>) -> Result<Option<Vec<f32>>> {
+pub(super) fn optional_norm(p: &DecoderProgram, name: Option<&str>) -> Result<Option<Vec<f32>>> {
     name.map(|n| norm(p, n)).transpose()
 }
 
-fn optional_vec(p: &DecoderProgram, name: &Option<String>, len: usize) -> Result<Option<Vec<f32>>> {
+pub(super) fn optional_vec(
+    p: &DecoderProgram,
+    name: &Option<String>,
+    len: usize,
+) -> Result<Option<Vec<f32>>> {
     name.as_deref()
         .map(|n| vector(p.weights.as_ref(), n, len))
         .transpose()
@@ -35,7 +39,10 @@ fn optional_vec(p: &DecoderProgram, name: &Option<String>, len: usize) -> Result
 
 /// Concatenated `[Wq; Wk; Wv]` and, if any bias exists, `[bq; bk; bv]`;
 /// only q's for a layer reading another's K/V.
-fn qkv_weights(p: &DecoderProgram, a: &Attention) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+pub(super) fn qkv_weights(
+    p: &DecoderProgram,
+    a: &Attention,
+) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
     let (qd, kvd) = (a.q_dim(), a.kv_dim());
     let mut w = matrix(p, &a.wq, qd)?;
     if a.kv_source.is_some() {
@@ -57,9 +64,24 @@ fn qkv_weights(p: &DecoderProgram, a: &Attention) -> Result<(Vec<f32>, Option<Ve
     Ok((w, bias))
 }
 
-fn finish(name: String, kind: KernelKind, e: Emitter, out: &Var, cin: usize) -> Kernel {
+pub(super) fn finish(name: String, kind: KernelKind, e: Emitter, out: &Var, cin: usize) -> Kernel {
+    finish_ports(name, kind, e, (out, cin), (Vec::new(), Vec::new()))
+}
+
+/// [`finish`] of a kernel with further ports: `inputs` were declared after
+/// `x`, `outputs` are emitted after `out` in their order.
+pub(super) fn finish_ports(
+    name: String,
+    kind: KernelKind,
+    e: Emitter,
+    (out, cin): (&Var, usize),
+    (inputs, outputs): (Vec<Port>, Vec<(Port, Var)>),
+) -> Kernel {
     let mut e = e;
     e.b.output(out);
+    for (_, v) in &outputs {
+        e.b.output(v);
+    }
     let out_channels = out.shape().get(1).copied().unwrap_or(0);
     let (bytes, macs) = (e.pack.bytes, e.pack.macs);
     let mut weights = Weights::new();
@@ -73,6 +95,8 @@ fn finish(name: String, kind: KernelKind, e: Emitter, out: &Var, cin: usize) -> 
         out_channels,
         weight_bytes: bytes,
         macs,
+        inputs,
+        outputs: outputs.into_iter().map(|(p, _)| p).collect(),
     }
 }
 
@@ -137,7 +161,7 @@ pub fn qkv(
 
 /// The output side of layer `i`'s mixer from what the host handed over
 /// (`ctx`: the attention context, or a short conv's `[u; C; carry]`).
-fn emit_attn_out(
+pub(super) fn emit_attn_out(
     e: &mut Emitter,
     p: &DecoderProgram,
     (i, l): (usize, &LayerView<'_>),
@@ -220,7 +244,7 @@ pub fn attn_out(
 
 /// The dense FFN of layer `i` that runs on the ANE (the layer's, or a
 /// mixture's shared expert), if any.
-fn emit_ffn(
+pub(super) fn emit_ffn(
     e: &mut Emitter,
     p: &DecoderProgram,
     (i, l): (usize, &LayerView<'_>),
@@ -330,12 +354,48 @@ pub fn layer_scale(p: &DecoderProgram, name: &str) -> Result<f32> {
 }
 
 /// `v / s` (nothing when s = 1), to add a block output to the scaled residual.
-fn unscale(e: &mut Emitter, name: &str, v: &Var, s: f32) -> Result<Var> {
+pub(super) fn unscale(e: &mut Emitter, name: &str, v: &Var, s: f32) -> Result<Var> {
     if s == 1.0 {
         return Ok(v.clone());
     }
     let c = e.b.fp16(&format!("{name}_k"), 1.0 / f64::from(s))?;
     Ok(e.b.mul(name, v, &c)?)
+}
+
+/// The scaled residual after layer `i`'s mixer: output side of `ctx`
+/// (the attention context), post-mixer norm, `x + out / s`.
+pub(super) fn emit_mixer_residual(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l): (usize, &LayerView<'_>),
+    ctx: &Var,
+    x: &Var,
+) -> Result<Var> {
+    let mut a = emit_attn_out(e, p, (i, l), ctx)?;
+    if let Some(g) = optional_norm(p, l.post_attn_norm)? {
+        a = e.rms_norm(&format!("l{i}_post_attn_norm"), &a, &g, p.norm.eps, 1.0)?;
+    }
+    let a = unscale(e, &format!("l{i}_attn_out_s"), &a, o.residual_scale)?;
+    Ok(e.b.add(&format!("l{i}_ffn_inp"), x, &a)?)
+}
+
+/// The scaled residual after layer `i`'s FFN output `f`: post-FFN norm,
+/// `h + f / s`.
+pub(super) fn emit_ffn_residual(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l): (usize, &LayerView<'_>),
+    h: &Var,
+    f: &Var,
+) -> Result<Var> {
+    let mut f = f.clone();
+    if let Some(g) = optional_norm(p, l.post_ffn_norm)? {
+        f = e.rms_norm(&format!("l{i}_post_ffn_norm"), &f, &g, p.norm.eps, 1.0)?;
+    }
+    let f = unscale(e, &format!("l{i}_ffn_out_s"), &f, o.residual_scale)?;
+    Ok(e.b.add(&format!("l{i}_out"), h, &f)?)
 }
 
 /// `blk.i.layer` of the fused variant.
@@ -357,12 +417,7 @@ pub fn fused_layer(
         e.b.slice_by_size(&format!("l{i}_ctx"), &xin, &[0, 0, 0, 0], &[1, qd, 1, w])?;
     let x =
         e.b.slice_by_size(&format!("l{i}_resid"), &xin, &[0, qd, 0, 0], &[1, d, 1, w])?;
-    let mut a = emit_attn_out(&mut e, p, (i, l), &att)?;
-    if let Some(g) = optional_norm(p, l.post_attn_norm)? {
-        a = e.rms_norm(&format!("l{i}_post_attn_norm"), &a, &g, p.norm.eps, 1.0)?;
-    }
-    let a = unscale(&mut e, &format!("l{i}_attn_out_s"), &a, o.residual_scale)?;
-    let h = e.b.add(&format!("l{i}_ffn_inp"), &x, &a)?;
+    let h = emit_mixer_residual(&mut e, p, o, (i, l), &att, &x)?;
     let g = norm(p, l.ffn_norm)?;
     let hn = e.rms_norm(
         &format!("l{i}_ffn_norm"),
@@ -391,12 +446,8 @@ pub fn fused_layer(
         };
         return Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d + pw));
     }
-    let mut f = ffn.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
-    if let Some(g) = optional_norm(p, l.post_ffn_norm)? {
-        f = e.rms_norm(&format!("l{i}_post_ffn_norm"), &f, &g, p.norm.eps, 1.0)?;
-    }
-    let f = unscale(&mut e, &format!("l{i}_ffn_out_s"), &f, o.residual_scale)?;
-    let mut y = e.b.add(&format!("l{i}_out"), &h, &f)?;
+    let f = ffn.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
+    let mut y = emit_ffn_residual(&mut e, p, o, (i, l), &h, &f)?;
     if let Some(pl) = l.per_layer {
         let e_l =
             e.b.slice_by_size(&format!("l{i}_e"), &xin, &[0, qd + d, 0, 0], &[1, pw, 1, w])?;

@@ -60,6 +60,7 @@ mod cost;
 mod emit;
 mod kernels;
 pub mod quantize;
+pub mod resident;
 pub mod tensors;
 
 pub use cost::{CostModel, KernelCost};
@@ -109,6 +110,11 @@ pub enum Variant {
     Split,
     /// Norms and residuals inside, layers chained: 1 program per layer + 1.
     Fused,
+    /// Whole layers — norms, q/k norm, RoPE, attention and the KV cache —
+    /// inside, several layers per program, the caches resident across
+    /// steps (outputs aliased onto inputs): ⌈L/K⌉ + 1 programs
+    /// ([`resident`]). e5rt path only.
+    Resident,
 }
 
 impl Variant {
@@ -117,6 +123,7 @@ impl Variant {
         match self {
             Variant::Split => "split",
             Variant::Fused => "fused",
+            Variant::Resident => "resident",
         }
     }
 
@@ -125,6 +132,7 @@ impl Variant {
         match s {
             "split" => Some(Variant::Split),
             "fused" => Some(Variant::Fused),
+            "resident" => Some(Variant::Resident),
             _ => None,
         }
     }
@@ -158,6 +166,12 @@ pub struct LowerOptions {
     /// spellings, surfaces) follows its registry (`anedvd ops --path`).
     /// Default in-memory, the one path a runtime drives today.
     pub path: RuntimePath,
+    /// Resident variant: layers per program; 0 picks the most that keep
+    /// each program's weights within [`resident::MAX_PROGRAM_WEIGHT_BYTES`].
+    pub layers_per_program: usize,
+    /// Resident variant: positions each layer's resident KV cache holds
+    /// (the context of a session; a power of two, softmax's axis).
+    pub context: usize,
 }
 
 impl Default for LowerOptions {
@@ -169,6 +183,8 @@ impl Default for LowerOptions {
             residual_scale: 32.0,
             weights: WeightFormat::Fp16,
             path: RuntimePath::InMemory,
+            layers_per_program: 0,
+            context: 1024,
         }
     }
 }
@@ -221,8 +237,19 @@ pub enum KernelKind {
         /// Layer index.
         layer: usize,
     },
+    /// Resident: layers `first..first + layers` whole, from the scaled
+    /// residual `x` to the next one, with the ports of [`Kernel::inputs`]
+    /// and [`Kernel::outputs`] (position tables, caches).
+    Resident {
+        /// First layer.
+        first: usize,
+        /// Layers inside.
+        layers: usize,
+    },
     /// Logits rows `first..first + rows` from the (normed, in the split
-    /// variant; raw, in the fused one) residual `[D]`.
+    /// variant; raw, in the fused one) residual `[D]`; in the resident
+    /// variant the first slice of one program whose further outputs are
+    /// the other slices ([`PortRole::Logits`]).
     LmHead {
         /// First vocabulary row.
         first: usize,
@@ -252,6 +279,62 @@ pub struct Kernel {
     pub weight_bytes: u64,
     /// Multiply-accumulates per activation column (conv weight elements).
     pub macs: u64,
+    /// Inputs after `x` (resident variant; empty otherwise).
+    pub inputs: Vec<Port>,
+    /// Outputs after the first (resident variant; empty otherwise).
+    pub outputs: Vec<Port>,
+}
+
+/// A named input or output of a kernel beyond `x` and its first output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    /// The MIL parameter or output name.
+    pub name: String,
+    /// Its fp16 shape.
+    pub shape: Vec<usize>,
+    /// What the host puts there or takes from there.
+    pub role: PortRole,
+}
+
+/// What a [`Port`] carries (resident variant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortRole {
+    /// `[1, n_rot/2, 1, W]`: cos (`sin` false) or sin of layer `layer`'s
+    /// RoPE angles at each column's position (times its attention factor);
+    /// layers with an equal RoPE share it.
+    Rope {
+        /// The first layer of the program with this RoPE.
+        layer: usize,
+        /// Sine rather than cosine.
+        sin: bool,
+    },
+    /// `[1, 1, W, T]`: 0 where column j may see key t (causal, within
+    /// layer `layer`'s window), [`resident::MASKED`] elsewhere; layers with
+    /// an equal window share it.
+    Mask {
+        /// The first layer of the program with this window.
+        layer: usize,
+    },
+    /// `[1, W, T]`: one-hot, 1 at (j, position of column j) for the
+    /// chunk's columns.
+    Write,
+    /// `[1, 1, T]`: 0 at the positions the chunk writes, 1 elsewhere.
+    Keep,
+    /// `[KVH, hd, T]`: layer `layer`'s K (`value` false) or V cache. An
+    /// input, and an output aliased onto that input.
+    Cache {
+        /// Layer index.
+        layer: usize,
+        /// V rather than K.
+        value: bool,
+    },
+    /// `[1, rows, 1, W]`: logits rows `first..first + rows`.
+    Logits {
+        /// First vocabulary row.
+        first: usize,
+        /// Rows.
+        rows: usize,
+    },
 }
 
 /// The lowered decoder.
@@ -482,9 +565,10 @@ fn split_norms(norms: &NormPlacement) -> (&str, Option<&str>, &str, Option<&str>
 /// Dispatches per decode token for `variant`, without building anything:
 /// split `3·layers + slices` less one per mixture of experts without a
 /// shared expert; fused `1 + layers + slices` plus one `entry` after each
-/// mixture of experts but the last layer.
-pub fn dispatch_count(variant: Variant, program: &DecoderProgram, vocab_slice: usize) -> usize {
-    let slices = program.n_vocab.div_ceil(vocab_slice.max(1));
+/// mixture of experts but the last layer; resident one per layer group
+/// plus the lm_head.
+pub fn dispatch_count(variant: Variant, program: &DecoderProgram, options: &LowerOptions) -> usize {
+    let slices = program.n_vocab.div_ceil(options.vocab_slice.max(1));
     let n = program.layers.len();
     let moe = |b: &Block| match &b.ffn {
         FeedForward::Moe(m) => Some(m.shared.is_some()),
@@ -506,6 +590,7 @@ pub fn dispatch_count(variant: Variant, program: &DecoderProgram, vocab_slice: u
                 .filter(|b| moe(b).is_some());
             ple + 1 + n + entries.count() + slices
         }
+        Variant::Resident => resident::groups(program, options).len() + 1,
     }
 }
 
@@ -541,7 +626,8 @@ pub fn lower_views(
         )));
     }
     let mut kernels = Vec::new();
-    if let Some(e) = &program.per_layer_embd {
+    let ple = program.per_layer_embd.as_ref();
+    if let (Some(e), false) = (ple, options.variant == Variant::Resident) {
         kernels.push(kernels::ple_proj(program, options, e)?);
     }
     match options.variant {
@@ -577,6 +663,13 @@ pub fn lower_views(
                     kernels.push(kernels::qkv(program, options, (i + 1, n), true)?);
                 }
             }
+        }
+        Variant::Resident => {
+            // its own lm_head: one program, every slice an output
+            return Ok(Lowered {
+                options: *options,
+                kernels: resident::lower(program, views, options)?,
+            });
         }
     }
     let norm_inside = options.variant == Variant::Fused;

@@ -89,6 +89,8 @@ pub struct KernelsReport {
     pub cost: CostModel,
     /// Every variant, the chosen one (`options.variant`) first.
     pub variants: Vec<VariantPlan>,
+    /// The other variants the model or path cannot take, with the reason.
+    pub unavailable: Vec<(Variant, String)>,
 }
 
 /// The contested ops of a lowering on `path`, each with the first program using it.
@@ -135,17 +137,26 @@ pub fn plan(
     let program = super::open_program(path, overrides, false)?.program;
     let mut variants = vec![lowering.variant];
     variants.extend(
-        [Variant::Fused, Variant::Split]
+        [Variant::Resident, Variant::Fused, Variant::Split]
             .into_iter()
             .filter(|v| *v != lowering.variant),
     );
     let mut plans = Vec::new();
+    let mut unavailable = Vec::new();
     for variant in variants {
         let o = LowerOptions {
             variant,
             ..*lowering
         };
-        let l = lower::lower(&program, &o)?;
+        let l = match lower::lower(&program, &o) {
+            Ok(l) => l,
+            // another variant this model or path cannot take: say why
+            Err(e @ lower::Error::Options(_)) if variant != lowering.variant => {
+                unavailable.push((variant, e.to_string()));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let kernels = l
             .kernels
             .iter()
@@ -175,6 +186,7 @@ pub fn plan(
         options: *lowering,
         cost: *cost,
         variants: plans,
+        unavailable,
     })
 }
 
@@ -192,6 +204,7 @@ fn kind_label(k: KernelKind) -> &'static str {
         } => "o-proj..FFN norm, shared expert (experts on the host)",
         KernelKind::Layer { next_qkv: true, .. } => "o-proj..FFN..next norm+q/k/v",
         KernelKind::Layer { .. } => "o-proj..FFN (last layer)",
+        KernelKind::Resident { .. } => "whole layers: attention + KV cache resident",
         KernelKind::LmHead {
             norm_inside: true, ..
         } => "final norm + lm_head slice",

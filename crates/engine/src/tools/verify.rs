@@ -306,7 +306,7 @@ impl Verification {
         let dispatches_per_token = o
             .backend
             .is_ane()
-            .then(|| lower::dispatch_count(lowering.variant, program, lowering.vocab_slice));
+            .then(|| lower::dispatch_count(lowering.variant, program, lowering));
 
         let mut divergence = None;
         let (mut na, mut nb) = (ta as u32, tb as u32);

@@ -1,0 +1,320 @@
+//! A session of the resident variant: the host embeds, builds each chunk's
+//! position inputs and keeps the caches the programs update.
+//!
+//! Per chunk of ≤ W tokens at positions `pos0..pos0 + n` the host makes
+//! the inputs every `blk.*.resident` program shares (`crate::lower::resident`):
+//! the one-hot `write` and its `keep`, the cos/sin of each RoPE (the CPU
+//! backend's own tables) and the mask of each window, all with the chunk's
+//! tokens in columns `0..n` (the rest zero, writing nothing). Each program
+//! takes the caches its layers hold and returns them updated; on hardware
+//! those outputs are aliased onto the inputs (no copy), here the session
+//! keeps the returned tensors. Then `lm_head` gives every vocabulary slice.
+//!
+//! Stale cache rows need no clearing: a query sees only keys at or before
+//! its own position, and a chunk writes its positions before attending, so
+//! rows past the session's position (after a truncation, or a failed
+//! forward) are overwritten before anything can read them.
+
+use super::model::{HostMixer, Model, SimKernel};
+use crate::lower::resident::MASKED;
+use crate::lower::{KernelKind, PortRole};
+use anedvd_cpu::attention::{first_visible, RopeTables};
+use anedvd_cpu::kernels::softcap;
+use anedvd_graph::dump::Dump;
+use anedvd_graph::intermediate as names;
+use anedvd_graph::{validate_forward, Attention, Error, LogitsMode, Result, Session};
+use anedvd_mil::sim::Tensor;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// One sequence on resident programs.
+pub(crate) struct ResidentSession {
+    model: Arc<Model>,
+    max_seq: usize,
+    pos: usize,
+    /// `[K, V]` per layer, `[KVH, hd, T]` fp16.
+    caches: Vec<[Tensor; 2]>,
+    rope_tables: RopeTables,
+    logits: Vec<f32>,
+    dump_dir: Option<PathBuf>,
+}
+
+fn mil_error(kernel: &str, e: anedvd_mil::Error) -> Error {
+    Error::Backend {
+        backend: "ane-sim".into(),
+        message: format!("{kernel}: {e}"),
+    }
+}
+
+impl ResidentSession {
+    pub fn new(model: Arc<Model>, max_seq: usize) -> Result<Self> {
+        let t = model.options.context;
+        if max_seq > t {
+            return Err(Error::Backend {
+                backend: "ane-sim".into(),
+                message: format!(
+                    "the resident programs hold {t} positions per cache (--ane-context); a \
+                     session of {max_seq} does not fit"
+                ),
+            });
+        }
+        let caches = (0..model.layers.len())
+            .map(|i| {
+                let a = model.attention(i)?;
+                let shape = [a.n_head_kv, a.head_dim, t];
+                let zeros = vec![0f32; shape.iter().product()];
+                let z = Tensor::f16(&shape, &zeros).map_err(|e| mil_error("cache", e))?;
+                Ok([z.clone(), z])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ResidentSession {
+            model,
+            max_seq,
+            pos: 0,
+            caches,
+            rope_tables: RopeTables::default(),
+            logits: Vec::new(),
+            dump_dir: None,
+        })
+    }
+
+    /// Runs one chunk of ≤ W tokens at `pos0`; returns the logits of the
+    /// last row (`Some(false)`) or of every row (`Some(true)`).
+    fn chunk(
+        &mut self,
+        tokens: &[u32],
+        pos0: usize,
+        want: Option<bool>,
+        dump: &mut Option<Dump>,
+    ) -> Result<Vec<f32>> {
+        let m = self.model.clone();
+        let (n, d, w, t) = (tokens.len(), m.n_embd, m.options.width, m.options.context);
+        let s = m.options.residual_scale;
+        let mut x = vec![0f32; d * w];
+        let mut row = vec![0f32; d];
+        for (j, &tok) in tokens.iter().enumerate() {
+            m.embed(tok, &mut row)?;
+            for (c, v) in row.iter().enumerate() {
+                x[c * w + j] = v / s;
+            }
+        }
+        Dump::put_opt(dump, None, "inp_embd", &rows_of(&x, d, w, n, s), n);
+        let positions: Vec<usize> = (pos0..pos0 + n).collect();
+        self.rope_tables.new_pass();
+        let (mut write, mut keep) = (vec![0f32; w * t], vec![1f32; t]);
+        for (j, &p) in positions.iter().enumerate() {
+            write[j * t + p] = 1.0;
+            keep[p] = 0.0;
+        }
+        for k in m
+            .kernels
+            .iter()
+            .filter(|k| matches!(k.kind, KernelKind::Resident { .. }))
+        {
+            let f16 = |shape: &[usize], v: &[f32]| {
+                Tensor::f16(shape, v).map_err(|e| mil_error(&k.name, e))
+            };
+            let mut inputs = vec![("x", f16(&[1, d, 1, w], &x)?)];
+            for port in &k.ports.0 {
+                let tensor = match port.role {
+                    PortRole::Write => f16(&port.shape, &write)?,
+                    PortRole::Keep => f16(&port.shape, &keep)?,
+                    PortRole::Rope { layer, sin } => {
+                        let a = m.attention(layer)?;
+                        f16(&port.shape, &self.rope_columns(a, &positions, sin, w))?
+                    }
+                    PortRole::Mask { layer } => f16(
+                        &port.shape,
+                        &mask(m.attention(layer)?.window, &positions, w, t),
+                    )?,
+                    PortRole::Cache { layer, value } => {
+                        self.caches[layer][usize::from(value)].clone()
+                    }
+                    PortRole::Logits { .. } => return Err(bad_port(k, &port.name)),
+                };
+                inputs.push((port.name.as_str(), tensor));
+            }
+            let out = m.run_ports(k, &inputs)?;
+            let mut out = out.into_iter();
+            let (_, y) = out.next().ok_or_else(|| bad_port(k, "the residual"))?;
+            x = y.to_f32();
+            if let KernelKind::Resident { first, layers } = k.kind {
+                // the residual after the group's last layer, unscaled
+                let li = Some(first + layers - 1);
+                Dump::put_opt(dump, li, names::OUT, &rows_of(&x, d, w, n, s), n);
+            }
+            for ((name, tensor), port) in out.zip(&k.ports.1) {
+                match port.role {
+                    PortRole::Cache { layer, value } if name == port.name => {
+                        self.caches[layer][usize::from(value)] = tensor;
+                    }
+                    _ => return Err(bad_port(k, &name)),
+                }
+            }
+        }
+        let Some(all) = want else {
+            return Ok(Vec::new());
+        };
+        let cols = if all { 0..n } else { n - 1..n };
+        let logits = self.logits_of(&x, cols.clone())?;
+        Dump::put_opt(dump, None, names::RESULT_OUTPUT, &logits, cols.len());
+        Ok(logits)
+    }
+
+    /// The cos (or sin) of layer `a`'s RoPE, `[1, n_rot/2, 1, W]`, at the
+    /// columns' positions.
+    fn rope_columns(
+        &mut self,
+        a: &Attention,
+        positions: &[usize],
+        sin: bool,
+        w: usize,
+    ) -> Vec<f32> {
+        let Some(r) = &a.rope else {
+            return Vec::new();
+        };
+        let half = r.n_rot / 2;
+        let table = self.rope_tables.get(r, positions);
+        let mut out = vec![0f32; half * w];
+        for (j, pairs) in table
+            .chunks_exact(half.max(1))
+            .take(positions.len())
+            .enumerate()
+        {
+            for (i, &(c, s)) in pairs.iter().enumerate() {
+                out[i * w + j] = if sin { s } else { c };
+            }
+        }
+        out
+    }
+
+    /// Logits of columns `cols` of the scaled residual `x` from `lm_head`.
+    fn logits_of(&self, x: &[f32], cols: std::ops::Range<usize>) -> Result<Vec<f32>> {
+        let m = &self.model;
+        let (d, w, v) = (m.n_embd, m.options.width, m.n_vocab);
+        let k = m.find(|k| matches!(k, KernelKind::LmHead { .. }))?;
+        let xt = Tensor::f16(&[1, d, 1, w], x).map_err(|e| mil_error(&k.name, e))?;
+        let out = m.run_ports(k, &[("x", xt)])?;
+        let first_rows = match k.kind {
+            KernelKind::LmHead { rows, .. } => rows,
+            _ => 0,
+        };
+        let mut logits = vec![0f32; cols.len() * v];
+        let slices =
+            std::iter::once((0, first_rows)).chain(k.ports.1.iter().map(|p| match p.role {
+                PortRole::Logits { first, rows } => (first, rows),
+                _ => (v, 0),
+            }));
+        for ((name, part), (first, rows)) in out.iter().zip(slices) {
+            if part.shape != [1, rows, 1, w] || first + rows > v {
+                return Err(bad_port(k, name));
+            }
+            let part = part.to_f32();
+            for (r, col) in cols.clone().enumerate() {
+                for i in 0..rows {
+                    logits[r * v + first + i] = part[i * w + col];
+                }
+            }
+        }
+        if let Some(cap) = m.final_softcap {
+            softcap(&mut logits, cap);
+        }
+        Ok(logits)
+    }
+}
+
+/// Rows `0..n` of the `[D, W]` columns `x`, times `s`.
+fn rows_of(x: &[f32], d: usize, w: usize, n: usize, s: f32) -> Vec<f32> {
+    (0..n)
+        .flat_map(|j| (0..d).map(move |c| x[c * w + j] * s))
+        .collect()
+}
+
+/// `[1, 1, W, T]`: 0 where column j sees key t (causal, within `window`),
+/// [`MASKED`] elsewhere; columns past the chunk see everything (their
+/// results are dropped, and an all-masked row would be a uniform one).
+fn mask(window: Option<usize>, positions: &[usize], w: usize, t: usize) -> Vec<f32> {
+    let mut out = vec![0f32; w * t];
+    for (j, &p) in positions.iter().enumerate() {
+        let row = &mut out[j * t..(j + 1) * t];
+        let seen = first_visible(p, window)..=p;
+        for (key, v) in row.iter_mut().enumerate() {
+            if !seen.contains(&key) {
+                *v = MASKED;
+            }
+        }
+    }
+    out
+}
+
+fn bad_port(k: &SimKernel, port: &str) -> Error {
+    Error::Backend {
+        backend: "ane-sim".into(),
+        message: format!("{}: unexpected port {port}", k.name),
+    }
+}
+
+impl Session for ResidentSession {
+    fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
+        let n_vocab = self.model.n_vocab;
+        if !validate_forward(tokens, mode, self.pos, self.max_seq, n_vocab)? {
+            return Ok(&[]);
+        }
+        let w = self.model.options.width;
+        let n_chunks = tokens.len().div_ceil(w);
+        let start = self.pos;
+        let mut logits = Vec::new();
+        let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
+        for (ci, part) in tokens.chunks(w).enumerate() {
+            let want = match mode {
+                LogitsMode::None => None,
+                LogitsMode::Last if ci + 1 == n_chunks => Some(false),
+                LogitsMode::Last => None,
+                LogitsMode::All => Some(true),
+            };
+            match self.chunk(part, start + ci * w, want, &mut dump) {
+                Ok(l) => logits.extend(l),
+                Err(e) => {
+                    // rows written past `start` are never read (module docs)
+                    self.pos = start;
+                    return Err(e);
+                }
+            }
+        }
+        if let Some(d) = dump {
+            d.finish()?;
+        }
+        self.pos = start + tokens.len();
+        self.logits = logits;
+        Ok(&self.logits)
+    }
+
+    fn position(&self) -> usize {
+        self.pos
+    }
+
+    fn truncate(&mut self, n: usize) {
+        self.pos = self.pos.min(n);
+    }
+
+    fn max_seq(&self) -> usize {
+        self.max_seq
+    }
+
+    /// Dumps the embeddings, each program's output residual (as its last
+    /// layer's `l_out`) and the logits: what lies between stays inside
+    /// the programs.
+    fn set_dump(&mut self, dir: Option<PathBuf>) {
+        self.dump_dir = dir;
+    }
+}
+
+impl Model {
+    /// Layer `i`'s attention (every layer of a resident lowering has one).
+    pub fn attention(&self, i: usize) -> Result<&Attention> {
+        match self.layers.get(i).map(|l| &l.mixer) {
+            Some(HostMixer::Attention(a)) => Ok(a),
+            _ => Err(Error::InvalidProgram(format!("layer {i} has no attention"))),
+        }
+    }
+}

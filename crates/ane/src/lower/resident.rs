@@ -1,0 +1,572 @@
+//! The resident variant: several whole layers per program, attention and
+//! the KV cache inside, the caches resident across steps.
+//!
+//! ANEForge's decode programs (ane-evidence.md §d) run a chunk of layers
+//! with the KV cache as program state: every cache is an input and an
+//! output, the output aliased onto the input's buffer before the first
+//! execute, so one dispatch per step reads and writes the cache with no
+//! host copy. This is that design on our lowering:
+//!
+//! * `blk.A-B.resident` (layers `A..=B`; `blk.A.resident` for one) takes
+//!   the scaled residual `x: [1, D, 1, W]` and returns the next one, and
+//!   runs per layer: attention norm, the q/k/v projection, per-head q/k
+//!   norms (and Gemma 4's weightless v norm), RoPE, the cache write, scores
+//!   (with the soft-cap), the mask, softmax, the weighted sum of values,
+//!   the output projection and the rest of the fused layer (post norms,
+//!   residual adds, FFN). Its further ports ([`PortRole`]):
+//!   - per distinct RoPE `rope_lI_cos`, `rope_lI_sin` `[1, n_rot/2, 1, W]`
+//!     (the host's own cos/sin tables at each column's position), per
+//!     distinct window `mask_lI` `[1, 1, W, T]` (0 where column j sees key
+//!     t, [`MASKED`] elsewhere), `write` `[1, W, T]` (one-hot at each
+//!     chunk column's position) and `keep` `[1, 1, T]` (0 where the chunk
+//!     writes);
+//!   - per layer the caches `k_lI`, `v_lI` `[KVH, hd, T]`, and as outputs
+//!     `k_lI_next = k_lI · keep + k · write` (the masked one-hot write of
+//!     §d; an exact product: one non-zero term per element) and likewise
+//!     `v_lI_next`, which the runtime aliases onto the inputs.
+//! * `lm_head`: the final norm and every vocabulary slice, one output each.
+//!
+//! So a decode token takes ⌈L/K⌉ + 1 dispatches for K layers per program.
+//!
+//! Layouts. Scores are one batched matmul per KV head group: q goes from
+//! `[1, H·hd, 1, W]` to `[KVH, G·W, hd]` (G = H/KVH query heads per KV
+//! head; two reshapes and a transpose), times the cache `[KVH, hd, T]`
+//! gives `[KVH, G·W, T]`; values come back with `transpose_y`. RoPE is the
+//! half-split form (`x1·c − x2·s`, `x1·s + x2·c` on two slices); a model
+//! with adjacent pairs has its q/k rows (and q/k norm gains) permuted per
+//! head into half-split order at lowering time, which leaves every q·k dot
+//! product unchanged. Softmax is the native op over T (e5rt: reachable,
+//! `anedvd ops --op softmax`), so T is a power of two.
+//!
+//! Only the e5rt path binds ports of different sizes, so this variant is
+//! e5rt only; the in-memory path keeps the fused variant's host attention.
+//! Layers it cannot hold are refused by name: short convolutions, mixtures
+//! of experts, Gemma 4's per-layer inputs and shared K/V.
+
+use super::emit::Emitter;
+use super::kernels::{
+    emit_ffn, emit_ffn_residual, emit_mixer_residual, finish_ports, norm, qkv_weights,
+};
+use super::tensors::{rows, vector};
+use super::{
+    Error, FfnView, Kernel, KernelKind, LayerView, LowerOptions, MixerView, Port, PortRole, Result,
+    RuntimePath,
+};
+use anedvd_graph::{Attention, Block, DecoderProgram, FeedForward, Mixer, Rope, RopePairing};
+use anedvd_mil::builder::Var;
+use anedvd_mil::ir::DType;
+use std::ops::Range;
+
+/// Most weight bytes one program bakes when `layers_per_program` is 0:
+/// ANEForge groups layers so that each program holds ≤ 1.6 GB of fp16
+/// ("~1.5 GB OK, ~3.4 GB fails", ane-evidence.md §d).
+pub const MAX_PROGRAM_WEIGHT_BYTES: u64 = 1_500_000_000;
+
+/// The mask's value for a key a column may not see: far below any score,
+/// so its exponential is 0 in fp16, yet finite (no inf arithmetic, which
+/// the ANE does not carry through: ane-evidence.md §e).
+pub const MASKED: f32 = -30000.0;
+
+/// The layer ranges of the programs: `layers_per_program` at a time, or
+/// (0) as many as fit [`MAX_PROGRAM_WEIGHT_BYTES`] in `options.weights`.
+pub fn groups(p: &DecoderProgram, options: &LowerOptions) -> Vec<Range<usize>> {
+    let n = p.layers.len();
+    let k = options.layers_per_program;
+    if k > 0 {
+        return (0..n).step_by(k).map(|s| s..(s + k).min(n)).collect();
+    }
+    let bits = u64::from(options.weights.bits());
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, b) in p.layers.iter().enumerate() {
+        let add = layer_weights(p, b).saturating_mul(bits) / 8;
+        if i > start && bytes.saturating_add(add) > MAX_PROGRAM_WEIGHT_BYTES {
+            out.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes = bytes.saturating_add(add);
+    }
+    if start < n {
+        out.push(start..n);
+    }
+    out
+}
+
+/// Projection weights of one layer (elements).
+fn layer_weights(p: &DecoderProgram, b: &Block) -> u64 {
+    let d = p.n_embd as u64;
+    let mixer = match &b.mixer {
+        Mixer::Attention(a) => d * (2 * a.q_dim() + 2 * a.kv_dim()) as u64,
+        Mixer::ShortConv(_) => 4 * d * d,
+    };
+    let ffn = match &b.ffn {
+        FeedForward::Dense(f) => 3 * d * f.n_ff as u64,
+        FeedForward::Moe(m) => m.shared.as_ref().map_or(0, |s| 3 * d * s.ffn.n_ff as u64),
+    };
+    mixer + ffn
+}
+
+/// The attention of layer `i`, or the refusal of what this variant cannot hold.
+fn resident_attention<'a>(i: usize, l: &LayerView<'a>) -> Result<&'a Attention> {
+    let refuse = |what: &str| {
+        Err(Error::Options(format!(
+            "the resident variant holds attention layers with a dense FFN; layer {i} has {what} \
+             (use --variant fused)"
+        )))
+    };
+    let a = match l.mixer {
+        MixerView::Attention(a) => a,
+        MixerView::ShortConv(_) => return refuse("a short convolution"),
+    };
+    if a.kv_source.is_some() {
+        return refuse("K/V shared from another layer");
+    }
+    if l.per_layer.is_some() {
+        return refuse("a per-layer input");
+    }
+    if let FfnView::Moe(_) = l.ffn {
+        return refuse("a mixture of experts");
+    }
+    Ok(a)
+}
+
+/// Lowers every layer group and the lm_head.
+pub fn lower(p: &DecoderProgram, views: &[LayerView<'_>], o: &LowerOptions) -> Result<Vec<Kernel>> {
+    if o.path != RuntimePath::E5rt {
+        return Err(Error::Options(
+            "the resident variant runs on the e5rt path only (--ane-path e5rt): the in-memory \
+             path binds one input and one output of equal size per program, so its caches cannot \
+             be ports (use --variant fused there)"
+                .into(),
+        ));
+    }
+    let t = o.context;
+    if !(32..=65536).contains(&t) || !t.is_power_of_two() {
+        return Err(Error::Options(format!(
+            "context {t} must be a power of two in 32..=65536 (softmax runs over it)"
+        )));
+    }
+    if p.per_layer_embd.is_some() {
+        return Err(Error::Options(
+            "the resident variant does not hold Gemma 4's per-layer inputs (use --variant \
+             fused)"
+                .into(),
+        ));
+    }
+    let attns = views
+        .iter()
+        .enumerate()
+        .map(|(i, l)| resident_attention(i, l))
+        .collect::<Result<Vec<_>>>()?;
+    let mut kernels = Vec::new();
+    for g in groups(p, o) {
+        kernels.push(group(p, o, views, &attns, g)?);
+    }
+    kernels.push(lm_head(p, o)?);
+    Ok(kernels)
+}
+
+/// The ports and values one program's layers share.
+struct Shared {
+    inputs: Vec<Port>,
+    ropes: Vec<(Rope, Var, Var)>,
+    masks: Vec<(Option<usize>, Var)>,
+    write: Var,
+    keep: Var,
+}
+
+/// Declares the fp16 input `name` and records its port.
+fn declare(
+    e: &mut Emitter,
+    inputs: &mut Vec<Port>,
+    name: &str,
+    shape: &[usize],
+    role: PortRole,
+) -> Result<Var> {
+    let v = e.b.input(name, DType::Fp16, shape)?;
+    inputs.push(Port {
+        name: name.into(),
+        shape: shape.to_vec(),
+        role,
+    });
+    Ok(v)
+}
+
+impl Shared {
+    fn declare(
+        &mut self,
+        e: &mut Emitter,
+        name: &str,
+        shape: &[usize],
+        role: PortRole,
+    ) -> Result<Var> {
+        declare(e, &mut self.inputs, name, shape, role)
+    }
+
+    /// Layer `i`'s cos and sin inputs (declared by the first layer with its RoPE).
+    fn rope(&mut self, e: &mut Emitter, i: usize, r: &Rope) -> Result<(Var, Var)> {
+        if let Some((_, c, s)) = self.ropes.iter().find(|(x, _, _)| x == r) {
+            return Ok((c.clone(), s.clone()));
+        }
+        let shape = [1, r.n_rot / 2, 1, e.width];
+        let c = self.declare(
+            e,
+            &format!("rope_l{i}_cos"),
+            &shape,
+            PortRole::Rope {
+                layer: i,
+                sin: false,
+            },
+        )?;
+        let s = self.declare(
+            e,
+            &format!("rope_l{i}_sin"),
+            &shape,
+            PortRole::Rope {
+                layer: i,
+                sin: true,
+            },
+        )?;
+        self.ropes.push((r.clone(), c.clone(), s.clone()));
+        Ok((c, s))
+    }
+
+    /// Layer `i`'s mask input (declared by the first layer with its window).
+    fn mask(&mut self, e: &mut Emitter, i: usize, window: Option<usize>, t: usize) -> Result<Var> {
+        if let Some((_, m)) = self.masks.iter().find(|(w, _)| *w == window) {
+            return Ok(m.clone());
+        }
+        let shape = [1, 1, e.width, t];
+        let m = self.declare(
+            e,
+            &format!("mask_l{i}"),
+            &shape,
+            PortRole::Mask { layer: i },
+        )?;
+        self.masks.push((window, m.clone()));
+        Ok(m)
+    }
+}
+
+/// `blk.A-B.resident`: layers `range` from the scaled residual to the next.
+fn group(
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    views: &[LayerView<'_>],
+    attns: &[&Attention],
+    range: Range<usize>,
+) -> Result<Kernel> {
+    let (d, w, t) = (p.n_embd, o.width, o.context);
+    let mut e = Emitter::new(w, o.weights);
+    let mut x = e.input(d)?;
+    let mut inputs = Vec::new();
+    let write = declare(&mut e, &mut inputs, "write", &[1, w, t], PortRole::Write)?;
+    let keep = declare(&mut e, &mut inputs, "keep", &[1, 1, t], PortRole::Keep)?;
+    let mut sh = Shared {
+        inputs,
+        ropes: Vec::new(),
+        masks: Vec::new(),
+        write,
+        keep,
+    };
+    let mut outputs = Vec::new();
+    for i in range.clone() {
+        x = layer(
+            &mut e,
+            p,
+            o,
+            (i, &views[i], attns[i]),
+            &x,
+            &mut sh,
+            &mut outputs,
+        )?;
+    }
+    let name = match range.len() {
+        1 => format!("blk.{}.resident", range.start),
+        _ => format!("blk.{}-{}.resident", range.start, range.end - 1),
+    };
+    let kind = KernelKind::Resident {
+        first: range.start,
+        layers: range.len(),
+    };
+    Ok(finish_ports(name, kind, e, (&x, d), (sh.inputs, outputs)))
+}
+
+/// Per-head element order that turns adjacent RoPE pairs `(2i, 2i+1)`
+/// into half-split pairs `(i, i + n_rot/2)`: `order[j]` is the old index
+/// of new element `j`; dimensions past `n_rot` stay.
+fn half_split_order(head_dim: usize, n_rot: usize) -> Vec<usize> {
+    let half = n_rot / 2;
+    (0..head_dim)
+        .map(|j| match j {
+            j if j < half => 2 * j,
+            j if j < n_rot => 2 * (j - half) + 1,
+            j => j,
+        })
+        .collect()
+}
+
+/// Permutes the `cols`-wide rows `rows` (heads of `order.len()` rows) by `order`.
+fn permute_rows(m: &mut [f32], rows: Range<usize>, cols: usize, order: &[usize]) {
+    let hd = order.len();
+    let block = &mut m[rows.start * cols..rows.end * cols];
+    for head in block.chunks_exact_mut(hd * cols) {
+        let old = head.to_vec();
+        for (j, &src) in order.iter().enumerate() {
+            head[j * cols..(j + 1) * cols].copy_from_slice(&old[src * cols..(src + 1) * cols]);
+        }
+    }
+}
+
+/// One whole layer on the scaled residual `x`; pushes its cache outputs.
+#[allow(clippy::too_many_arguments)]
+fn layer(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l, a): (usize, &LayerView<'_>, &Attention),
+    x: &Var,
+    sh: &mut Shared,
+    outputs: &mut Vec<(Port, Var)>,
+) -> Result<Var> {
+    let (d, w, t) = (p.n_embd, o.width, o.context);
+    let (hd, nh, nkv) = (a.head_dim, a.n_head, a.n_head_kv);
+    let (qd, kvd, g) = (a.q_dim(), a.kv_dim(), nh / nkv.max(1));
+    let eps = p.norm.eps;
+    let order = match &a.rope {
+        Some(r) if r.pairing == RopePairing::Norm => Some(half_split_order(hd, r.n_rot)),
+        _ => None,
+    };
+    let h = e.rms_norm(
+        &format!("l{i}_attn_norm"),
+        x,
+        &norm(p, l.attn_norm)?,
+        eps,
+        o.residual_scale,
+    )?;
+    let (mut wqkv, mut bias) = qkv_weights(p, a)?;
+    if let Some(ord) = &order {
+        permute_rows(&mut wqkv, 0..qd + kvd, d, ord);
+        if let Some(b) = bias.as_mut() {
+            permute_rows(b, 0..qd + kvd, 1, ord);
+        }
+    }
+    let qkv = e.projection(
+        &format!("l{i}_qkv"),
+        &h,
+        &wqkv,
+        qd + 2 * kvd,
+        bias.as_deref(),
+    )?;
+    let part =
+        |e: &mut Emitter, name: &str, start: usize, len: usize, heads: usize| -> Result<Var> {
+            let s = e.b.slice_by_size(
+                &format!("l{i}_{name}_flat"),
+                &qkv,
+                &[0, start, 0, 0],
+                &[1, len, 1, w],
+            )?;
+            Ok(e.b.reshape(&format!("l{i}_{name}"), &s, &[heads, hd, 1, w])?)
+        };
+    let mut q = part(e, "q", 0, qd, nh)?;
+    let mut k = part(e, "k", qd, kvd, nkv)?;
+    let mut v = part(e, "v", qd + kvd, kvd, nkv)?;
+    let head_gains = |name: &str| -> Result<Vec<f32>> {
+        let mut gains = vector(p.weights.as_ref(), name, hd)?;
+        gains.iter_mut().for_each(|x| *x += p.norm.weight_offset);
+        if let Some(ord) = &order {
+            permute_rows(&mut gains, 0..hd, 1, ord);
+        }
+        Ok(gains)
+    };
+    if let Some(n) = &a.q_norm {
+        q = e.rms_norm(&format!("l{i}_q_norm"), &q, &head_gains(n)?, eps, 1.0)?;
+    }
+    if let Some(n) = &a.k_norm {
+        k = e.rms_norm(&format!("l{i}_k_norm"), &k, &head_gains(n)?, eps, 1.0)?;
+    }
+    if a.v_norm {
+        v = e.rms_norm(&format!("l{i}_v_norm"), &v, &vec![1.0; hd], eps, 1.0)?;
+    }
+    if let Some(r) = &a.rope {
+        let (c, s) = sh.rope(e, i, r)?;
+        q = rope(e, &format!("l{i}_q_rope"), &q, (&c, &s), r.n_rot)?;
+        k = rope(e, &format!("l{i}_k_rope"), &k, (&c, &s), r.n_rot)?;
+    }
+    let scale = e.b.fp16(&format!("l{i}_q_scale_k"), f64::from(a.scale))?;
+    let q = e.b.mul(&format!("l{i}_q_scaled"), &q, &scale)?;
+    // the cache write: `cache · keep + new · write`
+    let mut caches = Vec::with_capacity(2);
+    for (value, new) in [(false, &k), (true, &v)] {
+        let kv = if value { "v" } else { "k" };
+        let name = format!("{kv}_l{i}");
+        let cache = sh.declare(e, &name, &[nkv, hd, t], PortRole::Cache { layer: i, value })?;
+        let cols =
+            e.b.reshape(&format!("l{i}_{kv}_cols"), new, &[nkv, hd, w])?;
+        let placed =
+            e.b.matmul(&format!("l{i}_{kv}_placed"), &cols, &sh.write, false, false)?;
+        let kept = e.b.mul(&format!("l{i}_{kv}_kept"), &cache, &sh.keep)?;
+        let next = e.b.add(&format!("{name}_next"), &kept, &placed)?;
+        let port = Port {
+            name: next.name().to_string(),
+            shape: vec![nkv, hd, t],
+            role: PortRole::Cache { layer: i, value },
+        };
+        outputs.push((port, next.clone()));
+        caches.push(next);
+    }
+    // scores [KVH, G·W, T]
+    let q4 =
+        e.b.reshape(&format!("l{i}_q_groups"), &q, &[nkv, g, hd, w])?;
+    let qt = e.b.transpose(&format!("l{i}_q_rows"), &q4, &[0, 1, 3, 2])?;
+    let q3 =
+        e.b.reshape(&format!("l{i}_q_mat"), &qt, &[nkv, g * w, hd])?;
+    let mut s =
+        e.b.matmul(&format!("l{i}_scores"), &q3, &caches[0], false, false)?;
+    if let Some(cap) = a.softcap {
+        let inv =
+            e.b.fp16(&format!("l{i}_softcap_inv"), 1.0 / f64::from(cap))?;
+        let capv = e.b.fp16(&format!("l{i}_softcap_k"), f64::from(cap))?;
+        let sc = e.b.mul(&format!("l{i}_scores_in"), &s, &inv)?;
+        let th = e.b.tanh(&format!("l{i}_scores_tanh"), &sc)?;
+        s = e.b.mul(&format!("l{i}_scores_capped"), &th, &capv)?;
+    }
+    let mask = sh.mask(e, i, a.window, t)?;
+    let s4 =
+        e.b.reshape(&format!("l{i}_scores_g"), &s, &[nkv, g, w, t])?;
+    let sm = e.b.add(&format!("l{i}_scores_masked"), &s4, &mask)?;
+    let pr = e.b.softmax(&format!("l{i}_probs"), &sm, 3)?;
+    let p3 =
+        e.b.reshape(&format!("l{i}_probs_mat"), &pr, &[nkv, g * w, t])?;
+    let c3 =
+        e.b.matmul(&format!("l{i}_ctx_mat"), &p3, &caches[1], false, true)?;
+    let c4 = e.b.reshape(&format!("l{i}_ctx_g"), &c3, &[nkv, g, w, hd])?;
+    let ct = e.b.transpose(&format!("l{i}_ctx_t"), &c4, &[0, 1, 3, 2])?;
+    let ctx = e.b.reshape(&format!("l{i}_ctx"), &ct, &[1, qd, 1, w])?;
+    let hres = emit_mixer_residual(e, p, o, (i, l), &ctx, x)?;
+    let hn = e.rms_norm(
+        &format!("l{i}_ffn_norm"),
+        &hres,
+        &norm(p, l.ffn_norm)?,
+        eps,
+        o.residual_scale,
+    )?;
+    let f =
+        emit_ffn(e, p, (i, l), &hn)?.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
+    let mut y = emit_ffn_residual(e, p, o, (i, l), &hres, &f)?;
+    if let Some(name) = l.layer_scale {
+        let k = e.b.fp16(
+            &format!("l{i}_scale_k"),
+            f64::from(super::layer_scale(p, name)?),
+        )?;
+        y = e.b.mul(&format!("l{i}_scaled"), &y, &k)?;
+    }
+    Ok(y)
+}
+
+/// Half-split RoPE of `x: [heads, hd, 1, W]` over its first `n_rot`
+/// elements: `[x1·c − x2·s; x1·s + x2·c; rest]`.
+fn rope(e: &mut Emitter, p: &str, x: &Var, (c, s): (&Var, &Var), n_rot: usize) -> Result<Var> {
+    let sh = x.shape().to_vec();
+    let (heads, hd, w) = (sh[0], sh[1], sh[3]);
+    let half = n_rot / 2;
+    let x1 =
+        e.b.slice_by_size(&format!("{p}_x1"), x, &[0, 0, 0, 0], &[heads, half, 1, w])?;
+    let x2 = e.b.slice_by_size(
+        &format!("{p}_x2"),
+        x,
+        &[0, half, 0, 0],
+        &[heads, half, 1, w],
+    )?;
+    let x1c = e.b.mul(&format!("{p}_x1c"), &x1, c)?;
+    let x2s = e.b.mul(&format!("{p}_x2s"), &x2, s)?;
+    let x1s = e.b.mul(&format!("{p}_x1s"), &x1, s)?;
+    let x2c = e.b.mul(&format!("{p}_x2c"), &x2, c)?;
+    let a = e.b.sub(&format!("{p}_a"), &x1c, &x2s)?;
+    let b = e.b.add(&format!("{p}_b"), &x1s, &x2c)?;
+    let rotated = e.b.concat(&format!("{p}_rot"), &[&a, &b], 1)?;
+    if n_rot == hd {
+        return Ok(rotated);
+    }
+    let rest = e.b.slice_by_size(
+        &format!("{p}_rest"),
+        x,
+        &[0, n_rot, 0, 0],
+        &[heads, hd - n_rot, 1, w],
+    )?;
+    Ok(e.b.concat(p, &[&rotated, &rest], 1)?)
+}
+
+/// `lm_head`: the final norm and every vocabulary slice of at most
+/// `vocab_slice` rows, one output each.
+fn lm_head(p: &DecoderProgram, o: &LowerOptions) -> Result<Kernel> {
+    let mut e = Emitter::new(o.width, o.weights);
+    let x = e.input(p.n_embd)?;
+    let h = e.rms_norm(
+        "output_norm",
+        &x,
+        &norm(p, &p.output_norm)?,
+        p.norm.eps,
+        o.residual_scale,
+    )?;
+    let name = p.output.as_deref().unwrap_or(&p.token_embd);
+    let mut slices = Vec::new();
+    let mut first = 0;
+    while first < p.n_vocab {
+        let n = o.vocab_slice.min(p.n_vocab - first);
+        let (w, cols) = rows(p.weights.as_ref(), name, first, first + n)?;
+        if cols != p.n_embd {
+            return Err(Error::Tensor {
+                tensor: name.to_string(),
+                msg: format!("{cols} columns, expected n_embd {}", p.n_embd),
+            });
+        }
+        let y = e.projection(&format!("logits_{}", slices.len()), &h, &w, n, None)?;
+        slices.push((first, n, y));
+        first += n;
+    }
+    let mut slices = slices.into_iter();
+    let (_, rows0, y0) = slices
+        .next()
+        .ok_or_else(|| Error::Options("an empty vocabulary".into()))?;
+    let outputs = slices
+        .map(|(first, rows, y)| {
+            let port = Port {
+                name: y.name().to_string(),
+                shape: vec![1, rows, 1, o.width],
+                role: PortRole::Logits { first, rows },
+            };
+            (port, y)
+        })
+        .collect();
+    let kind = KernelKind::LmHead {
+        first: 0,
+        rows: rows0,
+        norm_inside: true,
+    };
+    Ok(finish_ports(
+        "lm_head".into(),
+        kind,
+        e,
+        (&y0, p.n_embd),
+        (Vec::new(), outputs),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_split_order_pairs_adjacent_elements() {
+        // pairs (0,1), (2,3) become (0,2), (1,3); 4 and 5 pass through
+        assert_eq!(half_split_order(6, 4), [0, 2, 1, 3, 4, 5]);
+        let mut m: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        // two heads of 3 rows (n_rot 2 keeps the order), one column
+        permute_rows(&mut m, 0..6, 2, &half_split_order(3, 2));
+        assert_eq!(m[..6], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        let mut m: Vec<f32> = (0..8).map(|v| v as f32).collect();
+        permute_rows(&mut m, 0..8, 1, &half_split_order(4, 4));
+        assert_eq!(m, [0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0]);
+    }
+}
