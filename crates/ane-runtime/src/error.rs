@@ -40,6 +40,49 @@ impl fmt::Display for Op {
     }
 }
 
+/// A step of the e5rt call sequence (`shared/docs/ane-evidence.md` §c), named
+/// in [`Error::E5rt`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum E5rtStep {
+    /// Compiler config, compiler, options and `e5rt_e5_compiler_compile`.
+    Compile,
+    /// `e5rt_program_library_retain_program_function`.
+    RetainFunction,
+    /// Op options and `…_create_precompiled_compute_operation_with_options`.
+    CreateOperation,
+    /// `e5rt_execution_stream_operation_retain_input_port` / `…_output_port`.
+    RetainPort,
+    /// `e5rt_buffer_object_alloc` + `…_get_data_ptr`.
+    AllocBuffer,
+    /// Copying into or out of a buffer object's data pointer.
+    BufferIo,
+    /// `e5rt_io_port_bind_buffer_object`.
+    Bind,
+    /// `e5rt_execution_stream_create`.
+    CreateStream,
+    /// `e5rt_execution_stream_encode_operation`.
+    Encode,
+    /// `e5rt_execution_stream_execute_sync`.
+    Execute,
+}
+
+impl fmt::Display for E5rtStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            E5rtStep::Compile => "compile",
+            E5rtStep::RetainFunction => "retain function",
+            E5rtStep::CreateOperation => "operation creation",
+            E5rtStep::RetainPort => "retain port",
+            E5rtStep::AllocBuffer => "buffer allocation",
+            E5rtStep::BufferIo => "buffer I/O",
+            E5rtStep::Bind => "port binding",
+            E5rtStep::CreateStream => "stream creation",
+            E5rtStep::Encode => "encode",
+            E5rtStep::Execute => "execute",
+        })
+    }
+}
+
 /// Everything that can go wrong in the runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -83,6 +126,29 @@ pub enum Error {
         /// The cap.
         limit: u32,
     },
+    /// An e5rt call failed (non-zero return code, or refused by the
+    /// simulated driver as the real one is reported to refuse it).
+    #[error("e5rt {step} failed{}: {message}", code.map(|c| format!(" (code {c})")).unwrap_or_default())]
+    E5rt {
+        /// The failing step.
+        step: E5rtStep,
+        /// The call's non-zero return code, when a real call returned one.
+        code: Option<i64>,
+        /// What failed (the call and its arguments, or the simulated reason).
+        message: String,
+    },
+    /// The e5rt loaded-program budget is spent (~128 per process,
+    /// `shared/docs/ane-evidence.md` §c).
+    #[error(
+        "e5rt program budget exhausted: {loaded} of {limit} programs loaded in this process \
+         (e5rt holds ~128 per process); release programs or restart the process"
+    )]
+    ProgramBudget {
+        /// Programs loaded now.
+        loaded: u32,
+        /// The cap.
+        limit: u32,
+    },
     /// A weight-file key is not a safe relative path under `@model_path/`.
     #[error("weight key `{key}` rejected: {reason}")]
     WeightKey {
@@ -121,7 +187,8 @@ pub enum Error {
     /// A handle does not name a live object of this driver.
     #[error("unknown {kind} handle {id}")]
     Handle {
-        /// `model`, `surface` or `request`.
+        /// `model`, `surface`, `request`, or an e5rt kind (`library`, `function`,
+        /// `operation`, `port`, `buffer`, `stream`).
         kind: &'static str,
         /// The handle value.
         id: u64,
@@ -147,6 +214,15 @@ impl Error {
             code: None,
             message: message.into(),
             transient: false,
+        }
+    }
+
+    /// An e5rt error without a return code.
+    pub fn e5rt(step: E5rtStep, message: impl Into<String>) -> Self {
+        Error::E5rt {
+            step,
+            code: None,
+            message: message.into(),
         }
     }
 

@@ -21,6 +21,14 @@
 //! * [`programs::Programs`]: lowered single-input programs prepared once
 //!   and dispatched by name (what a backend holds).
 //!
+//! A second path, [`e5rt`], drives Espresso's `e5rt_*` C API instead of
+//! `_ANEInMemoryModel`: [`e5rt::E5rtApi`] (one method per step),
+//! [`e5rt::E5rtPrivate`] (Espresso resolved at run time) and
+//! [`e5rt::E5rtSim`] (over the MIL simulator), [`e5rt::E5rtRuntime`]
+//! (several named inputs and outputs of any sizes, dense fp16, state
+//! aliased output → input) and [`e5rt::E5rtPrograms`]. Also unproven on
+//! hardware.
+//!
 //! ```
 //! use anedvd_ane_runtime::{ProgramSource, Runtime, SimDriver};
 //! let mil = "program(1.3)\n{\n  func main<ios18>(tensor<fp16, [1, 2, 1, 4]> x) {\n    \
@@ -35,6 +43,7 @@
 
 pub mod attrs;
 pub mod driver;
+pub mod e5rt;
 mod error;
 pub mod kernel;
 pub mod layout;
@@ -45,7 +54,7 @@ pub mod retry;
 pub mod sim;
 
 pub use driver::{Driver, ModelAttributes, ModelId, ProgramSource, RequestId, SurfaceId, QOS};
-pub use error::{Error, Op, Result};
+pub use error::{E5rtStep, Error, Op, Result};
 pub use kernel::{Kernel, KernelStats, Runtime, RuntimeStats, DEFAULT_COMPILE_BUDGET};
 pub use layout::{ElemType, TensorLayout};
 pub use private::PrivateDriver;

@@ -82,7 +82,9 @@ fn unavailable(reason: String) -> Error {
     Error::Unavailable { reason }
 }
 
-fn open(path: &str) -> Result<Library> {
+/// Opens a system library at its install path, or fails with `ANE unavailable:
+/// cannot load <path>: …` (shared by the in-memory and e5rt drivers).
+pub(crate) fn open(path: &str) -> Result<Library> {
     // SAFETY: loading a system library runs its initialisers; these are
     // Apple's own system libraries/frameworks at their fixed install paths,
     // which every macOS process may load. On other OSes the load fails and

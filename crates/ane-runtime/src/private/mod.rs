@@ -8,7 +8,7 @@
 //! strides the model reports. Unproven on hardware.
 #![allow(unsafe_code)]
 
-mod ffi;
+pub(crate) mod ffi;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
