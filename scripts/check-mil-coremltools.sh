@@ -8,8 +8,8 @@
 # ANEDVD defaults to target/debug/anedvd, PYTHON to python3; PYTHON needs
 # scripts/requirements-coremltools.txt (coremltools 9.0, numpy).
 #
-# For every family directory under tests/fixtures/models, both lowering
-# variants (fused, split) at width 32 are emitted: fp16 weights from the F32
+# For every family directory under tests/fixtures/models, every lowering
+# variant (fused, split, and resident on the e5rt path) at width 32 is emitted: fp16 weights from the F32
 # GGUF and from the Hugging Face directory, and compressed weights
 # (`--ane-weights int8|lut4 --ane-path e5rt`) from the F32 GGUF; lut6 and lut8
 # for the first family (LUT_ALL_BITS_FAMILY) only. Then every program is
@@ -26,6 +26,11 @@ WIDTH=32
 FIXTURES=tests/fixtures/models
 # "family: text its refusal must contain", one per line.
 EXPECTED_REFUSALS=""
+# The resident variant (e5rt; attention and the KV cache inside, two layers
+# per program, caches of 64 positions) holds attention layers with a dense
+# FFN: these families are refused by name ("… in the resident variant").
+RESIDENT_ARGS="--ane-layers-per-program 2 --ane-context 64"
+RESIDENT_REFUSED="gemma4 gemma4_keqv lfm2 lfm2_moe qwen2_moe qwen3_moe"
 
 if [ ! -x "$ANEDVD" ]; then
   echo "check-mil-coremltools: $ANEDVD is not an executable (build it: cargo build -p anedvd)" >&2
@@ -51,7 +56,10 @@ for weights in fp16 $COMPRESSED $COMPRESSED_FIRST_ONLY; do printf -v "first_$wei
 emit() {
   local fam=$1 source=$2 model=$3 variant=$4 weights=$5
   local out="$TMP/$fam-$source-$variant-$weights" first="first_$5"
-  if [ "$weights" = fp16 ]; then set --; else set -- --ane-weights "$weights" --ane-path e5rt; fi
+  set --
+  if [ "$weights" != fp16 ]; then set -- --ane-weights "$weights"; fi
+  if [ "$weights" != fp16 ] || [ "$variant" = resident ]; then set -- "$@" --ane-path e5rt; fi
+  if [ "$variant" = resident ]; then set -- "$@" $RESIDENT_ARGS; fi
   if "$ANEDVD" kernels --model "$model" --emit "$out" --variant "$variant" --width "$WIDTH" "$@" \
       >"$TMP/emit.log" 2>&1; then
     dirs+=("$out")
@@ -60,6 +68,9 @@ emit() {
   fi
   local expected
   expected=$(printf '%s\n' "$EXPECTED_REFUSALS" | sed -n "s/^$fam: //p")
+  if [ "$variant" = resident ] && printf '%s\n' $RESIDENT_REFUSED | grep -qx -- "$fam"; then
+    expected="in the resident variant"
+  fi
   if [ -n "$expected" ] && grep -qF -- "$expected" "$TMP/emit.log"; then
     skipped+=("$fam/$source/$variant/$weights")
     echo "skip $fam ($source, $variant, $weights): refused as expected: $(tail -n 1 "$TMP/emit.log")"
@@ -75,7 +86,7 @@ for fam_dir in "$FIXTURES"/*/; do
   families=$((families + 1))
   formats=$COMPRESSED
   if [ "$families" -eq 1 ]; then formats="$formats $COMPRESSED_FIRST_ONLY"; fi
-  for variant in fused split; do
+  for variant in fused split resident; do
     emit "$fam" gguf "$fam_dir/model-f32.gguf" "$variant" fp16
     emit "$fam" hf "$fam_dir" "$variant" fp16
     for weights in $formats; do

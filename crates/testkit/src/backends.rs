@@ -1,8 +1,13 @@
 //! Every backend under test.
 
+use anedvd_ane::lower::{layer_views, resident, RuntimePath};
 use anedvd_ane::{AneBackend, AneSimBackend, DriverKind, LowerOptions, Variant};
 use anedvd_cpu::CpuBackend;
-use anedvd_graph::Backend;
+use anedvd_graph::{Backend, DecoderProgram};
+
+/// Positions of the resident variant's caches in the suites: above every
+/// fixture's and oracle case's prompt plus greedy tokens.
+pub const RESIDENT_CONTEXT: usize = 128;
 
 /// A backend of the conformance suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,10 +22,11 @@ pub enum TestBackend {
 
 impl TestBackend {
     /// Every backend and lowering variant.
-    pub const ALL: [TestBackend; 5] = [
+    pub const ALL: [TestBackend; 6] = [
         TestBackend::Cpu,
         TestBackend::AneSim(Variant::Split),
         TestBackend::AneSim(Variant::Fused),
+        TestBackend::AneSim(Variant::Resident),
         TestBackend::AneSimDriver(Variant::Split),
         TestBackend::AneSimDriver(Variant::Fused),
     ];
@@ -48,11 +54,33 @@ impl TestBackend {
         !matches!(self, TestBackend::Cpu)
     }
 
+    /// Whether it runs `p`: the resident variant refuses short
+    /// convolutions, mixtures of experts, shared K/V and per-layer inputs
+    /// (by name, at compile time); every other backend runs every family.
+    pub fn holds(self, p: &DecoderProgram) -> bool {
+        match self {
+            TestBackend::AneSim(Variant::Resident) => layer_views(p, "ane-sim")
+                .is_ok_and(|v| resident::refusal(&v).is_none() && p.per_layer_embd.is_none()),
+            _ => true,
+        }
+    }
+
     /// Builds it.
     pub fn build(self) -> Box<dyn Backend> {
-        let lowering = |variant| LowerOptions {
-            variant,
-            ..Default::default()
+        let lowering = |variant| match variant {
+            // the variant of the e5rt path, two layers per program so
+            // the programs' hand-over is exercised too
+            Variant::Resident => LowerOptions {
+                variant,
+                path: RuntimePath::E5rt,
+                layers_per_program: 2,
+                context: RESIDENT_CONTEXT,
+                ..Default::default()
+            },
+            _ => LowerOptions {
+                variant,
+                ..Default::default()
+            },
         };
         match self {
             TestBackend::Cpu => Box::new(CpuBackend::new(2).expect("a 2-thread pool")),

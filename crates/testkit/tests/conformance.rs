@@ -66,6 +66,16 @@ fn compare_greedy(tag: &str, got: &[u32], r: &fixtures::Reference, t: Tolerance)
     None
 }
 
+/// A backend that does not hold `p` refuses it at compile time, naming
+/// itself and a layer (`Error::Unsupported`), never runs it.
+fn refused_by_name(tag: &str, backend: TestBackend, p: &DecoderProgram) -> Option<String> {
+    match backend.build().compile(p) {
+        Err(Error::Unsupported { backend: b, .. }) if b == backend.backend_name() => None,
+        Err(e) => Some(format!("{tag}: refused without naming the part: {e}")),
+        Ok(_) => Some(format!("{tag}: compiled a program it does not hold")),
+    }
+}
+
 #[test]
 fn every_registered_family_has_a_fixture() {
     for family in fixtures::families() {
@@ -101,6 +111,10 @@ fn families_match_transformers_on_every_backend() {
                     .iter()
                     .any(|b| matches!(b.ffn, FeedForward::Moe(_)));
                 let t = tolerance::against_transformers(backend, format, routed, unit_scale(&p));
+                if !backend.holds(&p) {
+                    failures.extend(refused_by_name(&tag, backend, &p));
+                    continue;
+                }
                 let compiled = backend.build().compile(&p);
                 let exe = match compiled {
                     Ok(e) => e,
@@ -593,6 +607,11 @@ fn each_block_variant_matches_the_oracle_on_every_backend() {
             .map(|r| r.into_iter().map(|v| v as f32).collect())
             .collect();
         for backend in TestBackend::ALL {
+            if !backend.holds(&p) {
+                let tag = format!("{} / {}", case.name, backend.name());
+                failures.extend(refused_by_name(&tag, backend, &p));
+                continue;
+            }
             let exe = backend.build().compile(&p).unwrap();
             let whole = exe
                 .new_session(prompt.len())

@@ -46,7 +46,11 @@
 //! activations into surfaces at the strides the driver reports. The driver
 //! lives on one dedicated thread ([`worker`]); with
 //! [`DriverKind::Private`] off macOS, `compile()` fails with
-//! `ANE unavailable: …`.
+//! `ANE unavailable: …`. With `--ane-path e5rt` the kernels run on the
+//! e5rt runtime instead (`anedvd_ane::runtime::e5rt`: named dense ports):
+//! `--driver e5rt` is Espresso ([`DriverKind::E5rt`], `ANE unavailable`
+//! off macOS), `--driver sim` its simulation ([`DriverKind::E5rtSim`]).
+//! A real driver of the other path is refused with the reason.
 //!
 //! This crate knows the graph vocabulary and the lowering; it never sees
 //! file formats or model families.
@@ -199,13 +203,14 @@ impl Backend for AneSimBackend {
 }
 
 /// The ANE backend: the lowering's kernels run through the ANE runtime on
-/// a driver ([`DriverKind::Sim`] anywhere, [`DriverKind::Private`] on a
-/// Mac); attention, RoPE and the KV cache on the CPU.
+/// a driver ([`DriverKind::Sim`] anywhere, [`DriverKind::Private`] or
+/// [`DriverKind::E5rt`] on a Mac); attention, RoPE and the KV cache on the CPU.
 #[derive(Debug, Clone, Copy)]
 pub struct AneBackend {
     /// Lowering options (width, variant, vocabulary slice).
     pub options: LowerOptions,
-    /// The driver.
+    /// The driver ([`DriverKind::Sim`] simulates whichever path the
+    /// options lower for).
     pub driver: DriverKind,
     /// Compiles this backend's runtime allows (counted from the driver's
     /// compiles so far; the private driver counts the whole process).
@@ -240,13 +245,16 @@ impl AneBackend {
 
     /// Like [`Backend::compile`] but returns the concrete executable (for
     /// its dispatch counters and [`AneExecutable::compile_report`]). Every
-    /// program is compiled and loaded here, on the runtime thread.
+    /// program is compiled and loaded here, on the runtime thread. The
+    /// simulated driver follows the lowering's path ([`DriverKind::for_path`]);
+    /// a real driver of the other path is refused.
     pub fn compile_ane(&self, program: &DecoderProgram) -> Result<AneExecutable> {
         program.validate()?;
+        let driver = self.driver.for_path(self.options.path);
         AneExecutable::new(
             program,
             &self.options,
-            Exec::Runtime(self.driver, self.compile_budget),
+            Exec::Runtime(driver, self.compile_budget),
             self.host_isa,
         )
     }

@@ -15,7 +15,6 @@ use anedvd_cpu::qkernels::Kernels;
 use anedvd_cpu::IsaCap;
 use anedvd_graph::{Attention, DecoderProgram, Executable, Result, Session};
 use anedvd_mil::ir::Program;
-use anedvd_mil::registry::RuntimePath;
 use anedvd_mil::rules::RuleConfig;
 use anedvd_mil::sim::{Simulator, Tensor, Weights};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,13 +142,13 @@ impl Model {
         // refuse what the lowering cannot run before opening anything,
         // naming this backend
         let views = lower::layer_views(p, exec.backend_name())?;
-        if let (Exec::Runtime(..), RuntimePath::E5rt) = (exec, options.path) {
-            return Err(anedvd_graph::Error::Backend {
-                backend: exec.backend_name().into(),
-                message: "the e5rt path has no runtime driver yet (the in-memory one is the only \
-                          one built); simulate its programs with --backend ane-sim --ane-path e5rt"
-                    .into(),
-            });
+        // a real driver runs one path only (the simulated one was matched
+        // to the path by `AneBackend::compile_ane`)
+        if let Exec::Runtime(driver, _) = exec {
+            if let Some(message) = driver.path_refusal(options.path) {
+                let backend = exec.backend_name().into();
+                return Err(anedvd_graph::Error::Backend { backend, message });
+            }
         }
         if let (Exec::Runtime(..), Variant::Resident) = (exec, options.variant) {
             return Err(anedvd_graph::Error::Backend {
@@ -158,6 +157,12 @@ impl Model {
                           simulator only so far (--backend ane-sim --ane-path e5rt)"
                     .into(),
             });
+        }
+        if options.variant == Variant::Resident {
+            if let Some((part, what, layer)) = lower::resident::refusal(&views) {
+                let name = exec.backend_name();
+                return Err(anedvd_graph::Error::unsupported(name, part, what, layer));
+            }
         }
         // open the driver first: `ANE unavailable` before any lowering work
         let opened = match exec {

@@ -7,10 +7,18 @@
 //! message carrying plain `Vec<f32>` data and a reply channel. Dropping the
 //! worker closes the channel; the thread then releases every program
 //! (unload, surfaces, temp directories) on the thread that created them and
-//! is joined. The simulated driver takes the same path, so what the tests
+//! is joined. The simulated drivers take the same path, so what the tests
 //! exercise on Linux is the code that runs on a Mac.
+//!
+//! Two runtime paths share the thread: the in-memory one
+//! ([`Programs`] on a [`Driver`]) and e5rt ([`E5rtPrograms`] on an
+//! [`E5rtApi`]); the lowered kernels (one input `x: [1, C, 1, W]`, one
+//! output) run the same on both, since row-major `[C, W]` is both the
+//! in-memory path's unpacked layout and e5rt's dense one.
 
 use super::Error;
+use crate::lower::RuntimePath;
+use crate::runtime::e5rt::{E5rtApi, E5rtPrivate, E5rtPrograms, E5rtRuntime, E5rtSim};
 use crate::runtime::{
     self, Driver, KernelStats, PrivateDriver, ProgramSource, Programs, Runtime, RuntimeStats,
     SimDriver,
@@ -23,42 +31,102 @@ use std::thread::JoinHandle;
 /// Which driver runs the programs of an [`AneBackend`](crate::AneBackend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum DriverKind {
-    /// The simulated driver (`anedvd_ane::runtime::SimDriver`): hardware-like
-    /// strides, binding and compile budget over the MIL simulator; any OS.
+    /// The simulated in-memory driver (`anedvd_ane::runtime::SimDriver`):
+    /// hardware-like strides, binding and compile budget over the MIL
+    /// simulator; any OS. For programs lowered for the e5rt path the backend
+    /// runs [`DriverKind::E5rtSim`] instead (see [`DriverKind::for_path`]).
     Sim,
-    /// `AppleNeuralEngine.framework` (`anedvd_ane::runtime::PrivateDriver`);
-    /// elsewhere compiling fails with `ANE unavailable: …`.
+    /// `AppleNeuralEngine.framework` (`anedvd_ane::runtime::PrivateDriver`),
+    /// the in-memory path; elsewhere compiling fails with `ANE unavailable: …`.
     #[default]
     Private,
+    /// The simulated e5rt driver (`anedvd_ane::runtime::e5rt::E5rtSim`):
+    /// named dense ports, the e5rt rule check and loaded-program budget over
+    /// the MIL simulator; any OS.
+    E5rtSim,
+    /// Espresso's e5rt C API (`anedvd_ane::runtime::e5rt::E5rtPrivate`);
+    /// elsewhere compiling fails with `ANE unavailable: …`.
+    E5rt,
 }
 
 impl DriverKind {
-    /// The driver's command-line name (`sim`, `ane`).
+    /// The driver's command-line name (`sim`, `ane`, `e5rt-sim`, `e5rt`).
     pub fn name(self) -> &'static str {
         match self {
             DriverKind::Sim => "sim",
             DriverKind::Private => "ane",
+            DriverKind::E5rtSim => "e5rt-sim",
+            DriverKind::E5rt => "e5rt",
         }
     }
 
-    /// Parses `sim`, `ane` or `private`.
+    /// Parses `sim`, `ane` or `private`, `e5rt`, `e5rt-sim`.
     pub fn from_name(s: &str) -> Option<Self> {
         match s {
             "sim" => Some(DriverKind::Sim),
             "ane" | "private" => Some(DriverKind::Private),
+            "e5rt" => Some(DriverKind::E5rt),
+            "e5rt-sim" => Some(DriverKind::E5rtSim),
             _ => None,
         }
+    }
+
+    /// The runtime path this driver runs programs on.
+    pub fn path(self) -> RuntimePath {
+        match self {
+            DriverKind::Sim | DriverKind::Private => RuntimePath::InMemory,
+            DriverKind::E5rtSim | DriverKind::E5rt => RuntimePath::E5rt,
+        }
+    }
+
+    /// Whether the driver simulates (any OS) rather than calls Apple's frameworks.
+    pub fn is_simulated(self) -> bool {
+        matches!(self, DriverKind::Sim | DriverKind::E5rtSim)
+    }
+
+    /// The driver that runs programs lowered for `path`: a simulated driver
+    /// follows the path (`--driver sim --ane-path e5rt` is the simulated
+    /// e5rt driver); a real one stays as it is, and
+    /// [`DriverKind::path_refusal`] says why it cannot run that path.
+    pub fn for_path(self, path: RuntimePath) -> DriverKind {
+        match (self.is_simulated(), path) {
+            (true, RuntimePath::InMemory) => DriverKind::Sim,
+            (true, RuntimePath::E5rt) => DriverKind::E5rtSim,
+            (false, _) => self,
+        }
+    }
+
+    /// Why this driver cannot run programs lowered for `path` (`None` when it can).
+    pub fn path_refusal(self, path: RuntimePath) -> Option<String> {
+        if self.path() == path {
+            return None;
+        }
+        Some(match self {
+            DriverKind::Private => "--driver ane drives AppleNeuralEngine.framework's in-memory \
+                                    path, which cannot run --ane-path e5rt programs; use --driver \
+                                    e5rt (Espresso) or --driver sim"
+                .into(),
+            DriverKind::E5rt => "--driver e5rt drives Espresso's e5rt path, which runs only \
+                                 --ane-path e5rt programs; add --ane-path e5rt or use --driver ane"
+                .into(),
+            sim => format!(
+                "--driver {} simulates the {} path, not --ane-path {path}",
+                sim.name(),
+                sim.path()
+            ),
+        })
     }
 }
 
 /// What preparing the programs cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CompileReport {
-    /// Compiles issued (one per distinct program).
+    /// Compiles issued (in-memory: one per distinct program; e5rt: one per program).
     pub compiles: u32,
-    /// Programs served by an already compiled identical program.
+    /// Programs served by an already compiled identical program (in-memory only).
     pub cache_hits: u32,
-    /// Compiles left in the budget afterwards.
+    /// What is left in the budget afterwards: compiles (in-memory), or
+    /// programs that may still be loaded (e5rt, ~128 per process).
     pub compiles_left: u32,
     /// The budget the runtime enforced.
     pub budget: u32,
@@ -82,14 +150,90 @@ pub(crate) struct Worker {
     report: CompileReport,
 }
 
-fn stats_report<D: Driver>(p: &Programs<D>, budget: u32) -> CompileReport {
-    let s: RuntimeStats = p.runtime().stats();
-    CompileReport {
-        compiles: s.compiles,
-        cache_hits: s.cache_hits,
-        compiles_left: p.runtime().compiles_left(),
-        budget,
+/// What the worker thread holds: named single-input, single-output
+/// programs on one runtime path.
+trait ProgramSet {
+    /// Programs the runtime needs for `sources` (the in-memory runtime
+    /// shares identical programs; e5rt loads each one).
+    fn needed(&self, sources: &[(String, ProgramSource)]) -> usize;
+    /// Compiles (in-memory) or loaded programs (e5rt) left in the budget.
+    fn left(&self) -> u32;
+    fn add(&mut self, name: &str, src: &ProgramSource) -> runtime::Result<()>;
+    fn run(&mut self, name: &str, x: &[f32]) -> runtime::Result<Vec<f32>>;
+    fn stats(&self, name: &str) -> Option<KernelStats>;
+    fn report(&self, budget: u32) -> CompileReport;
+}
+
+impl<D: Driver> ProgramSet for Programs<D> {
+    fn needed(&self, sources: &[(String, ProgramSource)]) -> usize {
+        let distinct: BTreeSet<u64> = sources.iter().map(|(_, s)| s.digest()).collect();
+        distinct.len()
     }
+
+    fn left(&self) -> u32 {
+        self.runtime().compiles_left()
+    }
+
+    fn add(&mut self, name: &str, src: &ProgramSource) -> runtime::Result<()> {
+        Programs::add(self, name, src)
+    }
+
+    fn run(&mut self, name: &str, x: &[f32]) -> runtime::Result<Vec<f32>> {
+        Programs::run(self, name, x)
+    }
+
+    fn stats(&self, name: &str) -> Option<KernelStats> {
+        Programs::stats(self, name)
+    }
+
+    fn report(&self, budget: u32) -> CompileReport {
+        let s: RuntimeStats = self.runtime().stats();
+        CompileReport {
+            compiles: s.compiles,
+            cache_hits: s.cache_hits,
+            compiles_left: self.left(),
+            budget,
+        }
+    }
+}
+
+impl<A: E5rtApi> ProgramSet for E5rtPrograms<A> {
+    fn needed(&self, sources: &[(String, ProgramSource)]) -> usize {
+        sources.len()
+    }
+
+    fn left(&self) -> u32 {
+        self.runtime().programs_left()
+    }
+
+    fn add(&mut self, name: &str, src: &ProgramSource) -> runtime::Result<()> {
+        E5rtPrograms::add(self, name, src)
+    }
+
+    fn run(&mut self, name: &str, x: &[f32]) -> runtime::Result<Vec<f32>> {
+        E5rtPrograms::run(self, name, x)
+    }
+
+    fn stats(&self, name: &str) -> Option<KernelStats> {
+        E5rtPrograms::stats(self, name)
+    }
+
+    fn report(&self, budget: u32) -> CompileReport {
+        CompileReport {
+            compiles: self.runtime().compiles(),
+            cache_hits: 0,
+            compiles_left: self.left(),
+            budget,
+        }
+    }
+}
+
+fn in_memory<D: Driver>(driver: D, budget: u32) -> Programs<D> {
+    Programs::new(Runtime::new(driver).with_compile_budget(budget))
+}
+
+fn e5rt<A: E5rtApi>(api: A, budget: u32) -> E5rtPrograms<A> {
+    E5rtPrograms::new(E5rtRuntime::new(api).with_program_budget(budget))
 }
 
 /// The worker thread's channels.
@@ -102,9 +246,9 @@ struct Channels {
 
 /// On the worker thread: reports whether the driver opened, then prepares
 /// every program it is sent, reports, and serves jobs.
-fn serve<D: Driver>(driver: runtime::Result<D>, budget: u32, ch: Channels) {
-    let driver = match driver {
-        Ok(d) => d,
+fn serve<P: ProgramSet>(programs: runtime::Result<P>, budget: u32, ch: Channels) {
+    let mut programs = match programs {
+        Ok(p) => p,
         Err(e) => {
             let _ = ch.opened.send(Err(Error::Runtime(e)));
             return;
@@ -117,13 +261,12 @@ fn serve<D: Driver>(driver: runtime::Result<D>, budget: u32, ch: Channels) {
         return;
     };
     let ready = ch.ready;
-    let mut programs = Programs::new(Runtime::new(driver).with_compile_budget(budget));
     // Refuse up front rather than compile part of the model and fail.
-    let distinct: BTreeSet<u64> = sources.iter().map(|(_, s)| s.digest()).collect();
-    let left = programs.runtime().compiles_left();
-    if distinct.len() as u64 > u64::from(left) {
+    let needed = programs.needed(&sources);
+    let left = programs.left();
+    if needed as u64 > u64::from(left) {
         let _ = ready.send(Err(Error::OverBudget {
-            needed: distinct.len(),
+            needed,
             left,
             budget,
         }));
@@ -139,7 +282,7 @@ fn serve<D: Driver>(driver: runtime::Result<D>, budget: u32, ch: Channels) {
         }
     }
     let names: Vec<String> = sources.into_iter().map(|(n, _)| n).collect();
-    if ready.send(Ok(stats_report(&programs, budget))).is_err() {
+    if ready.send(Ok(programs.report(budget))).is_err() {
         return;
     }
     while let Ok(job) = ch.jobs.recv() {
@@ -200,8 +343,13 @@ impl Opened {
         let thread = std::thread::Builder::new()
             .name(format!("anedvd-ane-{}", driver.name()))
             .spawn(move || match driver {
-                DriverKind::Sim => serve(Ok(SimDriver::new()), budget, ch),
-                DriverKind::Private => serve(PrivateDriver::open(), budget, ch),
+                DriverKind::Sim => serve(Ok(in_memory(SimDriver::new(), budget)), budget, ch),
+                DriverKind::Private => {
+                    let programs = PrivateDriver::open().map(|d| in_memory(d, budget));
+                    serve(programs, budget, ch)
+                }
+                DriverKind::E5rtSim => serve(Ok(e5rt(E5rtSim::new(), budget)), budget, ch),
+                DriverKind::E5rt => serve(E5rtPrivate::open().map(|a| e5rt(a, budget)), budget, ch),
             })
             .map_err(|e| Error::Worker(format!("cannot start the runtime thread: {e}")))?;
         match opened_rx.recv() {

@@ -106,28 +106,38 @@ fn layer_weights(p: &DecoderProgram, b: &Block) -> u64 {
     mixer + ffn
 }
 
-/// The attention of layer `i`, or the refusal of what this variant cannot hold.
-fn resident_attention<'a>(i: usize, l: &LayerView<'a>) -> Result<&'a Attention> {
-    let refuse = |what: &str| {
-        Err(Error::Options(format!(
-            "the resident variant holds attention layers with a dense FFN; layer {i} has {what} \
-             (use --variant fused)"
-        )))
-    };
-    let a = match l.mixer {
-        MixerView::Attention(a) => a,
-        MixerView::ShortConv(_) => return refuse("a short convolution"),
-    };
-    if a.kv_source.is_some() {
-        return refuse("K/V shared from another layer");
+/// The first part of `p` this variant cannot hold, as `(part, what,
+/// layer)` for [`anedvd_graph::Error::unsupported`]: a short convolution,
+/// a mixture of experts, K/V shared from another layer, Gemma 4's
+/// per-layer inputs.
+pub fn refusal(views: &[LayerView<'_>]) -> Option<(&'static str, &'static str, usize)> {
+    views.iter().enumerate().find_map(|(i, l)| {
+        let what = match (l.mixer, l.ffn) {
+            (MixerView::ShortConv(_), _) => ("mixer", "short_conv in the resident variant"),
+            (MixerView::Attention(a), _) if a.kv_source.is_some() => {
+                ("mixer", "attention sharing K/V in the resident variant")
+            }
+            (_, FfnView::Moe(_)) => ("feed-forward", "moe in the resident variant"),
+            _ if l.per_layer.is_some() => ("per-layer input", "gemma4 in the resident variant"),
+            _ => return None,
+        };
+        Some((what.0, what.1, i))
+    })
+}
+
+/// The attention of every layer, or the refusal of [`refusal`].
+fn attentions<'a>(views: &[LayerView<'a>]) -> Result<Vec<&'a Attention>> {
+    if let Some((part, what, layer)) = refusal(views) {
+        let e = anedvd_graph::Error::unsupported("ane", part, what, layer);
+        return Err(Error::Unsupported(e));
     }
-    if l.per_layer.is_some() {
-        return refuse("a per-layer input");
-    }
-    if let FfnView::Moe(_) = l.ffn {
-        return refuse("a mixture of experts");
-    }
-    Ok(a)
+    Ok(views
+        .iter()
+        .filter_map(|l| match l.mixer {
+            MixerView::Attention(a) => Some(a),
+            MixerView::ShortConv(_) => None,
+        })
+        .collect())
 }
 
 /// Lowers every layer group and the lm_head.
@@ -147,17 +157,11 @@ pub fn lower(p: &DecoderProgram, views: &[LayerView<'_>], o: &LowerOptions) -> R
         )));
     }
     if p.per_layer_embd.is_some() {
-        return Err(Error::Options(
-            "the resident variant does not hold Gemma 4's per-layer inputs (use --variant \
-             fused)"
-                .into(),
-        ));
+        let what = "gemma4 in the resident variant";
+        let e = anedvd_graph::Error::unsupported("ane", "per-layer input", what, 0);
+        return Err(Error::Unsupported(e));
     }
-    let attns = views
-        .iter()
-        .enumerate()
-        .map(|(i, l)| resident_attention(i, l))
-        .collect::<Result<Vec<_>>>()?;
+    let attns = attentions(views)?;
     let mut kernels = Vec::new();
     for g in groups(p, o) {
         kernels.push(group(p, o, views, &attns, g)?);
