@@ -1,0 +1,206 @@
+//! The resident variant (whole layers, attention and the KV cache inside
+//! the programs) on the tiny family checkpoints, beyond the conformance
+//! suite's comparison with transformers: how layers are grouped changes
+//! no bit, a chunk's columns are independent (one prefill = token by token
+//! decode, bit for bit), rolled-back cache rows are never read, sliding
+//! windows past the window, dispatch counts, and clear refusals.
+#![allow(clippy::unwrap_used)]
+
+use anedvd_ane::backend::selftest::{argmax, max_rel};
+use anedvd_ane::lower::{self, resident};
+use anedvd_ane::{AneSimBackend, LowerOptions, RuntimePath, Variant};
+use anedvd_cpu::CpuBackend;
+use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode};
+use anedvd_testkit::fixtures::{self, Format};
+
+/// Logits closer than this on the CPU are a tie either side may break.
+const TIE: f32 = 0.02;
+
+fn options(layers_per_program: usize, context: usize, width: usize) -> LowerOptions {
+    LowerOptions {
+        variant: Variant::Resident,
+        path: RuntimePath::E5rt,
+        layers_per_program,
+        context,
+        width,
+        ..Default::default()
+    }
+}
+
+fn compile(p: &DecoderProgram, o: LowerOptions) -> Box<dyn Executable> {
+    AneSimBackend::new(o).compile(p).unwrap()
+}
+
+/// A prompt of `n` tokens cycling through the family's reference prompt.
+fn prompt(family: &str, n: usize) -> Vec<u32> {
+    let r = fixtures::reference(family).prompt;
+    r.iter().copied().cycle().take(n).collect()
+}
+
+fn all_logits(exe: &dyn Executable, tokens: &[u32], max_seq: usize) -> Vec<f32> {
+    let mut s = exe.new_session(max_seq).unwrap();
+    s.forward(tokens, LogitsMode::All).unwrap().to_vec()
+}
+
+/// One, two or every layer per program: the residual crosses between
+/// programs as the same fp16 tensor it is inside one, so the logits are
+/// bit-identical; the program count follows ⌈L/K⌉ + 1.
+#[test]
+fn layers_per_program_changes_no_bit() {
+    for family in ["llama", "gemma3", "qwen3"] {
+        let p = fixtures::program(family, Format::GgufF32);
+        let tokens = prompt(family, 20);
+        let l = p.layers.len();
+        let mut first: Option<Vec<f32>> = None;
+        for k in [1, 2, 0] {
+            let o = options(k, 64, 32);
+            let exe = AneSimBackend::new(o).compile_sim(&p).unwrap();
+            let groups = if k == 0 { 1 } else { l.div_ceil(k) };
+            assert_eq!(exe.dispatches_per_token(), groups + 1, "{family} K={k}");
+            assert_eq!(lower::dispatch_count(Variant::Resident, &p, &o), groups + 1);
+            let got = all_logits(&exe, &tokens, 64);
+            match &first {
+                None => first = Some(got),
+                Some(want) => assert!(got == *want, "{family}: K={k} changed the logits"),
+            }
+        }
+    }
+}
+
+/// Prefill in chunks (W 32, 40 tokens: two chunks) against token-by-token
+/// decode: every column runs the same ops on its own data, so the rows are
+/// bit-identical; and both follow the CPU backend.
+#[test]
+fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
+    for family in ["qwen2", "gemma3", "smollm3"] {
+        let p = fixtures::program(family, Format::GgufF32);
+        let tokens = prompt(family, 40);
+        let exe = compile(&p, options(2, 64, 32));
+        let whole = all_logits(exe.as_ref(), &tokens, 64);
+        let mut s = exe.new_session(64).unwrap();
+        let mut stepped = Vec::new();
+        for t in &tokens {
+            stepped.extend_from_slice(
+                s.forward(std::slice::from_ref(t), LogitsMode::Last)
+                    .unwrap(),
+            );
+        }
+        assert!(whole == stepped, "{family}: decode differs from prefill");
+        let cpu = CpuBackend::new(1).unwrap().compile(&p).unwrap();
+        let want = all_logits(cpu.as_ref(), &tokens, 64);
+        let v = p.n_vocab;
+        for t in 0..tokens.len() {
+            let (g, w) = (&whole[t * v..(t + 1) * v], &want[t * v..(t + 1) * v]);
+            assert!(max_rel(g, w) <= 0.02, "{family} row {t}: {}", max_rel(g, w));
+            // top-1 equal, unless the CPU itself puts ours within a
+            // near-tie of its own (smollm3 row 29: 0.007 apart)
+            let (a, b) = (argmax(g), argmax(w));
+            assert!(
+                a == b || w[b] - w[a] < TIE,
+                "{family} row {t}: {a} vs cpu {b}"
+            );
+        }
+    }
+}
+
+/// Rows written past a truncation stay in the caches; nothing reads them:
+/// after other tokens, a truncation and a rerun, the logits equal a fresh
+/// session's bit for bit.
+#[test]
+fn truncated_rows_are_never_read() {
+    let p = fixtures::program("gemma3", Format::GgufF32);
+    let exe = compile(&p, options(0, 64, 32));
+    let tokens = prompt("gemma3", 24);
+    let fresh = all_logits(exe.as_ref(), &tokens, 64);
+    let mut s = exe.new_session(64).unwrap();
+    s.forward(&tokens[..12], LogitsMode::None).unwrap();
+    // other tokens at positions 12..36
+    let other: Vec<u32> = tokens
+        .iter()
+        .rev()
+        .copied()
+        .chain(tokens.iter().copied())
+        .take(24)
+        .collect();
+    s.forward(&other, LogitsMode::None).unwrap();
+    s.truncate(12);
+    assert_eq!(s.position(), 12);
+    let mut again = exe.new_session(64).unwrap();
+    let head = again
+        .forward(&tokens[..12], LogitsMode::All)
+        .unwrap()
+        .to_vec();
+    let tail = s.forward(&tokens[12..], LogitsMode::All).unwrap().to_vec();
+    let v = p.n_vocab;
+    assert!(head == fresh[..12 * v], "prefix");
+    assert!(tail == fresh[12 * v..], "after truncation");
+}
+
+/// Gemma 3's sliding layers (the fixture's smallest window) at
+/// positions past the window follow the CPU backend, which applies the
+/// window itself.
+#[test]
+fn sliding_windows_hold_past_the_window() {
+    let p = fixtures::program("gemma3", Format::GgufF32);
+    let window = p
+        .layers
+        .iter()
+        .filter_map(|b| b.attention().and_then(|a| a.window))
+        .min()
+        .expect("the gemma3 fixture has sliding layers");
+    let n = (window + 24).min(120);
+    assert!(n > window, "window {window}");
+    let tokens = prompt("gemma3", n);
+    let exe = compile(&p, options(0, 128, 64));
+    let got = all_logits(exe.as_ref(), &tokens, 128);
+    let cpu = CpuBackend::new(1).unwrap().compile(&p).unwrap();
+    let want = all_logits(cpu.as_ref(), &tokens, 128);
+    let v = p.n_vocab;
+    for t in window..n {
+        let (g, w) = (&got[t * v..(t + 1) * v], &want[t * v..(t + 1) * v]);
+        assert!(max_rel(g, w) <= 0.02, "row {t}: {}", max_rel(g, w));
+        assert_eq!(argmax(g), argmax(w), "row {t}");
+    }
+}
+
+/// What the variant cannot do is refused with a message that says why.
+#[test]
+fn refusals_say_why() {
+    let p = fixtures::program("llama", Format::GgufF32);
+    let err = |o: LowerOptions| AneSimBackend::new(o).compile(&p).err().unwrap().to_string();
+    let inmem = LowerOptions {
+        path: RuntimePath::InMemory,
+        ..options(0, 64, 32)
+    };
+    assert!(err(inmem).contains("e5rt path only"), "{}", err(inmem));
+    let e = err(options(0, 100, 32));
+    assert!(e.contains("context 100 must be a power of two"), "{e}");
+    let exe = compile(&p, options(0, 64, 32));
+    let e = exe.new_session(65).err().unwrap().to_string();
+    assert!(e.contains("hold 64 positions"), "{e}");
+    assert_eq!(exe.n_ctx_train(), 64.min(p.n_ctx_train));
+    let lfm2 = fixtures::program("lfm2", Format::GgufF32);
+    let e = AneSimBackend::new(options(0, 64, 32))
+        .compile(&lfm2)
+        .err()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        "backend ane-sim does not support mixer short_conv in the resident variant (layer 0)"
+    );
+    let views = lower::layer_views(&lfm2, "ane-sim").unwrap();
+    assert_eq!(resident::refusal(&views).map(|r| r.2), Some(0));
+}
+
+/// Without `--ane-layers-per-program` the groups fill up to
+/// [`resident::MAX_PROGRAM_WEIGHT_BYTES`]: one program for a tiny model.
+#[test]
+fn default_groups_fill_the_weight_budget() {
+    let p = fixtures::program("qwen2", Format::GgufF32);
+    let o = options(0, 64, 32);
+    assert_eq!(resident::groups(&p, &o), vec![0..p.layers.len()]);
+    let three = options(3, 64, 32);
+    let g = resident::groups(&p, &three);
+    assert_eq!(g.first(), Some(&(0..3.min(p.layers.len()))));
+    assert_eq!(g.last().map(|r| r.end), Some(p.layers.len()));
+}
