@@ -204,3 +204,41 @@ fn default_groups_fill_the_weight_budget() {
     assert_eq!(g.first(), Some(&(0..3.min(p.layers.len()))));
     assert_eq!(g.last().map(|r| r.end), Some(p.layers.len()));
 }
+
+/// int8 and lut8 weights keep their stated accuracy (the fused variant's,
+/// `lower::quantize::accuracy`) and the CPU's top-1 on every family the
+/// variant holds.
+#[test]
+fn compressed_weights_keep_their_stated_accuracy() {
+    use anedvd_ane::WeightFormat;
+    use anedvd_testkit::backends::TestBackend;
+    let resident = TestBackend::AneSim(Variant::Resident);
+    for family in fixtures::ane_families() {
+        let p = fixtures::program(family, Format::GgufF32);
+        if !resident.holds(&p) {
+            continue;
+        }
+        let r = fixtures::reference(family);
+        let cpu = CpuBackend::new(1).unwrap().compile(&p).unwrap();
+        let mut cs = cpu.new_session(64).unwrap();
+        let want = cs.forward(&r.prompt, LogitsMode::Last).unwrap().to_vec();
+        for weights in [WeightFormat::Int8, WeightFormat::Lut { bits: 8 }] {
+            let o = LowerOptions {
+                weights,
+                ..options(2, 64, 64)
+            };
+            let exe = compile(&p, o);
+            let mut s = exe.new_session(64).unwrap();
+            let got = s.forward(&r.prompt, LogitsMode::Last).unwrap().to_vec();
+            let (min_cos, max) = lower::quantize::accuracy(weights);
+            let (c, m) = (
+                anedvd_ane::backend::selftest::cosine(&got, &want),
+                max_rel(&got, &want),
+            );
+            let what = format!("{family} {}: cosine {c:.6}, max rel {m:.4}", weights.name());
+            println!("{what}");
+            assert!(c >= min_cos && m <= max, "{what}");
+            assert_eq!(argmax(&got), argmax(&want), "{what}");
+        }
+    }
+}
