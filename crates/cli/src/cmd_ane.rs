@@ -1,6 +1,6 @@
-//! `anedvd ane …`: `info` (is the Neural Engine reachable), `probe` (one 1×1
-//! conv matmul vs the CPU) and `width` (evaluate cost vs activation width),
-//! on the private framework or the simulated driver.
+//! `anedvd ane …`: `info` (is the Neural Engine reachable, on each runtime
+//! path), `probe` (one 1×1 conv matmul vs the CPU) and `width` (evaluate
+//! cost vs activation width), on the private framework or the simulated driver.
 
 use anedvd_engine::tools::device;
 use anyhow::{bail, Result};
@@ -62,8 +62,9 @@ impl DriverKind {
     }
 }
 
-/// Runs `anedvd info`: OS, chip, compile budget, then which libraries,
-/// classes and selectors resolved. Fails (one line) when the ANE is unreachable.
+/// Runs `anedvd info`: OS, chip, compile budget, then for each runtime path
+/// which libraries, classes, selectors or symbols resolved. Fails (one line
+/// naming both reasons) when neither path is reachable.
 pub fn run_info(_: &InfoArgs) -> Result<()> {
     let r = device::info();
     println!("os: {}", r.os);
@@ -73,34 +74,61 @@ pub fn run_info(_: &InfoArgs) -> Result<()> {
         r.compile_budget, r.compiles_used
     );
     println!("status: implemented, unproven on hardware");
-    println!(
-        "path e5rt (Espresso): no runtime driver in this build; its programs are simulated \
-         (--backend ane-sim --ane-path e5rt)"
-    );
-    println!("path inmem (_ANEInMemoryModel): the runtime's path; probing it:");
-    let probe = match r.framework {
-        Ok(p) => p,
-        Err(e) => {
-            println!("ane: unreachable");
-            return Err(e.into());
-        }
-    };
-    for l in &probe.libraries {
-        println!("library: {l} loaded");
-    }
     let mark = |ok: bool| if ok { "ok" } else { "MISSING" };
-    for (c, ok) in &probe.classes {
-        println!("class: {c} {}", mark(*ok));
+    println!("path inmem (_ANEInMemoryModel, --driver ane):");
+    let inmem = match &r.framework {
+        Ok(probe) => {
+            for l in &probe.libraries {
+                println!("  library: {l} loaded");
+            }
+            for (c, ok) in &probe.classes {
+                println!("  class: {c} {}", mark(*ok));
+            }
+            for (c, s, ok) in &probe.selectors {
+                println!("  selector: {c} {s} {}", mark(*ok));
+            }
+            probe.missing()
+        }
+        Err(e) => Some(unavailable_reason(e)),
+    };
+    print_reachability("inmem", inmem.as_deref());
+    println!("path e5rt (Espresso e5rt_* C API, --driver e5rt --ane-path e5rt):");
+    let e5rt = match &r.e5rt {
+        Ok(probe) => {
+            println!("  library: {} loaded", probe.library);
+            for (s, ok) in &probe.symbols {
+                println!("  symbol: {s} {}", mark(*ok));
+            }
+            probe.missing()
+        }
+        Err(e) => Some(unavailable_reason(e)),
+    };
+    print_reachability("e5rt", e5rt.as_deref());
+    match (inmem, e5rt) {
+        (Some(a), Some(b)) => {
+            println!("ane: unreachable");
+            bail!("ANE unavailable: inmem: {a}; e5rt: {b}")
+        }
+        _ => {
+            println!("ane: reachable");
+            Ok(())
+        }
     }
-    for (c, s, ok) in &probe.selectors {
-        println!("selector: {c} {s} {}", mark(*ok));
+}
+
+/// The reason of an `ANE unavailable: <reason>` error (else the whole message).
+fn unavailable_reason(e: &anedvd_engine::Error) -> String {
+    let s = e.to_string();
+    s.strip_prefix("ANE unavailable: ")
+        .unwrap_or(&s)
+        .to_string()
+}
+
+fn print_reachability(path: &str, missing: Option<&str>) {
+    match missing {
+        None => println!("  {path}: reachable"),
+        Some(reason) => println!("  {path}: unreachable ({reason})"),
     }
-    if let Some(reason) = probe.missing() {
-        println!("ane: unreachable");
-        bail!("ANE unavailable: {reason}");
-    }
-    println!("ane: reachable (private framework)");
-    Ok(())
 }
 
 /// Runs `anedvd probe`.
@@ -199,7 +227,8 @@ mod tests {
     fn private_commands_fail_with_one_line_off_macos() {
         let e = run_info(&InfoArgs {}).err().map(|e| format!("{e:#}"));
         let e = e.unwrap_or_default();
-        assert!(e.starts_with("ANE unavailable: "), "{e}");
+        assert!(e.starts_with("ANE unavailable: inmem: cannot load "), "{e}");
+        assert!(e.contains("; e5rt: cannot load /System/Library/PrivateFrameworks/Espresso"));
         assert!(!e.contains('\n'));
         let p = ProbeArgs {
             size: 8,

@@ -72,9 +72,10 @@ pub struct BackendArgs {
     /// (the ANE programs run by our fp16 MIL simulator; slow, for verification).
     #[arg(long, default_value = "cpu", value_name = "cpu|ane|ane-sim")]
     pub backend: String,
-    /// With --backend ane: the driver, `ane` (Apple's private framework; macOS only)
-    /// or `sim` (the simulated driver).
-    #[arg(long, default_value = "ane", value_name = "ane|sim")]
+    /// With --backend ane: the driver, `ane` (AppleNeuralEngine.framework, the
+    /// inmem path; macOS only), `e5rt` (Espresso, the e5rt path, with --ane-path
+    /// e5rt; macOS only) or `sim` (the simulated driver of --ane-path's path).
+    #[arg(long, default_value = "ane", value_name = "ane|e5rt|sim")]
     pub driver: String,
     #[command(flatten)]
     pub cpu: CpuArgs,
@@ -87,7 +88,7 @@ impl BackendArgs {
     pub fn choice(&self) -> Result<BackendChoice> {
         BackendChoice::parse(&self.backend, &self.driver).ok_or_else(|| {
             anyhow::anyhow!(
-                "--backend must be cpu, ane or ane-sim and --driver ane or sim (got {} / {})",
+                "--backend must be cpu, ane or ane-sim and --driver ane, e5rt or sim (got {} / {})",
                 self.backend,
                 self.driver
             )
@@ -178,9 +179,9 @@ pub struct LoweringArgs {
     #[arg(long, default_value = "fp16", value_name = "fp16|int8|lut8|lut6|lut4",
           value_parser = clap::builder::PossibleValuesParser::new(WeightFormat::ALL.map(WeightFormat::name)))]
     pub ane_weights: String,
-    /// The ANE runtime path the programs are checked against: inmem
-    /// (_ANEInMemoryModel, the path --backend ane drives) or e5rt (Espresso;
-    /// simulated only, with --backend ane-sim).
+    /// The ANE runtime path the programs are checked against and run on: inmem
+    /// (_ANEInMemoryModel; --driver ane) or e5rt (Espresso; --driver e5rt).
+    /// --driver sim and --backend ane-sim simulate either.
     #[arg(long, default_value = "inmem", value_name = "inmem|e5rt",
           value_parser = clap::builder::PossibleValuesParser::new(RuntimePath::ALL.map(RuntimePath::name)))]
     pub ane_path: String,

@@ -15,12 +15,14 @@ pub enum BackendChoice {
     /// The ANE lowering run directly by the MIL fp16 simulator.
     AneSim,
     /// The ANE lowering through the ANE runtime with the given driver
-    /// (`Private` needs macOS with an ANE; `Sim` is the simulated driver).
+    /// (`Private` and `E5rt` need macOS with an ANE; `Sim` is the simulated
+    /// driver of the lowering's path).
     Ane(DriverKind),
 }
 
 impl BackendChoice {
-    /// Parses `cpu`, `ane-sim`, or `ane` with a driver name (`ane`/`private`, `sim`).
+    /// Parses `cpu`, `ane-sim`, or `ane` with a driver name (`ane`/`private`,
+    /// `e5rt`, `sim`).
     pub fn parse(backend: &str, driver: &str) -> Option<BackendChoice> {
         match backend {
             "cpu" => Some(BackendChoice::Cpu),
@@ -96,6 +98,10 @@ mod tests {
         assert_eq!(
             BackendChoice::parse("ane", "sim"),
             Some(BackendChoice::Ane(DriverKind::Sim))
+        );
+        assert_eq!(
+            BackendChoice::parse("ane", "e5rt"),
+            Some(BackendChoice::Ane(DriverKind::E5rt))
         );
         assert_eq!(BackendChoice::parse("gpu", "ane"), None);
         assert_eq!(BackendChoice::parse("ane", "gpu"), None);

@@ -84,15 +84,14 @@ impl DriverKind {
         matches!(self, DriverKind::Sim | DriverKind::E5rtSim)
     }
 
-    /// The driver that runs programs lowered for `path`: a simulated driver
+    /// The driver that runs programs lowered for `path`: [`DriverKind::Sim`]
     /// follows the path (`--driver sim --ane-path e5rt` is the simulated
-    /// e5rt driver); a real one stays as it is, and
-    /// [`DriverKind::path_refusal`] says why it cannot run that path.
+    /// e5rt driver); every other driver stays as it is, and
+    /// [`DriverKind::path_refusal`] says why it cannot run another path.
     pub fn for_path(self, path: RuntimePath) -> DriverKind {
-        match (self.is_simulated(), path) {
-            (true, RuntimePath::InMemory) => DriverKind::Sim,
-            (true, RuntimePath::E5rt) => DriverKind::E5rtSim,
-            (false, _) => self,
+        match (self, path) {
+            (DriverKind::Sim, RuntimePath::E5rt) => DriverKind::E5rtSim,
+            _ => self,
         }
     }
 

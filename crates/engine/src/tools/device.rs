@@ -1,6 +1,7 @@
-//! The Neural Engine itself: `info` (is it reachable, and why not), `probe`
-//! (one 1×1-conv matmul against the CPU) and `width` (evaluation cost
-//! against activation width), on the private framework or the simulated driver.
+//! The Neural Engine itself: `info` (is each runtime path reachable, and why
+//! not), `probe` (one 1×1-conv matmul against the CPU) and `width`
+//! (evaluation cost against activation width), on the private framework or
+//! the simulated driver of the in-memory path.
 
 use crate::{DriverKind, Error, Result};
 use anedvd_ane::backend::check::pseudo_random;
@@ -11,6 +12,7 @@ use anedvd_mil::builder::{program, FunctionBuilder};
 use anedvd_mil::ir::DType;
 use std::time::{Duration, Instant};
 
+pub use anedvd_ane::runtime::e5rt::E5rtProbe;
 pub use anedvd_ane::runtime::private::Probe as FrameworkProbe;
 
 /// What `info` found.
@@ -24,13 +26,15 @@ pub struct InfoReport {
     pub compile_budget: u32,
     /// Compiles this process issued so far.
     pub compiles_used: u32,
-    /// The framework's libraries, classes and selectors, or why they could
-    /// not be looked up at all.
+    /// The in-memory path: the framework's libraries, classes and
+    /// selectors, or why they could not be looked up at all.
     pub framework: Result<FrameworkProbe>,
+    /// The e5rt path: Espresso's symbols, or why Espresso could not be loaded.
+    pub e5rt: Result<E5rtProbe>,
 }
 
-/// Looks for the private framework (never fails itself; see
-/// [`InfoReport::framework`] and [`FrameworkProbe::missing`]).
+/// Looks for both paths' frameworks (never fails itself; see
+/// [`InfoReport::framework`], [`InfoReport::e5rt`] and their `missing()`).
 pub fn info() -> InfoReport {
     InfoReport {
         os: command_line("uname", &["-srm"])
@@ -39,6 +43,7 @@ pub fn info() -> InfoReport {
         compile_budget: DEFAULT_COMPILE_BUDGET,
         compiles_used: private::process_compiles(),
         framework: private::probe().map_err(Error::from),
+        e5rt: anedvd_ane::runtime::e5rt::private::probe().map_err(Error::from),
     }
 }
 
@@ -104,6 +109,7 @@ pub fn probe(driver: DriverKind, size: usize, width: usize, iters: u32) -> Resul
     match driver {
         DriverKind::Private => probe_on(Runtime::new(PrivateDriver::open()?), size, width, iters),
         DriverKind::Sim => probe_on(Runtime::new(SimDriver::new()), size, width, iters),
+        DriverKind::E5rt | DriverKind::E5rtSim => Err(in_memory_only(driver)),
     }
 }
 
@@ -183,6 +189,7 @@ pub fn width(driver: DriverKind, size: usize, widths: &[usize], iters: u32) -> R
     match driver {
         DriverKind::Private => width_on(Runtime::new(PrivateDriver::open()?), size, widths, iters),
         DriverKind::Sim => width_on(Runtime::new(SimDriver::new()), size, widths, iters),
+        DriverKind::E5rt | DriverKind::E5rtSim => Err(in_memory_only(driver)),
     }
 }
 
@@ -259,6 +266,14 @@ fn cpu_projection(n: usize, w: usize, wt: &[f32], x: &[f32]) -> (Vec<f32>, Vec<f
     (y, mag)
 }
 
+fn in_memory_only(driver: DriverKind) -> Error {
+    Error::Invalid(format!(
+        "probe and width measure the in-memory path's drivers (ane, sim), not {}; run a model \
+         on e5rt with --backend ane --driver e5rt --ane-path e5rt",
+        driver.name()
+    ))
+}
+
 fn check_shape(n: usize, w: usize) -> Result<()> {
     if n == 0 || w == 0 || n > 16384 || w > 16384 {
         return Err(Error::Invalid(format!(
@@ -276,6 +291,18 @@ mod tests {
     fn probe_through_the_simulator_passes() {
         let r = probe(DriverKind::Sim, 32, 16, 1);
         assert!(r.as_ref().is_ok_and(|r| r.bad == 0 && r.simulated), "{r:?}");
+    }
+
+    #[test]
+    fn probe_and_width_name_the_drivers_they_measure() {
+        for d in [DriverKind::E5rt, DriverKind::E5rtSim] {
+            let e = probe(d, 8, 8, 1)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("in-memory path's drivers"), "{e}");
+            assert!(width(d, 8, &[8], 1).is_err());
+        }
     }
 
     #[test]
