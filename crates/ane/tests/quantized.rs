@@ -89,10 +89,13 @@ fn compressed_weights_follow_the_path() {
     assert!(AneSimBackend::new(int8).compile(&p).is_ok());
     // on e5rt the runtime runs them: the simulated e5rt driver gives the
     // direct simulator's logits bit for bit
-    let e5rt = options(WeightFormat::Int8, Variant::Fused, RuntimePath::E5rt);
     let prompt = fixtures::reference("llama").prompt;
-    let runtime = last_logits(&AneBackend::new(e5rt, DriverKind::Sim), &p, &prompt);
-    assert_eq!(runtime, last_logits(&AneSimBackend::new(e5rt), &p, &prompt));
+    for weights in [WeightFormat::Int8, WeightFormat::Lut { bits: 8 }] {
+        let e5rt = options(weights, Variant::Fused, RuntimePath::E5rt);
+        let runtime = last_logits(&AneBackend::new(e5rt, DriverKind::Sim), &p, &prompt);
+        let direct = last_logits(&AneSimBackend::new(e5rt), &p, &prompt);
+        assert_eq!(runtime, direct, "{}", weights.name());
+    }
 }
 
 /// The palettes and int8 shrink what each dispatch streams.
