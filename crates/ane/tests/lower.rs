@@ -21,10 +21,7 @@ fn every_program_of_every_family_passes_the_rules() {
                         ..Default::default()
                     };
                     let l = lower(&p, &o).expect("lower");
-                    assert_eq!(
-                        l.dispatches_per_token(),
-                        dispatch_count(variant, &p, &o)
-                    );
+                    assert_eq!(l.dispatches_per_token(), dispatch_count(variant, &p, &o));
                     for k in &l.kernels {
                         let mut v = check(&k.program, Some(&k.weights), &RuleConfig::default());
                         // The fused variant packs a layer's outputs with `concat`,

@@ -28,9 +28,11 @@ pub struct VerifyArgs {
     /// runtime on `--driver`), or `cpu` to check the harness.
     #[arg(long, default_value = "ane-sim", value_name = "ane-sim|ane|cpu")]
     pub backend: String,
-    /// Driver of `--backend ane`: `ane` (AppleNeuralEngine.framework; fails
-    /// with `ANE unavailable` off macOS) or `sim` (the simulated driver).
-    #[arg(long, default_value = "ane", value_name = "ane|sim")]
+    /// Driver of `--backend ane`: `ane` (AppleNeuralEngine.framework, the
+    /// in-memory path), `e5rt` (Espresso, the e5rt path; both fail with
+    /// `ANE unavailable` off macOS) or `sim` (the simulated driver of
+    /// --ane-path's path).
+    #[arg(long, default_value = "ane", value_name = "ane|e5rt|sim")]
     pub driver: String,
     /// Compiles `--backend ane` may use (the ANE compiler fails after ~119
     /// per process).
@@ -142,7 +144,10 @@ fn verify_choice(a: &VerifyArgs) -> Result<BackendChoice> {
         "cpu" => Ok(BackendChoice::Cpu),
         "ane" => match DriverKind::from_name(&a.driver) {
             Some(driver) => Ok(BackendChoice::Ane(driver)),
-            None => bail!("--driver must be `ane` or `sim`, not `{}`", a.driver),
+            None => bail!(
+                "--driver must be `ane`, `sim`, `e5rt` or `e5rt-sim`, not `{}`",
+                a.driver
+            ),
         },
         other => bail!("unknown backend `{other}` (ane-sim, ane, cpu)"),
     }
@@ -529,11 +534,15 @@ mod tests {
             .map(|e| format!("{e:#}"))
             .unwrap_or_default();
         assert!(e.contains("no evidence on the inmem path"), "{e}");
-        let e = verify(&["--backend", "ane", "--driver", "sim", "--ane-path", "e5rt"])
+        // the simulated driver models the e5rt path too
+        let r = verify(&["--backend", "ane", "--driver", "sim", "--ane-path", "e5rt"]);
+        assert!(r.is_ok(), "{r:?}");
+        // the real drivers refuse each other's path
+        let e = verify(&["--backend", "ane", "--driver", "ane", "--ane-path", "e5rt"])
             .err()
             .map(|e| format!("{e:#}"))
             .unwrap_or_default();
-        assert!(e.contains("no runtime driver"), "{e}");
+        assert!(e.contains("e5rt"), "{e}");
     }
 
     /// `kernels --json`: dispatches per decode token per variant and path,

@@ -65,6 +65,7 @@
 //! # Ok(()) }
 //! ```
 
+mod batch;
 pub mod check;
 mod model;
 pub mod reference;

@@ -1,5 +1,6 @@
 //! The compiled model: kernels printed → parsed → rule-checked, plus the CPU-side vectors.
 
+use super::batch::AneBatch;
 use super::resident::ResidentSession;
 use super::session::AneSession;
 use super::worker::{CompileReport, DriverKind, Opened, Worker};
@@ -13,7 +14,9 @@ use anedvd_cpu::moe::{MoeLayer, Shared};
 use anedvd_cpu::norms::{finish_per_layer_inputs, norm_weights, LayerNorms};
 use anedvd_cpu::qkernels::Kernels;
 use anedvd_cpu::IsaCap;
-use anedvd_graph::{Attention, DecoderProgram, Executable, Result, Session};
+use anedvd_graph::{
+    Attention, BatchSession, DecoderProgram, Executable, Result, SequentialBatch, Session,
+};
 use anedvd_mil::ir::Program;
 use anedvd_mil::rules::RuleConfig;
 use anedvd_mil::sim::{Simulator, Tensor, Weights};
@@ -295,6 +298,21 @@ impl Model {
         })
     }
 
+    /// Zero rows between two sequences in one pass: a short convolution's
+    /// program taps the `K - 1` columns before each one, so a sequence
+    /// must see zeros there, as it does alone (0 without short
+    /// convolutions).
+    pub fn segment_gap(&self) -> usize {
+        self.layers
+            .iter()
+            .filter_map(|l| match l.mixer {
+                HostMixer::ShortConv { kernel, .. } => Some(kernel.saturating_sub(1)),
+                HostMixer::Attention(_) => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The kernel satisfying `pred`.
     pub fn find(&self, pred: impl Fn(&KernelKind) -> bool) -> Result<&SimKernel> {
         self.kernels
@@ -492,6 +510,18 @@ impl Executable for AneExecutable {
 
     fn vocab_size(&self) -> usize {
         self.model.n_vocab
+    }
+
+    /// Sequences as columns of the same dispatches (`super::batch`); the
+    /// resident variant runs them one after another.
+    fn new_batch(&self, n_seqs: usize, max_seq: usize) -> Result<Box<dyn BatchSession>> {
+        if self.model.options.variant == Variant::Resident {
+            let sessions = (0..n_seqs)
+                .map(|_| self.new_session(max_seq))
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Box::new(SequentialBatch::new(sessions, self.model.n_vocab)));
+        }
+        Ok(Box::new(AneBatch::new(self.model.clone(), n_seqs, max_seq)))
     }
 
     /// The model's training context; a resident lowering holds at most
