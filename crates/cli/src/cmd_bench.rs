@@ -15,9 +15,10 @@
 
 use crate::common::{BackendArgs, ModelArgs, SpecArgs, Speculation};
 use anedvd_engine::speculative::Proposer;
+use anedvd_engine::tools::kernels;
 use anedvd_engine::{
-    generate_speculative, BatchItem, Engine, EngineBatch, EngineSession, GenerateParams,
-    Generation, LogitsMode, SamplingParams,
+    generate_speculative, BackendChoice, BatchItem, Engine, EngineBatch, EngineSession,
+    GenerateParams, Generation, LogitsMode, SamplingParams,
 };
 use anyhow::{bail, Result};
 use clap::Args;
@@ -305,10 +306,71 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     }
     let model_type = model_type(&engine);
+    let label = backend_label(args)?;
     if args.json {
-        print_json(&engine, &model_type, threads, &results)?;
+        print_json(&engine, &model_type, &label, threads, &results)?;
     } else {
-        print_md(&engine, &model_type, threads, &results);
+        print_md(&engine, &model_type, &label, threads, &results);
+        if args.backend.choice()?.is_ane() {
+            print_predicted(args, &results)?;
+        }
+    }
+    Ok(())
+}
+
+/// The backend column: `CPU`, or the ANE backend with its variant and path.
+fn backend_label(args: &BenchArgs) -> Result<String> {
+    let choice = args.backend.choice()?;
+    if !choice.is_ane() {
+        return Ok("CPU".into());
+    }
+    let o = args.backend.lowering.options()?;
+    let driver = match choice {
+        BackendChoice::Ane(d) => format!("+{}", d.name()),
+        _ => String::new(),
+    };
+    Ok(format!(
+        "{}{driver} {} {}",
+        args.backend.backend,
+        o.variant.name(),
+        o.path
+    ))
+}
+
+/// What the cost model (`anedvd kernels`) predicts for each test on an ANE:
+/// every pass of at most W columns costs one decode token's programs
+/// (columns are nearly free: 128 cost ~1.05× one, ane-evidence.md §b), so
+/// N sequences decode in one pass per step and a prompt takes one pass per
+/// W tokens of all sequences together. Simulator wall time says nothing
+/// about an ANE.
+fn print_predicted(args: &BenchArgs, results: &[TestResult]) -> Result<()> {
+    let o = args.backend.lowering.options()?;
+    let (path, overrides) = (args.model.path_checked()?, args.model.overrides()?);
+    let cost = kernels::CostModel::default();
+    let plan = kernels::plan(&path, &overrides, &o, &cost)?;
+    let Some(v) = plan.variants.first() else {
+        return Ok(());
+    };
+    println!(
+        "\npredicted on an ANE (cost model of `anedvd kernels`: {} dispatches, {:.3} ms per pass of W = {} columns; not measured):",
+        v.dispatches_per_token, v.per_token_ms, o.width
+    );
+    println!("| test | passes | predicted ms | predicted t/s |");
+    println!("| ---: | ---: | ---: | ---: |");
+    for r in results {
+        let tokens = r.n_parallel * (r.n_prompt + r.n_gen);
+        let passes = if r.n_gen > 0 {
+            // one pass per step while every sequence fits W columns
+            r.n_gen * r.n_parallel.div_ceil(o.width)
+        } else {
+            tokens.div_ceil(o.width)
+        };
+        let ms = passes as f64 * v.per_token_ms;
+        println!(
+            "| {} | {passes} | {ms:.3} | {:.1} |",
+            r.name(),
+            tokens as f64 / ms * 1e3
+        );
     }
     Ok(())
 }
@@ -439,7 +501,13 @@ fn model_type(engine: &Engine) -> String {
         .to_string()
 }
 
-fn print_md(engine: &Engine, model_type: &str, threads: usize, results: &[TestResult]) {
+fn print_md(
+    engine: &Engine,
+    model_type: &str,
+    backend: &str,
+    threads: usize,
+    results: &[TestResult],
+) {
     println!("| model | size | params | backend | threads | test | t/s |");
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let size = engine.weight_bytes() as f64 / (1024.0 * 1024.0);
@@ -447,7 +515,7 @@ fn print_md(engine: &Engine, model_type: &str, threads: usize, results: &[TestRe
     for r in results {
         let (m, sd) = mean_sd(&r.samples_ts());
         println!(
-            "| {model_type} | {size:.2} MiB | {params:.2} M | CPU | {threads} | {} | {m:.2} ± {sd:.2} |",
+            "| {model_type} | {size:.2} MiB | {params:.2} M | {backend} | {threads} | {} | {m:.2} ± {sd:.2} |",
             r.name()
         );
     }
@@ -456,6 +524,7 @@ fn print_md(engine: &Engine, model_type: &str, threads: usize, results: &[TestRe
 fn print_json(
     engine: &Engine,
     model_type: &str,
+    backend: &str,
     threads: usize,
     results: &[TestResult],
 ) -> Result<()> {
@@ -475,7 +544,7 @@ fn print_json(
                 "build_number": 0,
                 "cpu_info": "",
                 "gpu_info": "",
-                "backends": "CPU",
+                "backends": backend,
                 "model_filename": engine.path.display().to_string(),
                 "model_type": model_type,
                 "model_size": engine.weight_bytes(),
