@@ -260,6 +260,20 @@ pub fn run_verify(a: &VerifyArgs) -> Result<()> {
     if let Some(s) = r.decode_s_per_token {
         println!("  decode {s:.2}s/token (both backends)");
     }
+    match r.batched {
+        Some(b) if b.identical => println!(
+            "  batched: {} sequences as columns of the same dispatches, {} logits rows bit-identical to each sequence alone",
+            b.sequences, b.rows
+        ),
+        Some(b) => println!(
+            "  batched: {} sequences: logits differ from each sequence alone by up to {} (must be bit-identical)",
+            b.sequences, b.max_abs_diff
+        ),
+        None if lowering.variant == Variant::Resident => {
+            println!("  batched: the resident variant runs sequences one after another")
+        }
+        None => {}
+    }
     if let Some(rt) = r.runtime {
         println!(
             "  runtime: {} evaluations, {:.1} ms evaluating, {:.1} ms surface I/O, {} retries",
@@ -268,8 +282,12 @@ pub fn run_verify(a: &VerifyArgs) -> Result<()> {
     }
     if !r.passed {
         bail!(
-            "verify FAILED: cosine {cos:.6}, max rel {rel:.6}, top-1 {}",
-            if ta == tb { "equal" } else { "different" }
+            "verify FAILED: cosine {cos:.6}, max rel {rel:.6}, top-1 {}{}",
+            if ta == tb { "equal" } else { "different" },
+            match r.batched {
+                Some(b) if !b.identical => ", batched logits differ",
+                _ => "",
+            }
         );
     }
     println!("verify OK");

@@ -11,9 +11,9 @@ use crate::backends::{ane_backend, build_backend, BackendChoice, BackendOptions}
 use crate::{Error, Result};
 use anedvd_ane::backend::selftest::{argmax, cosine, max_rel};
 use anedvd_ane::lower;
-use anedvd_ane::{AneExecutable, CompileReport};
+use anedvd_ane::{AneExecutable, CompileReport, Variant};
 use anedvd_cpu::CpuBackend;
-use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode};
+use anedvd_graph::{Backend, BatchItem, DecoderProgram, Executable, LogitsMode};
 use anedvd_model::ConfigOverrides;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -182,8 +182,87 @@ pub struct VerifyReport {
     pub decode_s_per_token: Option<f64>,
     /// The ANE runtime's counters (`BackendChoice::Ane` only).
     pub runtime: Option<RuntimeTotals>,
-    /// True when cosine, max rel and top-1 are all within the limits.
+    /// Several sequences in one batch against each alone (the ANE
+    /// backends whose programs take sequences as columns).
+    pub batched: Option<BatchCheck>,
+    /// True when cosine, max rel and top-1 are all within the limits, and
+    /// batched logits equal unbatched ones.
     pub passed: bool,
+}
+
+/// Batched against unbatched: [`BATCH_CHECK_SEQS`] suffixes of the prompt
+/// prefilled in one call (every row's logits) and advanced by one decode
+/// step together, each compared with the same sequence run alone.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchCheck {
+    /// Sequences in the batch.
+    pub sequences: usize,
+    /// Logits rows compared.
+    pub rows: usize,
+    /// Largest |batched − alone| over every logit (0 when bit-identical).
+    pub max_abs_diff: f32,
+    /// Every logit bit-identical.
+    pub identical: bool,
+}
+
+/// Sequences in [`BatchCheck`].
+pub const BATCH_CHECK_SEQS: usize = 4;
+
+/// Runs [`BatchCheck`] on `exe` with suffixes of `tokens`.
+fn batch_check(exe: &dyn Executable, tokens: &[u32], max_seq: usize) -> Result<BatchCheck> {
+    let prompts: Vec<&[u32]> = (0..BATCH_CHECK_SEQS)
+        .map(|k| &tokens[k.min(tokens.len().saturating_sub(1))..])
+        .collect();
+    let step = [tokens[0]];
+    let mut alone = Vec::new();
+    for p in &prompts {
+        let mut s = exe.new_session(max_seq)?;
+        alone.extend_from_slice(s.forward(p, LogitsMode::All)?);
+        alone.extend_from_slice(s.forward(&step, LogitsMode::Last)?);
+    }
+    let mut b = exe.new_batch(prompts.len(), max_seq)?;
+    let items: Vec<BatchItem> = prompts
+        .iter()
+        .enumerate()
+        .map(|(seq, p)| BatchItem {
+            seq,
+            tokens: p,
+            logits: LogitsMode::All,
+        })
+        .collect();
+    let prefill = b.forward(&items)?.to_vec();
+    let steps: Vec<BatchItem> = (0..prompts.len())
+        .map(|seq| BatchItem {
+            seq,
+            tokens: &step,
+            logits: LogitsMode::Last,
+        })
+        .collect();
+    let decode = b.forward(&steps)?.to_vec();
+    // the same order as `alone`: each sequence's prompt rows, then its step
+    let v = exe.vocab_size();
+    let mut batched = Vec::with_capacity(alone.len());
+    let mut at = 0;
+    for (seq, p) in prompts.iter().enumerate() {
+        batched.extend_from_slice(&prefill[at..at + p.len() * v]);
+        batched.extend_from_slice(&decode[seq * v..(seq + 1) * v]);
+        at += p.len() * v;
+    }
+    let max_abs_diff = batched
+        .iter()
+        .zip(&alone)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    Ok(BatchCheck {
+        sequences: prompts.len(),
+        rows: alone.len() / v.max(1),
+        max_abs_diff,
+        identical: batched.len() == alone.len()
+            && batched
+                .iter()
+                .zip(&alone)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+    })
 }
 
 /// A model and prompt ready to verify.
@@ -325,6 +404,10 @@ impl Verification {
             divergence = Some((o.max_new_tokens, na, nb));
         }
         let decode_s_per_token = (steps > 0).then(|| t3.elapsed().as_secs_f64() / steps as f64);
+        // sequences as columns: the resident variant runs them one by one
+        let batched = (o.backend.is_ane() && lowering.variant != Variant::Resident)
+            .then(|| batch_check(dut.exe(), tokens, max_seq))
+            .transpose()?;
         let runtime = match &dut {
             Dut::Ane(exe) => exe.kernel_stats()?.map(|stats| RuntimeTotals {
                 evals: stats.iter().map(|(_, s)| s.evals).sum(),
@@ -361,7 +444,11 @@ impl Verification {
             }),
             decode_s_per_token,
             runtime,
-            passed: cos >= o.min_cos && rel <= o.max_rel && ta == tb,
+            passed: cos >= o.min_cos
+                && rel <= o.max_rel
+                && ta == tb
+                && batched.is_none_or(|b| b.identical),
+            batched,
         })
     }
 }
