@@ -242,3 +242,35 @@ fn compressed_weights_keep_their_stated_accuracy() {
         }
     }
 }
+
+/// Through the runtime's simulated e5rt driver each session's caches stay
+/// in its own programs' buffers (cache outputs aliased onto the inputs;
+/// never copied out): logits bit-identical to the direct simulator's, for
+/// two sessions advanced in turn.
+#[test]
+fn caches_stay_resident_on_the_e5rt_runtime() {
+    use anedvd_ane::{AneBackend, DriverKind};
+    for family in ["llama", "gemma3"] {
+        let p = fixtures::program(family, Format::GgufF32);
+        let o = options(2, 64, 32);
+        let direct = compile(&p, o);
+        let runtime = AneBackend::new(o, DriverKind::Sim).compile(&p).unwrap();
+        let a = prompt(family, 20);
+        let b: Vec<u32> = a.iter().rev().copied().collect();
+        let mut runs = Vec::new();
+        for exe in [&direct, &runtime] {
+            let (mut sa, mut sb) = (exe.new_session(64).unwrap(), exe.new_session(64).unwrap());
+            let mut got = sa.forward(&a, LogitsMode::All).unwrap().to_vec();
+            got.extend_from_slice(sb.forward(&b, LogitsMode::All).unwrap());
+            for t in 0..3u32 {
+                got.extend_from_slice(sa.forward(&[t + 1], LogitsMode::Last).unwrap());
+                got.extend_from_slice(sb.forward(&[t + 2], LogitsMode::Last).unwrap());
+            }
+            runs.push(got);
+        }
+        assert!(
+            runs[0] == runs[1],
+            "{family}: the runtime's resident caches differ"
+        );
+    }
+}

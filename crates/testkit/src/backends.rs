@@ -22,13 +22,14 @@ pub enum TestBackend {
 
 impl TestBackend {
     /// Every backend and lowering variant.
-    pub const ALL: [TestBackend; 6] = [
+    pub const ALL: [TestBackend; 7] = [
         TestBackend::Cpu,
         TestBackend::AneSim(Variant::Split),
         TestBackend::AneSim(Variant::Fused),
         TestBackend::AneSim(Variant::Resident),
         TestBackend::AneSimDriver(Variant::Split),
         TestBackend::AneSimDriver(Variant::Fused),
+        TestBackend::AneSimDriver(Variant::Resident),
     ];
 
     /// `cpu`, `ane-sim/fused`, `ane+sim/split`, ...
@@ -59,7 +60,8 @@ impl TestBackend {
     /// (by name, at compile time); every other backend runs every family.
     pub fn holds(self, p: &DecoderProgram) -> bool {
         match self {
-            TestBackend::AneSim(Variant::Resident) => layer_views(p, "ane-sim")
+            TestBackend::AneSim(Variant::Resident)
+            | TestBackend::AneSimDriver(Variant::Resident) => layer_views(p, "ane-sim")
                 .is_ok_and(|v| resident::refusal(&v).is_none() && p.per_layer_embd.is_none()),
             _ => true,
         }

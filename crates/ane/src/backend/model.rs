@@ -3,10 +3,10 @@
 use super::batch::AneBatch;
 use super::resident::ResidentSession;
 use super::session::AneSession;
-use super::worker::{CompileReport, DriverKind, Opened, Worker};
+use super::worker::{CompileReport, DriverKind, Opened, PortedSource, Worker};
 use super::Error;
 use crate::lower::{
-    self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Port, Variant,
+    self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Port, PortRole, Variant,
 };
 use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
@@ -40,6 +40,8 @@ pub(crate) struct SimKernel {
     pub index: usize,
     /// Inputs after `x` and outputs after the first (resident variant).
     pub ports: (Vec<Port>, Vec<Port>),
+    /// The name of its first output.
+    pub output: String,
     /// `Some` on the direct path; `None` when a runtime worker holds the program.
     pub direct: Option<Direct>,
 }
@@ -128,6 +130,11 @@ pub(crate) struct Model {
     pub host: Kernels,
     /// Dispatches executed by every session of this executable.
     pub dispatches: Arc<AtomicU64>,
+    /// Resident variant on a runtime: the layer groups each session opens
+    /// as its own set (their caches aliased), and the set holding the
+    /// shared lm_head.
+    pub ported: Vec<PortedSource>,
+    pub shared_set: Option<u64>,
     /// The runtime thread (`Exec::Runtime`); declared last so it is
     /// dropped (and joined) after everything else.
     pub worker: Option<Worker>,
@@ -153,14 +160,6 @@ impl Model {
                 return Err(anedvd_graph::Error::Backend { backend, message });
             }
         }
-        if let (Exec::Runtime(..), Variant::Resident) = (exec, options.variant) {
-            return Err(anedvd_graph::Error::Backend {
-                backend: exec.backend_name().into(),
-                message: "the resident variant's programs (caches as aliased ports) run on the \
-                          simulator only so far (--backend ane-sim --ane-path e5rt)"
-                    .into(),
-            });
-        }
         if options.variant == Variant::Resident {
             if let Some((part, what, layer)) = lower::resident::refusal(&views) {
                 let name = exec.backend_name();
@@ -180,6 +179,7 @@ impl Model {
             })?;
         let mut kernels = Vec::with_capacity(lowered.kernels.len());
         let mut sources = Vec::new();
+        let mut ported = Vec::new();
         for (index, k) in lowered.kernels.into_iter().enumerate() {
             let direct = match exec {
                 Exec::Direct => {
@@ -196,6 +196,15 @@ impl Model {
                         weights: k.weights,
                     })
                 }
+                Exec::Runtime(..) if options.variant == Variant::Resident => {
+                    // ported programs: the groups open per session (their
+                    // caches resident), the lm_head once below
+                    ported.push(PortedSource {
+                        source: ProgramSource::from_program(&k.program, &k.weights),
+                        aliases: cache_aliases(&k.inputs, &k.outputs),
+                    });
+                    None
+                }
                 Exec::Runtime(..) => {
                     // the driver compiles the printed text (the simulated
                     // driver parses it back and runs the rule table)
@@ -206,6 +215,13 @@ impl Model {
                     None
                 }
             };
+            let output = k
+                .program
+                .functions
+                .first()
+                .and_then(|f| f.outputs.first())
+                .cloned()
+                .unwrap_or_default();
             kernels.push(SimKernel {
                 name: k.name,
                 kind: k.kind,
@@ -213,10 +229,16 @@ impl Model {
                 out_channels: k.out_channels,
                 index,
                 ports: (k.inputs, k.outputs),
+                output,
                 direct,
             });
         }
         let worker = opened.map(|o| o.prepare(sources)).transpose()?;
+        // the resident lm_head: one set shared by every session
+        let mut shared_set = None;
+        if let (Some(w), Some(head)) = (&worker, ported.pop()) {
+            shared_set = Some(w.open_ported(vec![head])?);
+        }
         let layers = p
             .layers
             .iter()
@@ -294,6 +316,8 @@ impl Model {
             kernels,
             host: Kernels::capped(host),
             dispatches: Arc::new(AtomicU64::new(0)),
+            ported,
+            shared_set,
             worker,
         })
     }
@@ -397,6 +421,23 @@ impl Model {
         Ok(out)
     }
 
+    /// Runs program `program` of the worker's ported set `set` (kernel
+    /// `k`): writes `inputs`, executes, returns `outputs` in order.
+    pub fn run_on_worker(
+        &self,
+        (set, program, k): (u64, usize, &SimKernel),
+        inputs: Vec<(String, Vec<f32>)>,
+        outputs: Vec<String>,
+    ) -> Result<Vec<Vec<f32>>> {
+        let w = self.worker.as_ref().ok_or_else(|| Error::Output {
+            kernel: k.name.clone(),
+            msg: "no runtime worker".into(),
+        })?;
+        let out = w.run_ported((set, program, &k.name), inputs, outputs)?;
+        self.dispatches.fetch_add(1, Ordering::Relaxed);
+        Ok(out)
+    }
+
     /// Gemma 4's per-layer inputs of the `n` rows of scaled token
     /// embeddings `x` (`n_layer · width` each): the `ple` program's
     /// projection normed per layer slice, plus the token table's row,
@@ -436,6 +477,18 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// Each cache output aliased onto the cache input of the same role.
+fn cache_aliases(inputs: &[Port], outputs: &[Port]) -> Vec<(String, String)> {
+    outputs
+        .iter()
+        .filter(|o| matches!(o.role, PortRole::Cache { .. }))
+        .filter_map(|o| {
+            let i = inputs.iter().find(|i| i.role == o.role)?;
+            Some((o.name.clone(), i.name.clone()))
+        })
+        .collect()
 }
 
 /// A compiled ane-sim program.

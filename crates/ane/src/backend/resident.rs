@@ -17,7 +17,7 @@
 
 use super::model::{HostMixer, Model, SimKernel};
 use crate::lower::resident::MASKED;
-use crate::lower::{KernelKind, PortRole};
+use crate::lower::{KernelKind, Port, PortRole};
 use anedvd_cpu::attention::{first_visible, RopeTables};
 use anedvd_cpu::kernels::softcap;
 use anedvd_graph::dump::Dump;
@@ -32,11 +32,31 @@ pub(crate) struct ResidentSession {
     model: Arc<Model>,
     max_seq: usize,
     pos: usize,
-    /// `[K, V]` per layer, `[KVH, hd, T]` fp16.
-    caches: Vec<[Tensor; 2]>,
+    caches: Caches,
     rope_tables: RopeTables,
     logits: Vec<f32>,
     dump_dir: Option<PathBuf>,
+}
+
+/// Where a session's KV caches live.
+enum Caches {
+    /// On the simulator, the session holds them: `[K, V]` per layer,
+    /// `[KVH, hd, T]` fp16, passed in and taken back each dispatch.
+    Host(Vec<[Tensor; 2]>),
+    /// On a runtime, in the buffers of the session's own set of programs,
+    /// each cache output aliased onto its input: they never cross.
+    Resident {
+        /// The set's handle on the runtime worker.
+        set: u64,
+    },
+}
+
+impl Drop for ResidentSession {
+    fn drop(&mut self) {
+        if let (Caches::Resident { set }, Some(w)) = (&self.caches, &self.model.worker) {
+            w.close_ported(*set);
+        }
+    }
 }
 
 fn mil_error(kernel: &str, e: anedvd_mil::Error) -> Error {
@@ -58,15 +78,23 @@ impl ResidentSession {
                 ),
             });
         }
-        let caches = (0..model.layers.len())
-            .map(|i| {
-                let a = model.attention(i)?;
-                let shape = [a.n_head_kv, a.head_dim, t];
-                let zeros = vec![0f32; shape.iter().product()];
-                let z = Tensor::f16(&shape, &zeros).map_err(|e| mil_error("cache", e))?;
-                Ok([z.clone(), z])
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let caches = match &model.worker {
+            // the runtime zeroes every buffer it allocates
+            Some(w) => Caches::Resident {
+                set: w.open_ported(model.ported.clone())?,
+            },
+            None => Caches::Host(
+                (0..model.layers.len())
+                    .map(|i| {
+                        let a = model.attention(i)?;
+                        let shape = [a.n_head_kv, a.head_dim, t];
+                        let zeros = vec![0f32; shape.iter().product()];
+                        let z = Tensor::f16(&shape, &zeros).map_err(|e| mil_error("cache", e))?;
+                        Ok([z.clone(), z])
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+        };
         Ok(ResidentSession {
             model,
             max_seq,
@@ -106,50 +134,44 @@ impl ResidentSession {
             write[j * t + p] = 1.0;
             keep[p] = 0.0;
         }
-        for k in m
+        let groups = m
             .kernels
             .iter()
-            .filter(|k| matches!(k.kind, KernelKind::Resident { .. }))
-        {
-            let f16 = |shape: &[usize], v: &[f32]| {
-                Tensor::f16(shape, v).map_err(|e| mil_error(&k.name, e))
-            };
-            let mut inputs = vec![("x", f16(&[1, d, 1, w], &x)?)];
+            .filter(|k| matches!(k.kind, KernelKind::Resident { .. }));
+        for (g, k) in groups.enumerate() {
+            // every input but the caches, which the programs hold or the
+            // host passes below
+            let mut inputs: Vec<(&Port, Vec<f32>)> = Vec::new();
             for port in &k.ports.0 {
-                let tensor = match port.role {
-                    PortRole::Write => f16(&port.shape, &write)?,
-                    PortRole::Keep => f16(&port.shape, &keep)?,
+                let values = match port.role {
+                    PortRole::Write => write.clone(),
+                    PortRole::Keep => keep.clone(),
                     PortRole::Rope { layer, sin } => {
                         let a = m.attention(layer)?;
-                        f16(&port.shape, &self.rope_columns(a, &positions, sin, w))?
+                        self.rope_columns(a, &positions, sin, w)
                     }
-                    PortRole::Mask { layer } => f16(
-                        &port.shape,
-                        &mask(m.attention(layer)?.window, &positions, w, t),
-                    )?,
-                    PortRole::Cache { layer, value } => {
-                        self.caches[layer][usize::from(value)].clone()
-                    }
+                    PortRole::Mask { layer } => mask(m.attention(layer)?.window, &positions, w, t),
+                    PortRole::Cache { .. } => continue,
                     PortRole::Logits { .. } => return Err(bad_port(k, &port.name)),
                 };
-                inputs.push((port.name.as_str(), tensor));
+                inputs.push((port, values));
             }
-            let out = m.run_ports(k, &inputs)?;
-            let mut out = out.into_iter();
-            let (_, y) = out.next().ok_or_else(|| bad_port(k, "the residual"))?;
-            x = y.to_f32();
+            x = match &mut self.caches {
+                Caches::Host(caches) => run_host(&m, k, (&x, d, w), &inputs, caches)?,
+                Caches::Resident { set } => {
+                    let named = std::iter::once(("x".to_string(), x))
+                        .chain(inputs.into_iter().map(|(p, v)| (p.name.clone(), v)))
+                        .collect();
+                    let out = m.run_on_worker((*set, g, k), named, vec![k.output.clone()])?;
+                    out.into_iter()
+                        .next()
+                        .ok_or_else(|| bad_port(k, "the residual"))?
+                }
+            };
             if let KernelKind::Resident { first, layers } = k.kind {
                 // the residual after the group's last layer, unscaled
                 let li = Some(first + layers - 1);
                 Dump::put_opt(dump, li, names::OUT, &rows_of(&x, d, w, n, s), n);
-            }
-            for ((name, tensor), port) in out.zip(&k.ports.1) {
-                match port.role {
-                    PortRole::Cache { layer, value } if name == port.name => {
-                        self.caches[layer][usize::from(value)] = tensor;
-                    }
-                    _ => return Err(bad_port(k, &name)),
-                }
             }
         }
         let Some(all) = want else {
@@ -193,23 +215,44 @@ impl ResidentSession {
         let m = &self.model;
         let (d, w, v) = (m.n_embd, m.options.width, m.n_vocab);
         let k = m.find(|k| matches!(k, KernelKind::LmHead { .. }))?;
-        let xt = Tensor::f16(&[1, d, 1, w], x).map_err(|e| mil_error(&k.name, e))?;
-        let out = m.run_ports(k, &[("x", xt)])?;
-        let first_rows = match k.kind {
-            KernelKind::LmHead { rows, .. } => rows,
-            _ => 0,
+        let out: Vec<(String, Vec<usize>, Vec<f32>)> = match m.shared_set {
+            Some(set) => {
+                let names: Vec<String> = std::iter::once(k.output.clone())
+                    .chain(k.ports.1.iter().map(|p| p.name.clone()))
+                    .collect();
+                let got =
+                    m.run_on_worker((set, 0, k), vec![("x".into(), x.to_vec())], names.clone())?;
+                let shapes = std::iter::once(vec![1, first_rows(k), 1, w])
+                    .chain(k.ports.1.iter().map(|p| p.shape.clone()));
+                names
+                    .into_iter()
+                    .zip(shapes)
+                    .zip(got)
+                    .map(|((n, s), v)| (n, s, v))
+                    .collect()
+            }
+            None => {
+                let xt = Tensor::f16(&[1, d, 1, w], x).map_err(|e| mil_error(&k.name, e))?;
+                m.run_ports(k, &[("x", xt)])?
+                    .into_iter()
+                    .map(|(n, t)| {
+                        let v = t.to_f32();
+                        (n, t.shape, v)
+                    })
+                    .collect()
+            }
         };
+        let first_rows = first_rows(k);
         let mut logits = vec![0f32; cols.len() * v];
         let slices =
             std::iter::once((0, first_rows)).chain(k.ports.1.iter().map(|p| match p.role {
                 PortRole::Logits { first, rows } => (first, rows),
                 _ => (v, 0),
             }));
-        for ((name, part), (first, rows)) in out.iter().zip(slices) {
-            if part.shape != [1, rows, 1, w] || first + rows > v {
+        for ((name, shape, part), (first, rows)) in out.iter().zip(slices) {
+            if *shape != [1, rows, 1, w] || part.len() != rows * w || first + rows > v {
                 return Err(bad_port(k, name));
             }
-            let part = part.to_f32();
             for (r, col) in cols.clone().enumerate() {
                 for i in 0..rows {
                     logits[r * v + first + i] = part[i * w + col];
@@ -221,6 +264,50 @@ impl ResidentSession {
         }
         Ok(logits)
     }
+}
+
+/// Rows of the lm_head's first slice.
+fn first_rows(k: &SimKernel) -> usize {
+    match k.kind {
+        KernelKind::LmHead { rows, .. } => rows,
+        _ => 0,
+    }
+}
+
+/// Runs group `k` on the simulator with the host's caches: `x` (`[D, W]`
+/// columns) and `inputs`, the caches passed in and replaced by the
+/// program's cache outputs. Returns the next residual.
+fn run_host(
+    m: &Model,
+    k: &SimKernel,
+    (x, d, w): (&[f32], usize, usize),
+    inputs: &[(&Port, Vec<f32>)],
+    caches: &mut [[Tensor; 2]],
+) -> Result<Vec<f32>> {
+    let f16 = |shape: &[usize], v: &[f32]| Tensor::f16(shape, v).map_err(|e| mil_error(&k.name, e));
+    let mut named = vec![("x", f16(&[1, d, 1, w], x)?)];
+    for (port, values) in inputs {
+        named.push((port.name.as_str(), f16(&port.shape, values)?));
+    }
+    for port in &k.ports.0 {
+        if let PortRole::Cache { layer, value } = port.role {
+            named.push((
+                port.name.as_str(),
+                caches[layer][usize::from(value)].clone(),
+            ));
+        }
+    }
+    let mut out = m.run_ports(k, &named)?.into_iter();
+    let (_, y) = out.next().ok_or_else(|| bad_port(k, "the residual"))?;
+    for ((name, tensor), port) in out.zip(&k.ports.1) {
+        match port.role {
+            PortRole::Cache { layer, value } if name == port.name => {
+                caches[layer][usize::from(value)] = tensor;
+            }
+            _ => return Err(bad_port(k, &name)),
+        }
+    }
+    Ok(y.to_f32())
 }
 
 /// Rows `0..n` of the `[D, W]` columns `x`, times `s`.

@@ -18,7 +18,7 @@
 
 use super::Error;
 use crate::lower::RuntimePath;
-use crate::runtime::e5rt::{E5rtApi, E5rtPrivate, E5rtPrograms, E5rtRuntime, E5rtSim};
+use crate::runtime::e5rt::{E5rtApi, E5rtPrivate, E5rtProgram, E5rtPrograms, E5rtRuntime, E5rtSim};
 use crate::runtime::{
     self, Driver, KernelStats, PrivateDriver, ProgramSource, Programs, Runtime, RuntimeStats,
     SimDriver,
@@ -140,6 +140,28 @@ enum Job {
     Stats {
         reply: Sender<Vec<(String, KernelStats)>>,
     },
+    Open {
+        programs: Vec<PortedSource>,
+        reply: Sender<runtime::Result<u64>>,
+    },
+    RunPorts {
+        set: u64,
+        program: usize,
+        inputs: Vec<(String, Vec<f32>)>,
+        outputs: Vec<String>,
+        reply: Sender<runtime::Result<Vec<Vec<f32>>>>,
+    },
+    Close {
+        set: u64,
+    },
+}
+
+/// A program with named ports of any size, and the `(output, input)` pairs
+/// aliased onto one buffer (state that stays resident across executes).
+#[derive(Clone)]
+pub(crate) struct PortedSource {
+    pub source: ProgramSource,
+    pub aliases: Vec<(String, String)>,
 }
 
 /// The handle an executable keeps: a channel to the thread that owns the runtime.
@@ -161,6 +183,52 @@ trait ProgramSet {
     fn run(&mut self, name: &str, x: &[f32]) -> runtime::Result<Vec<f32>>;
     fn stats(&self, name: &str) -> Option<KernelStats>;
     fn report(&self, budget: u32) -> CompileReport;
+    /// Prepares `programs` as one set with their own buffers and aliases
+    /// (e5rt only: the in-memory path binds one input and one output).
+    fn open_ported(&mut self, programs: &[PortedSource]) -> runtime::Result<u64> {
+        let _ = programs;
+        Err(ported_refused())
+    }
+    /// Writes `inputs`, executes program `program` of set `set`, reads `outputs`.
+    fn run_ported(
+        &mut self,
+        set: u64,
+        program: usize,
+        inputs: &[(String, Vec<f32>)],
+        outputs: &[String],
+    ) -> runtime::Result<Vec<Vec<f32>>> {
+        let _ = (set, program, inputs, outputs);
+        Err(ported_refused())
+    }
+    /// Releases set `set`.
+    fn close_ported(&mut self, set: u64) {
+        let _ = set;
+    }
+}
+
+fn ported_refused() -> runtime::Error {
+    runtime::Error::Binding {
+        name: "ported programs".into(),
+        msg: "the in-memory path binds one input and one output per program".into(),
+    }
+}
+
+/// The e5rt runtime's single-I/O programs plus sets of ported programs
+/// (the resident variant's: one set per session, its caches aliased).
+struct E5rtSet<A: E5rtApi> {
+    programs: E5rtPrograms<A>,
+    ported: std::collections::BTreeMap<u64, Vec<E5rtProgram>>,
+    next: u64,
+}
+
+impl<A: E5rtApi> Drop for E5rtSet<A> {
+    fn drop(&mut self) {
+        for (_, set) in std::mem::take(&mut self.ported) {
+            for p in set {
+                self.programs.runtime_mut().release(p);
+            }
+        }
+    }
 }
 
 impl<D: Driver> ProgramSet for Programs<D> {
@@ -196,33 +264,91 @@ impl<D: Driver> ProgramSet for Programs<D> {
     }
 }
 
-impl<A: E5rtApi> ProgramSet for E5rtPrograms<A> {
+impl<A: E5rtApi> ProgramSet for E5rtSet<A> {
     fn needed(&self, sources: &[(String, ProgramSource)]) -> usize {
         sources.len()
     }
 
     fn left(&self) -> u32 {
-        self.runtime().programs_left()
+        self.programs.runtime().programs_left()
     }
 
     fn add(&mut self, name: &str, src: &ProgramSource) -> runtime::Result<()> {
-        E5rtPrograms::add(self, name, src)
+        self.programs.add(name, src)
     }
 
     fn run(&mut self, name: &str, x: &[f32]) -> runtime::Result<Vec<f32>> {
-        E5rtPrograms::run(self, name, x)
+        self.programs.run(name, x)
     }
 
     fn stats(&self, name: &str) -> Option<KernelStats> {
-        E5rtPrograms::stats(self, name)
+        self.programs.stats(name)
     }
 
     fn report(&self, budget: u32) -> CompileReport {
         CompileReport {
-            compiles: self.runtime().compiles(),
+            compiles: self.programs.runtime().compiles(),
             cache_hits: 0,
             compiles_left: self.left(),
             budget,
+        }
+    }
+
+    fn open_ported(&mut self, programs: &[PortedSource]) -> runtime::Result<u64> {
+        let rt = self.programs.runtime_mut();
+        let mut set: Vec<E5rtProgram> = Vec::with_capacity(programs.len());
+        let mut prepared = || -> runtime::Result<()> {
+            for p in programs {
+                let mut prog = rt.prepare(&p.source)?;
+                for (out, input) in &p.aliases {
+                    if let Err(e) = rt.alias(&mut prog, out, input) {
+                        rt.release(prog);
+                        return Err(e);
+                    }
+                }
+                set.push(prog);
+            }
+            Ok(())
+        };
+        if let Err(e) = prepared() {
+            for p in set {
+                rt.release(p);
+            }
+            return Err(e);
+        }
+        self.next += 1;
+        self.ported.insert(self.next, set);
+        Ok(self.next)
+    }
+
+    fn run_ported(
+        &mut self,
+        set: u64,
+        program: usize,
+        inputs: &[(String, Vec<f32>)],
+        outputs: &[String],
+    ) -> runtime::Result<Vec<Vec<f32>>> {
+        let rt = self.programs.runtime_mut();
+        let p = self
+            .ported
+            .get_mut(&set)
+            .and_then(|s| s.get_mut(program))
+            .ok_or_else(|| runtime::Error::Binding {
+                name: format!("set {set} program {program}"),
+                msg: "no such ported program".into(),
+            })?;
+        for (name, values) in inputs {
+            rt.write(p, name, values)?;
+        }
+        rt.execute(p)?;
+        outputs.iter().map(|name| rt.read(p, name)).collect()
+    }
+
+    fn close_ported(&mut self, set: u64) {
+        if let Some(programs) = self.ported.remove(&set) {
+            for p in programs {
+                self.programs.runtime_mut().release(p);
+            }
         }
     }
 }
@@ -231,8 +357,12 @@ fn in_memory<D: Driver>(driver: D, budget: u32) -> Programs<D> {
     Programs::new(Runtime::new(driver).with_compile_budget(budget))
 }
 
-fn e5rt<A: E5rtApi>(api: A, budget: u32) -> E5rtPrograms<A> {
-    E5rtPrograms::new(E5rtRuntime::new(api).with_program_budget(budget))
+fn e5rt<A: E5rtApi>(api: A, budget: u32) -> E5rtSet<A> {
+    E5rtSet {
+        programs: E5rtPrograms::new(E5rtRuntime::new(api).with_program_budget(budget)),
+        ported: std::collections::BTreeMap::new(),
+        next: 0,
+    }
 }
 
 /// The worker thread's channels.
@@ -296,6 +426,19 @@ fn serve<P: ProgramSet>(programs: runtime::Result<P>, budget: u32, ch: Channels)
                 };
                 let _ = reply.send(out);
             }
+            Job::Open { programs: p, reply } => {
+                let _ = reply.send(programs.open_ported(&p));
+            }
+            Job::RunPorts {
+                set,
+                program,
+                inputs,
+                outputs,
+                reply,
+            } => {
+                let _ = reply.send(programs.run_ported(set, program, &inputs, &outputs));
+            }
+            Job::Close { set } => programs.close_ported(set),
             Job::Stats { reply } => {
                 let all = names
                     .iter()
@@ -417,6 +560,50 @@ impl Worker {
                 kernel: name.to_string(),
                 source,
             })
+    }
+
+    /// Prepares `programs` as one set of ported programs (own buffers,
+    /// aliases bound) and returns its handle.
+    pub fn open_ported(&self, programs: Vec<PortedSource>) -> Result<u64, Error> {
+        let (reply, answer) = channel();
+        self.send(Job::Open { programs, reply })?;
+        answer
+            .recv()
+            .map_err(|_| dead())?
+            .map_err(|source| Error::Dispatch {
+                kernel: "opening a session's programs".into(),
+                source,
+            })
+    }
+
+    /// Writes `inputs` to program `program` of set `set`, executes it and
+    /// returns `outputs` in order.
+    pub fn run_ported(
+        &self,
+        (set, program, name): (u64, usize, &str),
+        inputs: Vec<(String, Vec<f32>)>,
+        outputs: Vec<String>,
+    ) -> Result<Vec<Vec<f32>>, Error> {
+        let (reply, answer) = channel();
+        self.send(Job::RunPorts {
+            set,
+            program,
+            inputs,
+            outputs,
+            reply,
+        })?;
+        answer
+            .recv()
+            .map_err(|_| dead())?
+            .map_err(|source| Error::Dispatch {
+                kernel: name.to_string(),
+                source,
+            })
+    }
+
+    /// Releases set `set` (nothing when the thread has stopped).
+    pub fn close_ported(&self, set: u64) {
+        let _ = self.send(Job::Close { set });
     }
 
     /// Evaluate/I-O timing of every kernel so far, in dispatch order.
