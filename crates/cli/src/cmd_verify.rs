@@ -378,8 +378,9 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
     );
     for v in &r.variants {
         println!(
-            "\n{} variant: {} programs, {} dispatches per decode token, {:.1} MiB {} weights, predicted {:.3} ms/token ({:.0} tokens/s)",
+            "\n{} variant, {} path: {} programs, {} dispatches per decode token, {:.1} MiB {} weights, predicted {:.3} ms/token ({:.0} tokens/s)",
             v.variant.name(),
+            v.path,
             v.kernels.len(),
             v.dispatches_per_token,
             v.weight_bytes as f64 / (1 << 20) as f64,
@@ -390,7 +391,7 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
         for (op, first) in &v.contested {
             println!(
                 "  contested on the {} path: `{op}` (first in {first}; `anedvd ops --op {op}`)",
-                chosen.path
+                v.path
             );
         }
         if v.variant == Variant::Resident {
@@ -399,16 +400,23 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
                 chosen.context
             );
         }
-        if a.summary || v.variant != chosen.variant {
+        if a.summary || (v.variant, v.path) != (chosen.variant, chosen.path) {
             continue;
         }
+        let nw = v
+            .kernels
+            .iter()
+            .map(|k| k.name.len())
+            .max()
+            .unwrap_or(0)
+            .max(14);
         println!(
-            "  {:<14} {:<30} {:>7} {:>7} {:>10} {:>9}",
+            "  {:<nw$} {:<32} {:>7} {:>7} {:>10} {:>9}",
             "program", "computes", "in ch", "out ch", "weights", "pred ms"
         );
         for k in &v.kernels {
             println!(
-                "  {:<14} {:<30} {:>7} {:>7} {:>8.2}Mi {:>9.3}",
+                "  {:<nw$} {:<32} {:>7} {:>7} {:>8.2}Mi {:>9.3}",
                 k.name,
                 k.computes,
                 k.in_channels,
@@ -418,8 +426,11 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
             );
         }
     }
-    for (variant, why) in &r.unavailable {
-        println!("\n{} variant: not available: {why}", variant.name());
+    for (variant, path, why) in &r.unavailable {
+        println!(
+            "\n{} variant, {path} path: not available: {why}",
+            variant.name()
+        );
     }
     Ok(())
 }
@@ -433,7 +444,7 @@ fn plan_json(r: &kernels::KernelsReport) -> serde_json::Value {
         .map(|v| {
             serde_json::json!({
                 "variant": v.variant.name(),
-                "path": o.path.name(),
+                "path": v.path.name(),
                 "weights": o.weights.name(),
                 "dispatches_per_decode_token": v.dispatches_per_token,
                 "weight_bytes": v.weight_bytes,
@@ -456,7 +467,7 @@ fn plan_json(r: &kernels::KernelsReport) -> serde_json::Value {
         "vocab_slice": o.vocab_slice,
         "cost_model": {"dispatch_ms": r.cost.dispatch_ms, "bandwidth_gbs": r.cost.bandwidth_gbs, "peak_tflops": r.cost.peak_tflops},
         "variants": variants,
-        "unavailable": r.unavailable.iter().map(|(v, why)| serde_json::json!({"variant": v.name(), "reason": why})).collect::<Vec<_>>(),
+        "unavailable": r.unavailable.iter().map(|(v, p, why)| serde_json::json!({"variant": v.name(), "path": p.name(), "reason": why})).collect::<Vec<_>>(),
     })
 }
 

@@ -59,6 +59,8 @@ pub struct PlannedKernel {
 pub struct VariantPlan {
     /// The variant.
     pub variant: Variant,
+    /// The runtime path it is lowered for.
+    pub path: lower::RuntimePath,
     /// Dispatches per decode token (= programs: each runs once per token).
     pub dispatches_per_token: usize,
     /// Weight bytes of all programs (in the lowering's weight format).
@@ -89,8 +91,8 @@ pub struct KernelsReport {
     pub cost: CostModel,
     /// Every variant, the chosen one (`options.variant`) first.
     pub variants: Vec<VariantPlan>,
-    /// The other variants the model or path cannot take, with the reason.
-    pub unavailable: Vec<(Variant, String)>,
+    /// The other variants and paths the model cannot take, with the reason.
+    pub unavailable: Vec<(Variant, lower::RuntimePath, String)>,
 }
 
 /// The contested ops of a lowering on `path`, each with the first program using it.
@@ -126,8 +128,8 @@ fn contested_ops(l: &lower::Lowered, path: lower::RuntimePath) -> Vec<(String, S
     out
 }
 
-/// Lowers the model at `path` with `lowering` and with every other variant,
-/// and predicts each program's time with `cost`.
+/// Lowers the model at `path` with `lowering` and with every other variant
+/// on both runtime paths, and predicts each program's time with `cost`.
 pub fn plan(
     path: &Path,
     overrides: &ConfigOverrides,
@@ -135,24 +137,33 @@ pub fn plan(
     cost: &CostModel,
 ) -> Result<KernelsReport> {
     let program = super::open_program(path, overrides, false)?.program;
-    let mut variants = vec![lowering.variant];
-    variants.extend(
-        [Variant::Resident, Variant::Fused, Variant::Split]
+    // the chosen variant and path first, then every other pair
+    let mut pairs = vec![(lowering.variant, lowering.path)];
+    for path in std::iter::once(lowering.path).chain(
+        lower::RuntimePath::ALL
             .into_iter()
-            .filter(|v| *v != lowering.variant),
-    );
+            .filter(|p| *p != lowering.path),
+    ) {
+        for variant in [Variant::Resident, Variant::Fused, Variant::Split] {
+            if !pairs.contains(&(variant, path)) {
+                pairs.push((variant, path));
+            }
+        }
+    }
     let mut plans = Vec::new();
     let mut unavailable = Vec::new();
-    for variant in variants {
+    for (variant, path) in pairs {
         let o = LowerOptions {
             variant,
+            path,
             ..*lowering
         };
+        let chosen = (variant, path) == (lowering.variant, lowering.path);
         let l = match lower::lower(&program, &o) {
             Ok(l) => l,
-            // another variant this model or path cannot take: say why
-            Err(e @ lower::Error::Options(_)) if variant != lowering.variant => {
-                unavailable.push((variant, e.to_string()));
+            // another variant or path this model cannot take: say why
+            Err(e @ (lower::Error::Options(_) | lower::Error::Unsupported(_))) if !chosen => {
+                unavailable.push((variant, path, e.to_string()));
                 continue;
             }
             Err(e) => return Err(e.into()),
@@ -162,19 +173,33 @@ pub fn plan(
             .iter()
             .map(|k| PlannedKernel {
                 name: k.name.clone(),
-                computes: kind_label(k.kind),
+                computes: match k.kind {
+                    // the resident variant's lm_head: every slice an output
+                    KernelKind::LmHead { .. } if !k.outputs.is_empty() => {
+                        "final norm + every lm_head slice"
+                    }
+                    kind => kind_label(kind),
+                },
                 in_channels: k.in_channels,
-                out_channels: k.out_channels,
+                out_channels: k.out_channels
+                    + k.outputs
+                        .iter()
+                        .map(|p| match p.role {
+                            lower::PortRole::Logits { rows, .. } => rows,
+                            _ => 0,
+                        })
+                        .sum::<usize>(),
                 weight_bytes: k.weight_bytes,
                 predicted_ms: cost.kernel(k, o.width).total_ms,
             })
             .collect();
         plans.push(VariantPlan {
             variant,
+            path,
             dispatches_per_token: l.dispatches_per_token(),
             weight_bytes: l.weight_bytes(),
             per_token_ms: cost.per_token_ms(&l),
-            contested: contested_ops(&l, o.path),
+            contested: contested_ops(&l, path),
             kernels,
         });
     }
@@ -204,7 +229,7 @@ fn kind_label(k: KernelKind) -> &'static str {
         } => "o-proj..FFN norm, shared expert (experts on the host)",
         KernelKind::Layer { next_qkv: true, .. } => "o-proj..FFN..next norm+q/k/v",
         KernelKind::Layer { .. } => "o-proj..FFN (last layer)",
-        KernelKind::Resident { .. } => "whole layers: attention + KV cache resident",
+        KernelKind::Resident { .. } => "whole layers, KV cache resident",
         KernelKind::LmHead {
             norm_inside: true, ..
         } => "final norm + lm_head slice",
