@@ -615,7 +615,7 @@ mod tests {
         let e =
             chain(bench(&["--backend", "ane-sim", "--variant", "both", "-r", "1"]).unwrap_err());
         assert!(
-            e.contains("--variant must be `fused` or `split`, not `both`"),
+            e.contains("--variant must be `fused`, `split` or `resident`, not `both`"),
             "{e}"
         );
         let e = chain(bench(&["--backend", "ane-sim", "--width", "48", "-r", "1"]).unwrap_err());
