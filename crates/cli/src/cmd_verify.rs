@@ -117,6 +117,10 @@ pub struct KernelsArgs {
     /// options. DIR must be new or empty.
     #[arg(long, value_name = "DIR")]
     pub emit: Option<PathBuf>,
+    /// Rank every projection block by how far compressing it alone to
+    /// --ane-weights moves the logits (CPU runs; what --ane-keep-fp16 reads).
+    #[arg(long, conflicts_with_all = ["emit", "json"])]
+    pub sensitivity: bool,
 }
 
 /// Arguments of `anedvd selftest`.
@@ -335,6 +339,31 @@ pub fn run_check(a: &CheckArgs) -> Result<()> {
 pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
     let chosen = a.lowering.options()?;
     let (path, overrides) = (a.model.path_checked()?, a.model.overrides()?);
+    if a.sensitivity {
+        if chosen.weights == anedvd_engine::WeightFormat::Fp16 {
+            bail!("--sensitivity ranks the blocks for compressed --ane-weights (int8, lut8, ...)");
+        }
+        let ranked = kernels::sensitivity(&path, &overrides, chosen.weights)?;
+        println!(
+            "projection blocks by sensitivity to {} (mean 1 - logits cosine over {} calibration tokens, that block alone compressed):",
+            chosen.weights.name(),
+            kernels::CALIBRATION_TOKENS
+        );
+        println!(
+            "  {:<4} {:<14} {:>12} {:>10}",
+            "rank", "block", "distance", "weights"
+        );
+        for (i, s) in ranked.iter().enumerate() {
+            println!(
+                "  {:<4} {:<14} {:>12.3e} {:>9.2}M",
+                i + 1,
+                s.block.to_string(),
+                s.distance,
+                s.weights as f64 / 1e6
+            );
+        }
+        return Ok(());
+    }
     if let Some(dir) = &a.emit {
         let report = kernels::emit(&path, &overrides, &chosen, dir)?;
         let bytes: u64 = report.kernels.iter().map(|k| k.weight_bytes).sum();
@@ -392,6 +421,19 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
             println!(
                 "  contested on the {} path: `{op}` (first in {first}; `anedvd ops --op {op}`)",
                 v.path
+            );
+        }
+        if !chosen.fp16_blocks.is_empty() || chosen.keep_fp16 > 0 {
+            let kept: Vec<String> = r
+                .options
+                .fp16_blocks
+                .iter()
+                .map(|b| b.to_string())
+                .collect();
+            println!(
+                "  kept fp16 (most sensitive to {}): {}",
+                chosen.weights.name(),
+                kept.join(", ")
             );
         }
         if v.variant == Variant::Resident {

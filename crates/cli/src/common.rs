@@ -155,6 +155,13 @@ pub struct LoweringArgs {
     /// the whole model for Gemma 3 270M.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub ane_layers_per_program: Option<u32>,
+    /// With compressed --ane-weights: keep the N projection blocks (a
+    /// layer's attention or FFN projections, or the lm_head) that lose the
+    /// most when compressed at fp16, measured at load by CPU runs of the
+    /// model with one block compressed at a time (`kernels --sensitivity`
+    /// lists the ranking).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub ane_keep_fp16: u16,
     /// Resident variant: positions each layer's resident KV cache holds
     /// (a power of two); caps the context of a session.
     #[arg(long, default_value_t = 1024, value_name = "T")]
@@ -207,6 +214,8 @@ impl LoweringArgs {
                 .ok_or_else(|| anyhow::anyhow!("unknown --ane-path `{}`", self.ane_path))?,
             layers_per_program: self.ane_layers_per_program.map_or(0, |k| k as usize),
             context: self.ane_context,
+            keep_fp16: self.ane_keep_fp16,
+            fp16_blocks: Default::default(),
         })
     }
 }

@@ -102,6 +102,46 @@ pub fn int8_per_row(w: &[f32], rows: usize, cols: usize) -> (Vec<i8>, Vec<f16>) 
     (q, scales)
 }
 
+/// The weights `format` stores for the row-major `[rows, cols]` matrix
+/// `w`, as the decompression gives them back (int8 `q · scale`, a palette
+/// entry per weight, fp16 rounding): what a program computes with.
+/// `iterations` are the palettes' k-means rounds. `None` where
+/// [`palettize`] refuses the shape or width.
+pub fn roundtrip(
+    format: WeightFormat,
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    iterations: usize,
+) -> Option<Vec<f32>> {
+    match format {
+        WeightFormat::Fp16 => Some(w.iter().map(|&v| f16::from_f32(v).to_f32()).collect()),
+        WeightFormat::Int8 => {
+            let (q, scales) = int8_per_row(w, rows, cols);
+            let mut out = Vec::with_capacity(q.len());
+            for (row, s) in q.chunks_exact(cols.max(1)).zip(&scales) {
+                out.extend(
+                    row.iter()
+                        .map(|&v| f16::from_f32(f32::from(v) * s.to_f32()).to_f32()),
+                );
+            }
+            Some(out)
+        }
+        WeightFormat::Lut { bits } => {
+            let p = palettize(w, rows, cols, bits, iterations)?;
+            let k = 1usize << bits;
+            let per_group = p.group * cols;
+            Some(
+                p.indices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &ix)| p.palettes[i / per_group * k + usize::from(ix)].to_f32())
+                    .collect(),
+            )
+        }
+    }
+}
+
 /// Clip factors tried per int8 row (1 = no clipping).
 const INT8_CLIPS: [f32; 8] = [1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5];
 

@@ -1,8 +1,9 @@
 //! MIL subgraphs shared by the kernels: 1×1-conv projections, the ANE-safe RMSNorm, gated FFNs.
 
 use super::quantize::{self, WeightFormat};
+use super::sensitivity::{BlockMask, ProjBlock};
 use super::tensors::{Pack, WEIGHT_PATH};
-use super::Result;
+use super::{LowerOptions, Result};
 use anedvd_graph::Activation;
 use anedvd_mil::builder::{FunctionBuilder, Var};
 use anedvd_mil::ir::{BlobRef, DType, TensorType};
@@ -23,7 +24,7 @@ const SUM_SCALE_ABOVE: usize = 1024;
 /// 2^-4, exact in fp16.
 const WIDE_SUM_SCALE: f32 = 0.0625;
 /// Lloyd rounds per palette (k-means converges well before on weights).
-const LUT_ITERATIONS: usize = 12;
+pub(super) const LUT_ITERATIONS: usize = 12;
 
 /// A function under construction together with its weight file.
 pub struct Emitter {
@@ -33,8 +34,10 @@ pub struct Emitter {
     pub pack: Pack,
     /// Activation width W.
     pub width: usize,
-    /// How projection weights are stored.
+    /// How the next projection's weights are stored.
     pub weight_format: WeightFormat,
+    /// The format asked for, and the blocks kept fp16 ([`Emitter::block`]).
+    base_format: (WeightFormat, BlockMask),
     /// The constant-weight sum kernels made so far, by (length, weight), so
     /// the norms of one program share them.
     sum_weights: Vec<((usize, u32), Var)>,
@@ -49,8 +52,28 @@ impl Emitter {
             pack: Pack::new(),
             width,
             weight_format,
+            base_format: (weight_format, BlockMask::default()),
             sum_weights: Vec::new(),
         }
+    }
+
+    /// [`Emitter::new`] for `o`'s width and weights, its fp16 blocks kept.
+    pub fn for_options(o: &LowerOptions) -> Self {
+        let mut e = Emitter::new(o.width, o.weights);
+        e.base_format.1 = o.fp16_blocks;
+        e
+    }
+
+    /// The projections that follow are in the format asked for (no block).
+    pub fn base(&mut self) {
+        self.weight_format = self.base_format.0;
+    }
+
+    /// The projections that follow belong to block `b`: stored fp16 if
+    /// the options keep it so, else in the format asked for.
+    pub fn block(&mut self, b: ProjBlock) {
+        let (format, mask) = self.base_format;
+        self.weight_format = mask.format(b, format);
     }
 
     /// The `[1, C, 1, W]` fp16 input `x`.

@@ -1,6 +1,7 @@
 //! Builders of each kernel kind from a decoder program's weights.
 
 use super::emit::Emitter;
+use super::sensitivity::ProjBlock;
 use super::tensors::{rows, vector, WEIGHT_PATH};
 use super::{Error, Kernel, KernelKind, LowerOptions, Port, Result};
 use super::{FfnView, LayerView, MixerView};
@@ -122,6 +123,7 @@ fn emit_qkv(
     } else {
         x.clone()
     };
+    e.block(ProjBlock::Attention(i));
     match l.mixer {
         MixerView::Attention(a) => {
             let (w, b) = qkv_weights(p, a)?;
@@ -143,7 +145,7 @@ pub fn qkv(
     (i, l): (usize, &LayerView<'_>),
     with_norm: bool,
 ) -> Result<Kernel> {
-    let mut e = Emitter::new(o.width, o.weights);
+    let mut e = Emitter::for_options(o);
     let x = e.input(p.n_embd)?;
     let y = emit_qkv(&mut e, p, o, (i, l), &x, with_norm)?;
     let (name, kind) = if with_norm {
@@ -167,6 +169,7 @@ pub(super) fn emit_attn_out(
     (i, l): (usize, &LayerView<'_>),
     ctx: &Var,
 ) -> Result<Var> {
+    e.block(ProjBlock::Attention(i));
     match l.mixer {
         MixerView::Attention(a) => {
             let w = matrix(p, &a.wo, p.n_embd)?;
@@ -230,7 +233,7 @@ pub fn attn_out(
     (i, l): (usize, &LayerView<'_>),
 ) -> Result<Kernel> {
     let qd = l.mixer.ctx_width(p.n_embd);
-    let mut e = Emitter::new(o.width, o.weights);
+    let mut e = Emitter::for_options(o);
     let x = e.input(qd)?;
     let y = emit_attn_out(&mut e, p, (i, l), &x)?;
     Ok(finish(
@@ -253,6 +256,7 @@ pub(super) fn emit_ffn(
     let Some(f) = l.ffn.on_ane() else {
         return Ok(None);
     };
+    e.block(ProjBlock::Ffn(i));
     let ff = f.n_ff;
     let gate = matrix(p, &f.gate, ff)?;
     let up = matrix(p, &f.up, ff)?;
@@ -272,7 +276,7 @@ pub fn ffn(
     o: &LowerOptions,
     (i, l): (usize, &LayerView<'_>),
 ) -> Result<Kernel> {
-    let mut e = Emitter::new(o.width, o.weights);
+    let mut e = Emitter::for_options(o);
     let x = e.input(p.n_embd)?;
     let y = emit_ffn(&mut e, p, (i, l), &x)?.ok_or_else(|| {
         Error::Options(format!("layer {i}: no feed-forward part runs on the ANE"))
@@ -293,7 +297,7 @@ pub fn ple_proj(p: &DecoderProgram, o: &LowerOptions, t: &PerLayerEmbedding) -> 
     let lw = t.width * p.layers.len();
     let mut w = matrix(p, &t.model_proj, lw)?;
     w.iter_mut().for_each(|v| *v *= t.model_proj_scale);
-    let mut e = Emitter::new(o.width, o.weights);
+    let mut e = Emitter::for_options(o);
     let x = e.input(p.n_embd)?;
     let y = e.projection("ple_proj", &x, &w, lw, None)?;
     Ok(finish("ple".into(), KernelKind::PleProj, e, &y, p.n_embd))
@@ -310,6 +314,8 @@ fn emit_per_layer(
     (x, e_l): (&Var, &Var),
     gate_scale: f32,
 ) -> Result<Var> {
+    // not a block of the sensitivity ranking: the format asked for
+    e.base();
     let gate = matrix(p, &pl.gate, pl.width)?;
     let mut g = e.projection(&format!("l{i}_pl_gate"), x, &gate, pl.width, None)?;
     if gate_scale != 1.0 {
@@ -333,7 +339,7 @@ pub fn per_layer(
     pl: &PerLayerInput,
 ) -> Result<Kernel> {
     let (d, w) = (p.n_embd, o.width);
-    let mut e = Emitter::new(w, o.weights);
+    let mut e = Emitter::for_options(o);
     let xin = e.input(d + pl.width)?;
     let x =
         e.b.slice_by_size(&format!("l{i}_x"), &xin, &[0, 0, 0, 0], &[1, d, 1, w])?;
@@ -411,7 +417,7 @@ pub fn fused_layer(
     let d = p.n_embd;
     let w = o.width;
     let pw = l.per_layer.map_or(0, |pl| pl.width);
-    let mut e = Emitter::new(w, o.weights);
+    let mut e = Emitter::for_options(o);
     let xin = e.input(qd + d + pw)?;
     let att =
         e.b.slice_by_size(&format!("l{i}_ctx"), &xin, &[0, 0, 0, 0], &[1, qd, 1, w])?;
@@ -487,7 +493,7 @@ pub fn lm_head(
     n: usize,
     norm_inside: bool,
 ) -> Result<Kernel> {
-    let mut e = Emitter::new(o.width, o.weights);
+    let mut e = Emitter::for_options(o);
     let x = e.input(p.n_embd)?;
     let h = if norm_inside {
         let g = norm(p, &p.output_norm)?;
@@ -496,6 +502,7 @@ pub fn lm_head(
         x
     };
     let name = p.output.as_deref().unwrap_or(&p.token_embd);
+    e.block(ProjBlock::LmHead);
     let (w, cols) = rows(p.weights.as_ref(), name, first, first + n)?;
     if cols != p.n_embd {
         return Err(Error::Tensor {

@@ -61,6 +61,7 @@ mod emit;
 mod kernels;
 pub mod quantize;
 pub mod resident;
+pub mod sensitivity;
 pub mod tensors;
 
 pub use cost::{CostModel, KernelCost};
@@ -172,6 +173,13 @@ pub struct LowerOptions {
     /// Resident variant: positions each layer's resident KV cache holds
     /// (the context of a session; a power of two, softmax's axis).
     pub context: usize,
+    /// Compressed weights: keep this many projection blocks fp16, the most
+    /// sensitive by measurement ([`sensitivity`]), unless `fp16_blocks`
+    /// already names blocks.
+    pub keep_fp16: u16,
+    /// The blocks stored fp16 whatever `weights` says; `lower` fills it
+    /// from `keep_fp16` when empty (and reports it in [`Lowered::options`]).
+    pub fp16_blocks: sensitivity::BlockMask,
 }
 
 impl Default for LowerOptions {
@@ -185,6 +193,8 @@ impl Default for LowerOptions {
             path: RuntimePath::InMemory,
             layers_per_program: 0,
             context: 1024,
+            keep_fp16: 0,
+            fp16_blocks: sensitivity::BlockMask::default(),
         }
     }
 }
@@ -594,6 +604,21 @@ pub fn dispatch_count(variant: Variant, program: &DecoderProgram, options: &Lowe
     }
 }
 
+/// `options` with `fp16_blocks` measured from `keep_fp16` when it names
+/// none yet (CPU runs of the model, [`sensitivity`]); as they are otherwise.
+/// Lowering resolves it itself; resolve once before lowering several
+/// variants of one model.
+pub fn resolve_precision(program: &DecoderProgram, options: &LowerOptions) -> Result<LowerOptions> {
+    if options.keep_fp16 == 0 || !options.fp16_blocks.is_empty() {
+        return Ok(*options);
+    }
+    let n = usize::from(options.keep_fp16);
+    Ok(LowerOptions {
+        fp16_blocks: sensitivity::most_sensitive(program, options.weights, n)?,
+        ..*options
+    })
+}
+
 /// Lowers `program` into kernels (see the module docs).
 pub fn lower(program: &DecoderProgram, options: &LowerOptions) -> Result<Lowered> {
     let views = layer_views(program, "ane").map_err(Error::Unsupported)?;
@@ -625,6 +650,7 @@ pub fn lower_views(
             options.vocab_slice
         )));
     }
+    let options = &resolve_precision(program, options)?;
     let mut kernels = Vec::new();
     let ple = program.per_layer_embd.as_ref();
     if let (Some(e), false) = (ple, options.variant == Variant::Resident) {

@@ -47,6 +47,7 @@ use super::emit::Emitter;
 use super::kernels::{
     emit_ffn, emit_ffn_residual, emit_mixer_residual, finish_ports, norm, qkv_weights,
 };
+use super::sensitivity::ProjBlock;
 use super::tensors::{rows, vector};
 use super::{
     Error, FfnView, Kernel, KernelKind, LayerView, LowerOptions, MixerView, Port, PortRole, Result,
@@ -261,7 +262,7 @@ fn group(
     range: Range<usize>,
 ) -> Result<Kernel> {
     let (d, w, t) = (p.n_embd, o.width, o.context);
-    let mut e = Emitter::new(w, o.weights);
+    let mut e = Emitter::for_options(o);
     let mut x = e.input(d)?;
     let mut inputs = Vec::new();
     let write = declare(&mut e, &mut inputs, "write", &[1, w, t], PortRole::Write)?;
@@ -355,6 +356,7 @@ fn layer(
             permute_rows(b, 0..qd + kvd, 1, ord);
         }
     }
+    e.block(ProjBlock::Attention(i));
     let qkv = e.projection(
         &format!("l{i}_qkv"),
         &h,
@@ -504,7 +506,7 @@ fn rope(e: &mut Emitter, p: &str, x: &Var, (c, s): (&Var, &Var), n_rot: usize) -
 /// `lm_head`: the final norm and every vocabulary slice of at most
 /// `vocab_slice` rows, one output each.
 fn lm_head(p: &DecoderProgram, o: &LowerOptions) -> Result<Kernel> {
-    let mut e = Emitter::new(o.width, o.weights);
+    let mut e = Emitter::for_options(o);
     let x = e.input(p.n_embd)?;
     let h = e.rms_norm(
         "output_norm",
@@ -514,6 +516,7 @@ fn lm_head(p: &DecoderProgram, o: &LowerOptions) -> Result<Kernel> {
         o.residual_scale,
     )?;
     let name = p.output.as_deref().unwrap_or(&p.token_embd);
+    e.block(ProjBlock::LmHead);
     let mut slices = Vec::new();
     let mut first = 0;
     while first < p.n_vocab {

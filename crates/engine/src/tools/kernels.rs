@@ -14,6 +14,7 @@ use std::path::{Component, Path, PathBuf};
 
 pub use anedvd_ane::backend::check::KernelCheck;
 pub use anedvd_ane::backend::selftest::{Flavor, SelftestResult};
+pub use anedvd_ane::lower::sensitivity::CALIBRATION_TOKENS;
 pub use anedvd_ane::lower::CostModel;
 
 /// Checks every kernel of layer 0 (both variants) and the first lm_head
@@ -137,6 +138,8 @@ pub fn plan(
     cost: &CostModel,
 ) -> Result<KernelsReport> {
     let program = super::open_program(path, overrides, false)?.program;
+    // measured once for every pair
+    let lowering = &lower::resolve_precision(&program, lowering)?;
     // the chosen variant and path first, then every other pair
     let mut pairs = vec![(lowering.variant, lowering.path)];
     for path in std::iter::once(lowering.path).chain(
@@ -235,6 +238,18 @@ fn kind_label(k: KernelKind) -> &'static str {
         } => "final norm + lm_head slice",
         KernelKind::LmHead { .. } => "lm_head slice",
     }
+}
+
+/// Every projection block of the model at `path` ranked by how far
+/// compressing it alone to `format` moves the logits (most sensitive first;
+/// `lower::sensitivity`).
+pub fn sensitivity(
+    path: &Path,
+    overrides: &ConfigOverrides,
+    format: lower::WeightFormat,
+) -> Result<Vec<lower::sensitivity::Sensitivity>> {
+    let program = super::open_program(path, overrides, false)?.program;
+    Ok(lower::sensitivity::measure(&program, format)?)
 }
 
 /// The name of `index.json`, the listing `emit` writes next to the programs.
