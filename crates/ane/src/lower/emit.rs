@@ -330,6 +330,45 @@ mod tests {
     use anedvd_mil::rules::RuleConfig;
     use anedvd_mil::sim::{Simulator, Tensor, Weights};
 
+    /// `quantize::roundtrip` (what the sensitivity measurement compresses
+    /// with) gives exactly the weights a compressed projection computes
+    /// with: the projection of the identity returns its weight matrix (one
+    /// non-zero product per output) through the simulator's decompression
+    /// (itself equal to coremltools', crates/mil tests).
+    #[test]
+    fn roundtrip_is_what_the_program_computes_with() {
+        let (rows, cols) = (48, 32);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| (((i * 7919) % 1009) as f32 / 1009.0 - 0.5) * (1.0 + (i % 13) as f32))
+            .collect();
+        for format in [
+            WeightFormat::Int8,
+            WeightFormat::Lut { bits: 8 },
+            WeightFormat::Lut { bits: 6 },
+            WeightFormat::Lut { bits: 4 },
+        ] {
+            let mut e = Emitter::new(cols, format);
+            let x = e.input(cols).unwrap();
+            let y = e.projection("y", &x, &w, rows, None).unwrap();
+            e.b.output(&y);
+            let program = anedvd_mil::builder::program(vec![e.b.finish()]);
+            let mut weights = Weights::new();
+            weights.insert(WEIGHT_PATH, e.pack.finish());
+            let rules = RuleConfig {
+                path: anedvd_mil::registry::RuntimePath::E5rt,
+                ..RuleConfig::default()
+            };
+            let sim = Simulator::new(&program, &weights, &rules).unwrap();
+            let mut eye = vec![0f32; cols * cols];
+            (0..cols).for_each(|i| eye[i * cols + i] = 1.0);
+            let input = Tensor::f16(&[1, cols, 1, cols], &eye).unwrap();
+            let got = sim.run("main", &[("x", input)]).unwrap()[0].1.to_f32();
+            // y[r, c] = W'[r, c]: the program's weights, row-major
+            let want = quantize::roundtrip(format, &w, rows, cols, LUT_ITERATIONS).unwrap();
+            assert_eq!(got, want, "{}", format.name());
+        }
+    }
+
     /// Squares-like data in [0, 4]: what RMS norm sums after its pre-scale.
     fn data(c: usize, w: usize) -> Vec<f32> {
         (0..c * w)

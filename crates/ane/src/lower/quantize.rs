@@ -9,7 +9,7 @@
 //! stated to keep on a whole model.
 
 pub use anedvd_mil::quantize::{
-    int8_per_row, lut_group, palettize, Palettized, WeightFormat, LUT_GROUP,
+    int8_per_row, lut_group, palettize, roundtrip, Palettized, WeightFormat, LUT_GROUP,
 };
 
 /// The accuracy this format is stated to keep on a whole model's final
