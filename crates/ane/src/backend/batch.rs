@@ -16,8 +16,8 @@
 //! ports, so it runs sequences one after another (`SequentialBatch`).
 
 use super::model::Model;
-use super::session::{run_rows, Scratch, Segment, SeqHost};
-use anedvd_graph::{validate_batch, BatchItem, BatchSession, LogitsMode, Result};
+use super::session::{chunk_logits, run_rows, Scratch, Segment, SeqHost};
+use anedvd_graph::{validate_batch, BatchItem, BatchSession, Result};
 use std::sync::Arc;
 
 /// `n_seqs` sequences advanced together.
@@ -86,11 +86,7 @@ impl AneBatch {
                         ))
                     })?;
                 let last = range.end == item.tokens.len();
-                let want = match item.logits {
-                    LogitsMode::None => None,
-                    LogitsMode::Last => last.then_some(false),
-                    LogitsMode::All => Some(true),
-                };
+                let want = chunk_logits(item.logits, last);
                 segs.push(Segment {
                     host,
                     tokens: &item.tokens[range.clone()],

@@ -16,6 +16,7 @@
 //! forward) are overwritten before anything can read them.
 
 use super::model::{HostMixer, Model, SimKernel};
+use super::session::chunk_logits;
 use crate::lower::resident::MASKED;
 use crate::lower::{KernelKind, Port, PortRole};
 use anedvd_cpu::attention::{first_visible, RopeTables};
@@ -353,12 +354,7 @@ impl Session for ResidentSession {
         let mut logits = Vec::new();
         let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
         for (ci, part) in tokens.chunks(w).enumerate() {
-            let want = match mode {
-                LogitsMode::None => None,
-                LogitsMode::Last if ci + 1 == n_chunks => Some(false),
-                LogitsMode::Last => None,
-                LogitsMode::All => Some(true),
-            };
+            let want = chunk_logits(mode, ci + 1 == n_chunks);
             match self.chunk(part, start + ci * w, want, &mut dump) {
                 Ok(l) => logits.extend(l),
                 Err(e) => {

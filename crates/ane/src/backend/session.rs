@@ -81,6 +81,16 @@ fn norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     out
 }
 
+/// Which logits a chunk of a forward call in `mode` returns (`last`: it
+/// is the call's last chunk): none, its last row's, or every row's.
+pub(crate) fn chunk_logits(mode: LogitsMode, last: bool) -> Option<bool> {
+    match mode {
+        LogitsMode::None => None,
+        LogitsMode::Last => last.then_some(false),
+        LogitsMode::All => Some(true),
+    }
+}
+
 /// The refusal of a resident lowering here: it has its own session
 /// (`super::resident`), which the executable picks.
 fn resident_elsewhere() -> anedvd_graph::Error {
@@ -499,12 +509,7 @@ impl Session for AneSession {
         let mut logits = Vec::new();
         let start = self.host.seq.pos;
         for (ci, part) in tokens.chunks(w).enumerate() {
-            let want = match mode {
-                LogitsMode::None => None,
-                LogitsMode::Last if ci + 1 == n_chunks => Some(false),
-                LogitsMode::Last => None,
-                LogitsMode::All => Some(true),
-            };
+            let want = chunk_logits(mode, ci + 1 == n_chunks);
             let mut seg = [Segment {
                 host: &mut self.host,
                 tokens: part,
