@@ -405,6 +405,19 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
         cost.sram_penalty,
         cost.sram_bytes >> 20
     );
+    if !r.options.fp16_blocks.is_empty() {
+        let kept: Vec<String> = r
+            .options
+            .fp16_blocks
+            .iter()
+            .map(|b| b.to_string())
+            .collect();
+        println!(
+            "projection blocks kept fp16 (the most sensitive to {}, --ane-keep-fp16): {}",
+            chosen.weights.name(),
+            kept.join(", ")
+        );
+    }
     for v in &r.variants {
         println!(
             "\n{} variant, {} path: {} programs, {} dispatches per decode token, {:.1} MiB {} weights, predicted {:.3} ms/token ({:.0} tokens/s)",
@@ -421,19 +434,6 @@ pub fn run_kernels(a: &KernelsArgs) -> Result<()> {
             println!(
                 "  contested on the {} path: `{op}` (first in {first}; `anedvd ops --op {op}`)",
                 v.path
-            );
-        }
-        if !chosen.fp16_blocks.is_empty() || chosen.keep_fp16 > 0 {
-            let kept: Vec<String> = r
-                .options
-                .fp16_blocks
-                .iter()
-                .map(|b| b.to_string())
-                .collect();
-            println!(
-                "  kept fp16 (most sensitive to {}): {}",
-                chosen.weights.name(),
-                kept.join(", ")
             );
         }
         if v.variant == Variant::Resident {
@@ -509,6 +509,7 @@ fn plan_json(r: &kernels::KernelsReport) -> serde_json::Value {
         "vocab_slice": o.vocab_slice,
         "cost_model": {"dispatch_ms": r.cost.dispatch_ms, "bandwidth_gbs": r.cost.bandwidth_gbs, "peak_tflops": r.cost.peak_tflops},
         "variants": variants,
+        "fp16_blocks": o.fp16_blocks.iter().map(|b| b.to_string()).collect::<Vec<_>>(),
         "unavailable": r.unavailable.iter().map(|(v, p, why)| serde_json::json!({"variant": v.name(), "path": p.name(), "reason": why})).collect::<Vec<_>>(),
     })
 }
@@ -661,6 +662,38 @@ mod tests {
         );
         let bytes = |j: &serde_json::Value| j["variants"][0]["weight_bytes"].as_f64().unwrap();
         assert!(bytes(&e5rt) < 0.6 * bytes(&inmem));
+        // every variant on both paths: the resident one on e5rt only, with
+        // ⌈L/K⌉ + 1 dispatches (all layers in one program by default)
+        let find = |j: &serde_json::Value, v: &str, p: &str| {
+            j["variants"].as_array().and_then(|a| {
+                a.iter()
+                    .find(|x| x["variant"] == v && x["path"] == p)
+                    .cloned()
+            })
+        };
+        let resident = find(&e5rt, "resident", "e5rt").unwrap();
+        assert_eq!(resident["dispatches_per_decode_token"].as_u64(), Some(2));
+        assert!(find(&e5rt, "resident", "inmem").is_none());
+        assert_eq!(e5rt["unavailable"][0]["variant"], "resident");
+        assert_eq!(e5rt["unavailable"][0]["path"], "inmem");
+        assert!(find(&inmem, "fused", "e5rt").is_some());
+        // the most sensitive blocks kept fp16 are listed and cost bytes
+        let lowering = LowerOptions {
+            weights: WeightFormat::Int8,
+            path: RuntimePath::E5rt,
+            keep_fp16: 2,
+            ..LowerOptions::default()
+        };
+        let r = kernels::plan(
+            &model,
+            &Default::default(),
+            &lowering,
+            &CostModel::default(),
+        )
+        .unwrap();
+        let kept = plan_json(&r)["fp16_blocks"].as_array().map(Vec::len);
+        assert_eq!(kept, Some(2));
+        assert!(r.variants[0].weight_bytes as f64 > bytes(&e5rt));
     }
 
     #[test]
