@@ -270,9 +270,10 @@ class Program:
         return self._p.mil()
 
     def load(self, driver: str = "sim") -> "Program":
-        """Load on a runtime driver of the in-memory path: ``sim`` (the simulated
-        driver) or ``ane`` (AppleNeuralEngine.framework; raises where there is none).
-        The program must have been compiled with ``path="inmem"``."""
+        """Load on a runtime driver of the program's path: ``sim`` (the simulated
+        driver of the in-memory or e5rt path) or ``ane`` (AppleNeuralEngine.framework
+        for ``path="inmem"``, Espresso's e5rt for ``path="e5rt"``; raises where
+        there is none)."""
         return Program(self._p, self._p.load(driver))
 
     def save(self, directory) -> None:

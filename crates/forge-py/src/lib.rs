@@ -337,18 +337,26 @@ impl PyProgram {
     fn mil(&self) -> String {
         self.0.mil()
     }
-    /// Loads the program on a runtime driver: `sim` (the simulated driver)
-    /// or `ane` (AppleNeuralEngine.framework; an error where there is none).
+    /// Loads the program on a runtime driver of its path: `sim` (the
+    /// simulated driver of the in-memory or e5rt path) or `ane` (the ANE:
+    /// AppleNeuralEngine.framework or Espresso's e5rt; an error where there
+    /// is none). On the e5rt path state inputs stay in aliased buffers.
     #[pyo3(signature = (driver="sim"))]
     fn load(&self, driver: &str) -> PyResult<PyLoaded> {
         let exe = self.0.clone();
-        let loaded = match driver {
-            "sim" => AnyLoaded::Sim(exe.load(af::SimDriver::new()).map_err(err)?),
-            "ane" => {
+        let e5rt = exe.unit() == (af::Unit::Simulator { path: af::RuntimePath::E5rt });
+        let loaded = match (driver, e5rt) {
+            ("sim", false) => AnyLoaded::Sim(exe.load(af::SimDriver::new()).map_err(err)?),
+            ("sim", true) => AnyLoaded::E5rtSim(exe.load_e5rt(af::E5rtSim::new()).map_err(err)?),
+            ("ane", false) => {
                 let d = af::PrivateDriver::open().map_err(|e| err(e.into()))?;
                 AnyLoaded::Private(exe.load(d).map_err(err)?)
             }
-            o => {
+            ("ane", true) => {
+                let api = af::E5rtPrivate::open().map_err(|e| err(e.into()))?;
+                AnyLoaded::E5rt(exe.load_e5rt(api).map_err(err)?)
+            }
+            (o, _) => {
                 return Err(PyValueError::new_err(format!(
                     "driver {o:?}: expected sim or ane"
                 )))
@@ -382,6 +390,8 @@ impl PyProgram {
 enum AnyLoaded {
     Sim(af::Loaded<af::SimDriver>),
     Private(af::Loaded<af::PrivateDriver>),
+    E5rtSim(af::LoadedE5rt<af::E5rtSim>),
+    E5rt(af::LoadedE5rt<af::E5rtPrivate>),
 }
 
 /// A program loaded on a runtime driver (bound to the thread that loaded it:
@@ -397,6 +407,8 @@ impl PyLoaded {
         let outs = match &mut self.0 {
             AnyLoaded::Sim(l) => l.run(&refs),
             AnyLoaded::Private(l) => l.run(&refs),
+            AnyLoaded::E5rtSim(l) => l.run(&refs),
+            AnyLoaded::E5rt(l) => l.run(&refs),
         }
         .map_err(err)?;
         Ok(outputs(py, outs))
@@ -405,6 +417,19 @@ impl PyLoaded {
         match &self.0 {
             AnyLoaded::Sim(l) => l.unit().to_string(),
             AnyLoaded::Private(l) => l.unit().to_string(),
+            AnyLoaded::E5rtSim(l) => l.unit().to_string(),
+            AnyLoaded::E5rt(l) => l.unit().to_string(),
+        }
+    }
+    /// The current value of a state input (e5rt path: read from its
+    /// aliased buffer; the in-memory path carries no state).
+    fn state(&mut self, name: &str) -> PyResult<Vec<f32>> {
+        match &mut self.0 {
+            AnyLoaded::E5rtSim(l) => l.state(name).map_err(err),
+            AnyLoaded::E5rt(l) => l.state(name).map_err(err),
+            _ => Err(PyValueError::new_err(
+                "programs of the inmem path carry no state on a driver",
+            )),
         }
     }
 }

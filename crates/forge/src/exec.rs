@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
+use anedvd_ane_runtime::e5rt::{E5rtApi, E5rtProgram, E5rtRuntime};
 use anedvd_ane_runtime::{Driver, Kernel, ProgramSource, Runtime};
 use anedvd_mil::registry::RuntimePath;
 use anedvd_mil::rules::{self, RuleConfig, Violation};
@@ -21,9 +22,11 @@ pub enum Unit {
         /// The path whose rules the program passed.
         path: RuntimePath,
     },
-    /// A runtime driver of the in-memory path ([`Executable::load`]):
+    /// A runtime driver: of the in-memory path ([`Executable::load`]),
     /// `sim` (the runtime's binding and layout rules over the MIL
-    /// simulator) or `private` (the ANE, through AppleNeuralEngine.framework).
+    /// simulator) or `private` (the ANE, through AppleNeuralEngine.framework);
+    /// of the e5rt path ([`Executable::load_e5rt`]), `e5rt-sim` or `e5rt`
+    /// (Espresso).
     Driver {
         /// The driver's name.
         name: &'static str,
@@ -41,6 +44,12 @@ impl fmt::Display for Unit {
             Unit::Driver { name: "private" } => {
                 f.write_str("the ANE, through AppleNeuralEngine.framework (in-memory path)")
             }
+            Unit::Driver { name: "e5rt" } => {
+                f.write_str("the ANE, through Espresso's e5rt (e5rt path)")
+            }
+            Unit::Driver { name: "e5rt-sim" } => f.write_str(
+                "the `e5rt-sim` runtime driver (the e5rt path's ports, aliasing and refusals over the MIL simulator; not the ANE)",
+            ),
             Unit::Driver { name } => write!(
                 f,
                 "the `{name}` runtime driver (the in-memory path's binding rules over the MIL simulator; not the ANE)"
@@ -203,15 +212,16 @@ impl Executable {
         &self.lowered.outputs
     }
 
-    /// Compiles and loads the program on a runtime driver (the in-memory
-    /// path's; the e5rt path has no driver yet), ready to run.
+    /// Compiles and loads the program on a runtime driver of the in-memory
+    /// path, ready to run (state inputs are not carried there: its one
+    /// input and one output cannot alias; see [`Executable::load_e5rt`]).
     pub fn load<D: Driver>(self, driver: D) -> Result<Loaded<D>> {
         match self.unit {
             Unit::Simulator { path: RuntimePath::InMemory } => {}
             _ => {
                 return Err(Error::Feed {
                     name: "path".into(),
-                    detail: "only programs compiled for the inmem path can load on a runtime driver (e5rt has no driver yet)".into(),
+                    detail: "this driver runs the inmem path; programs compiled for the e5rt path load with load_e5rt".into(),
                 })
             }
         }
@@ -360,6 +370,155 @@ impl Executable {
             }
         }
         Ok(outs)
+    }
+}
+
+impl Executable {
+    /// Compiles and loads the program on an e5rt runtime (`E5rtSim`, or
+    /// `E5rtPrivate` for Espresso): every input and output its own dense
+    /// buffer, each state input ([`Executable::bind_state`]) aliased onto
+    /// its output's buffer and written with its current value, so training
+    /// state stays on the device between runs, read back with
+    /// [`LoadedE5rt::state`].
+    pub fn load_e5rt<A: E5rtApi>(self, api: A) -> Result<LoadedE5rt<A>> {
+        if self.unit
+            != (Unit::Simulator {
+                path: RuntimePath::E5rt,
+            })
+        {
+            return Err(Error::Feed {
+                name: "path".into(),
+                detail: "this driver runs the e5rt path; programs compiled for the inmem path load with load".into(),
+            });
+        }
+        let unit = Unit::Driver { name: api.name() };
+        let mut rt = E5rtRuntime::new(api);
+        let source = ProgramSource::from_program(&self.lowered.program, &self.lowered.weights);
+        let mut program = rt.prepare(&source)?;
+        let mut bound = || -> Result<()> {
+            for (out, input) in &self.aliases {
+                rt.alias(&mut program, &self.lowered.outputs[*out].0, input)?;
+                if let Some(t) = self.state.get(input) {
+                    rt.write(&mut program, input, &t.to_f32())?;
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = bound() {
+            rt.release(program);
+            return Err(e);
+        }
+        Ok(LoadedE5rt {
+            exe: self,
+            rt,
+            program: Some(program),
+            unit,
+        })
+    }
+}
+
+/// A program loaded on an e5rt runtime; released on drop.
+pub struct LoadedE5rt<A: E5rtApi> {
+    exe: Executable,
+    rt: E5rtRuntime<A>,
+    program: Option<E5rtProgram>,
+    unit: Unit,
+}
+
+impl<A: E5rtApi> std::fmt::Debug for LoadedE5rt<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LoadedE5rt({})", self.unit)
+    }
+}
+
+impl<A: E5rtApi> LoadedE5rt<A> {
+    /// The unit that runs it.
+    pub fn unit(&self) -> Unit {
+        self.unit
+    }
+
+    /// Runs once: writes `feeds` (every input but the state inputs, which
+    /// hold what the last run left; feeding one replaces it), executes, and
+    /// returns every output.
+    pub fn run(&mut self, feeds: &[(&str, &[f32])]) -> Result<Vec<Output>> {
+        let inputs = self.exe.lowered.inputs.clone();
+        for (name, shape) in &inputs {
+            let n: usize = shape.iter().product();
+            match feeds.iter().find(|(f, _)| f == name) {
+                Some((_, v)) if v.len() != n => {
+                    return Err(Error::Feed {
+                        name: name.clone(),
+                        detail: format!("{} values for shape {shape:?}", v.len()),
+                    })
+                }
+                None if !self.exe.state.contains_key(name) => {
+                    return Err(Error::Feed {
+                        name: name.clone(),
+                        detail: format!("not supplied (shape {shape:?})"),
+                    })
+                }
+                _ => {}
+            }
+        }
+        if let Some((name, _)) = feeds
+            .iter()
+            .find(|(f, _)| !inputs.iter().any(|(n, _)| n == f))
+        {
+            return Err(Error::Feed {
+                name: name.to_string(),
+                detail: "the program has no such input".into(),
+            });
+        }
+        let mut program = self.program.take().ok_or_else(|| Error::Feed {
+            name: "program".into(),
+            detail: "released".into(),
+        })?;
+        let result = (|| {
+            for (name, values) in feeds {
+                self.rt.write(&mut program, name, values)?;
+            }
+            self.rt.execute(&mut program)?;
+            self.exe
+                .lowered
+                .outputs
+                .iter()
+                .map(|(name, shape)| {
+                    Ok(Output {
+                        name: name.clone(),
+                        shape: shape.clone(),
+                        values: self.rt.read(&mut program, name)?,
+                    })
+                })
+                .collect()
+        })();
+        self.program = Some(program);
+        result
+    }
+
+    /// The current value of a state input (what the program's aliased
+    /// buffer holds).
+    pub fn state(&mut self, input: &str) -> Result<Vec<f32>> {
+        if !self.exe.state.contains_key(input) {
+            return Err(Error::Feed {
+                name: input.to_string(),
+                detail: "not a state input".into(),
+            });
+        }
+        let mut program = self.program.take().ok_or_else(|| Error::Feed {
+            name: "program".into(),
+            detail: "released".into(),
+        })?;
+        let values = self.rt.read(&mut program, input);
+        self.program = Some(program);
+        Ok(values?)
+    }
+}
+
+impl<A: E5rtApi> Drop for LoadedE5rt<A> {
+    fn drop(&mut self) {
+        if let Some(p) = self.program.take() {
+            self.rt.release(p);
+        }
     }
 }
 

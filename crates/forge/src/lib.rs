@@ -36,13 +36,16 @@ pub mod lower;
 pub mod numeric;
 pub mod optim;
 
+pub use anedvd_ane_runtime::e5rt::{E5rtPrivate, E5rtSim};
 pub use anedvd_ane_runtime::{PrivateDriver, SimDriver};
 pub use anedvd_mil::quantize::WeightFormat;
 pub use anedvd_mil::registry;
 pub use anedvd_mil::registry::RuntimePath;
 pub use autograd::grad;
 pub use error::{Error, Result};
-pub use exec::{compile, validate, violations, Executable, Loaded, NodeViolation, Output, Unit};
+pub use exec::{
+    compile, validate, violations, Executable, Loaded, LoadedE5rt, NodeViolation, Output, Unit,
+};
 pub use graph::{Graph, Tensor};
 pub use lower::{Choice, CompileOptions, MatmulStyle, ParamMode};
 pub use optim::{Optimizer, Trainer};

@@ -274,7 +274,7 @@ fn save_writes_the_model_directory_and_never_overwrites() -> anyhow::Result<()> 
 }
 
 #[test]
-fn inmem_programs_run_on_the_runtime_driver_and_e5rt_ones_are_refused() -> anyhow::Result<()> {
+fn programs_run_on_the_runtime_driver_of_their_path() -> anyhow::Result<()> {
     use anedvd_forge::{SimDriver, Unit};
     let g = Graph::new();
     let x = g.input("x", &[2, 64])?;
@@ -302,10 +302,47 @@ fn inmem_programs_run_on_the_runtime_driver_and_e5rt_ones_are_refused() -> anyho
         loaded.run(&[("x", &xv[..3])]),
         Err(Error::Feed { .. })
     ));
-    // the matmul with a param is contested on inmem (reported, not refused), but e5rt has no driver
-    let e5rt = compile(&[&x.matmul(&w)?], &CompileOptions::default())?;
-    let e = e5rt.load(SimDriver::new()).unwrap_err().to_string();
-    assert!(e.contains("e5rt has no driver"), "{e}");
+    // a program of the e5rt path loads on the e5rt runtime, not this one
+    let mut e5rt = compile(&[&x.matmul(&w)?], &CompileOptions::default())?;
+    let want = e5rt.run(&[("x", &xv)])?;
+    let e = e5rt.clone().load(SimDriver::new()).unwrap_err().to_string();
+    assert!(e.contains("load_e5rt"), "{e}");
+    let mut loaded = e5rt.load_e5rt(anedvd_forge::E5rtSim::new())?;
+    assert_eq!(loaded.unit(), Unit::Driver { name: "e5rt-sim" });
+    assert_eq!(
+        loaded.run(&[("x", &xv)])?,
+        want,
+        "the e5rt runtime runs what the simulator ran"
+    );
+    Ok(())
+}
+
+/// On the e5rt runtime a state input stays in its aliased buffer between
+/// runs (never passed back in): `s ← s + x` three times gives what the
+/// simulator's carried state gives, and the buffer reads back.
+#[test]
+fn state_stays_resident_on_the_e5rt_runtime() -> anyhow::Result<()> {
+    let g = Graph::new();
+    let s = g.input("s", &[4])?;
+    let x = g.input("x", &[4])?;
+    let y = s.add(&x)?.mul_scalar(0.5)?;
+    let mut exe = compile(&[&y], &CompileOptions::default())?;
+    let init = [1.0, -2.0, 0.5, 8.0];
+    exe.bind_state("s", &init, &y.name())?;
+    let xv = [1.0f32, 2.0, 3.0, 4.0];
+    let mut loaded = exe.clone().load_e5rt(anedvd_forge::E5rtSim::new())?;
+    let mut want = init.to_vec();
+    for step in 0..3 {
+        let sim = exe.run(&[("x", &xv)])?;
+        let got = loaded.run(&[("x", &xv)])?;
+        // by hand, exact in fp16: s ← (s + x) / 2
+        want = want.iter().zip(&xv).map(|(s, x)| (s + x) * 0.5).collect();
+        assert_eq!(got, sim, "step {step}");
+        assert_eq!(got[0].values, want, "step {step}");
+        assert_eq!(loaded.state("s")?, want, "step {step}");
+    }
+    assert!(loaded.state("x").is_err(), "x is not state");
+    assert!(loaded.run(&[]).is_err(), "x must be fed");
     Ok(())
 }
 
