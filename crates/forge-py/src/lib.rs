@@ -344,7 +344,10 @@ impl PyProgram {
     #[pyo3(signature = (driver="sim"))]
     fn load(&self, driver: &str) -> PyResult<PyLoaded> {
         let exe = self.0.clone();
-        let e5rt = exe.unit() == (af::Unit::Simulator { path: af::RuntimePath::E5rt });
+        let e5rt = exe.unit()
+            == (af::Unit::Simulator {
+                path: af::RuntimePath::E5rt,
+            });
         let loaded = match (driver, e5rt) {
             ("sim", false) => AnyLoaded::Sim(exe.load(af::SimDriver::new()).map_err(err)?),
             ("sim", true) => AnyLoaded::E5rtSim(exe.load_e5rt(af::E5rtSim::new()).map_err(err)?),
