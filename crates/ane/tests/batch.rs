@@ -139,12 +139,12 @@ fn one_pass_dispatches_each_program_once() {
 }
 
 /// A call that fails (a token past the vocabulary) appends nothing to any
-/// sequence.
+/// sequence; an empty call runs nothing.
 #[test]
 fn a_failed_call_appends_nothing() {
     let p = fixtures::program("qwen2", Format::GgufF32);
     let exe = AneSimBackend::new(options(Variant::Fused))
-        .compile(&p)
+        .compile_sim(&p)
         .unwrap();
     let mut b = exe.new_batch(2, 64).unwrap();
     let ok = [1u32, 2, 3];
@@ -163,4 +163,8 @@ fn a_failed_call_appends_nothing() {
     ];
     assert!(b.forward(&items).is_err());
     assert_eq!((b.position(0), b.position(1)), (0, 0));
+    // nothing to run: no pass, no logits
+    let before = exe.dispatches_executed();
+    assert!(b.forward(&[]).unwrap().is_empty());
+    assert_eq!(exe.dispatches_executed(), before);
 }

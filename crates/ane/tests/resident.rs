@@ -175,6 +175,8 @@ fn refusals_say_why() {
     assert!(err(inmem).contains("e5rt path only"), "{}", err(inmem));
     let e = err(options(0, 100, 32));
     assert!(e.contains("context 100 must be a power of two"), "{e}");
+    let e = err(options(0, 65536, 128));
+    assert!(e.contains("exceeds"), "{e}");
     let exe = compile(&p, options(0, 64, 32));
     let e = exe.new_session(65).err().unwrap().to_string();
     assert!(e.contains("hold 64 positions"), "{e}");

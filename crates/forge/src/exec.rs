@@ -291,6 +291,12 @@ impl Executable {
             .iter()
             .position(|(n, s)| n == output && s == shape)
             .ok_or_else(|| feed_err(format!("no output `{output}` of shape {shape:?} to alias")))?;
+        // one output buffer can alias one input (the runtime binds it once)
+        if self.aliases.iter().any(|(o, n)| *o == out && n != input) {
+            return Err(feed_err(format!(
+                "output `{output}` already carries another state"
+            )));
+        }
         let t = sim_tensor(input, shape, values)?;
         self.state.insert(input.to_string(), t);
         self.aliases.retain(|(_, n)| n != input);

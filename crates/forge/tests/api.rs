@@ -342,6 +342,10 @@ fn state_stays_resident_on_the_e5rt_runtime() -> anyhow::Result<()> {
         assert_eq!(loaded.state("s")?, want, "step {step}");
     }
     assert!(loaded.state("x").is_err(), "x is not state");
+    // one output cannot carry two states (one buffer, one alias)
+    let mut two = compile(&[&y], &CompileOptions::default())?;
+    two.bind_state("s", &init, &y.name())?;
+    assert!(two.bind_state("x", &xv, &y.name()).is_err());
     assert!(loaded.run(&[]).is_err(), "x must be fed");
     Ok(())
 }

@@ -133,6 +133,10 @@ impl BatchSession for AneBatch {
         validate_batch(items, self.hosts.len(), self.max_seq, n_vocab, |s| {
             self.position(s)
         })?;
+        if items.is_empty() {
+            self.logits.clear();
+            return Ok(&mut self.logits);
+        }
         let starts: Vec<usize> = items.iter().map(|i| self.position(i.seq)).collect();
         for item in items {
             self.hosts[item.seq].seq.begin_forward(item.tokens.len());

@@ -140,7 +140,7 @@ pub(crate) struct Model {
     pub worker: Option<Worker>,
 }
 
-fn mil_err(kernel: &str) -> impl Fn(anedvd_mil::Error) -> Error + '_ {
+pub(crate) fn mil_err(kernel: &str) -> impl Fn(anedvd_mil::Error) -> Error + '_ {
     move |source| Error::Mil {
         kernel: kernel.to_string(),
         source,
@@ -236,8 +236,13 @@ impl Model {
         let worker = opened.map(|o| o.prepare(sources)).transpose()?;
         // the resident lm_head: one set shared by every session
         let mut shared_set = None;
-        if let (Some(w), Some(head)) = (&worker, ported.pop()) {
-            shared_set = Some(w.open_ported(vec![head])?);
+        let head = kernels
+            .iter()
+            .filter(|k| k.direct.is_none())
+            .position(|k| matches!(k.kind, KernelKind::LmHead { .. }));
+        if let (Some(w), Some(i)) = (&worker, head.filter(|i| *i < ported.len())) {
+            // the lm_head is the set every session shares
+            shared_set = Some(w.open_ported(vec![ported.remove(i)])?);
         }
         let layers = p
             .layers

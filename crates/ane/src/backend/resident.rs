@@ -10,12 +10,16 @@
 //! those outputs are aliased onto the inputs (no copy), here the session
 //! keeps the returned tensors. Then `lm_head` gives every vocabulary slice.
 //!
-//! Stale cache rows need no clearing: a query sees only keys at or before
-//! its own position, and a chunk writes its positions before attending, so
-//! rows past the session's position (after a truncation, or a failed
-//! forward) are overwritten before anything can read them.
+//! Stale cache rows need no clearing while every value is finite: a query
+//! sees only keys at or before its own position (the others are masked to
+//! a weight of exactly 0), and a chunk writes its positions before
+//! attending, so rows past the session's position (after a truncation, or
+//! a failed forward) are overwritten before anything reads them. A
+//! non-finite row would not be: masked keys still pass through the
+//! matmuls (0 · inf is NaN), and the simulator refuses an op that makes a
+//! NaN, so such a forward fails instead of running on.
 
-use super::model::{HostMixer, Model, SimKernel};
+use super::model::{mil_err, HostMixer, Model, SimKernel};
 use super::session::chunk_logits;
 use crate::lower::resident::MASKED;
 use crate::lower::{KernelKind, Port, PortRole};
@@ -23,7 +27,7 @@ use anedvd_cpu::attention::{first_visible, RopeTables};
 use anedvd_cpu::kernels::softcap;
 use anedvd_graph::dump::Dump;
 use anedvd_graph::intermediate as names;
-use anedvd_graph::{validate_forward, Attention, Error, LogitsMode, Result, Session};
+use anedvd_graph::{validate_forward, Attention, Error, LogitsMode, Result, Rope, Session};
 use anedvd_mil::sim::Tensor;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,19 +64,12 @@ impl Drop for ResidentSession {
     }
 }
 
-fn mil_error(kernel: &str, e: anedvd_mil::Error) -> Error {
-    Error::Backend {
-        backend: "ane-sim".into(),
-        message: format!("{kernel}: {e}"),
-    }
-}
-
 impl ResidentSession {
     pub fn new(model: Arc<Model>, max_seq: usize) -> Result<Self> {
         let t = model.options.context;
         if max_seq > t {
             return Err(Error::Backend {
-                backend: "ane-sim".into(),
+                backend: model.exec.backend_name().into(),
                 message: format!(
                     "the resident programs hold {t} positions per cache (--ane-context); a \
                      session of {max_seq} does not fit"
@@ -90,7 +87,7 @@ impl ResidentSession {
                         let a = model.attention(i)?;
                         let shape = [a.n_head_kv, a.head_dim, t];
                         let zeros = vec![0f32; shape.iter().product()];
-                        let z = Tensor::f16(&shape, &zeros).map_err(|e| mil_error("cache", e))?;
+                        let z = Tensor::f16(&shape, &zeros).map_err(mil_err("cache"))?;
                         Ok([z.clone(), z])
                     })
                     .collect::<Result<Vec<_>>>()?,
@@ -127,7 +124,9 @@ impl ResidentSession {
                 x[c * w + j] = v / s;
             }
         }
-        Dump::put_opt(dump, None, "inp_embd", &rows_of(&x, d, w, n, s), n);
+        if dump.is_some() {
+            Dump::put_opt(dump, None, "inp_embd", &rows_of(&x, d, w, n, s), n);
+        }
         let positions: Vec<usize> = (pos0..pos0 + n).collect();
         self.rope_tables.new_pass();
         let (mut write, mut keep) = (vec![0f32; w * t], vec![1f32; t]);
@@ -139,6 +138,9 @@ impl ResidentSession {
             .kernels
             .iter()
             .filter(|k| matches!(k.kind, KernelKind::Resident { .. }));
+        // each distinct RoPE's and window's columns, made once per chunk
+        let mut ropes: Vec<(Rope, bool, Vec<f32>)> = Vec::new();
+        let mut masks: Vec<(Option<usize>, Vec<f32>)> = Vec::new();
         for (g, k) in groups.enumerate() {
             // every input but the caches, which the programs hold or the
             // host passes below
@@ -149,9 +151,29 @@ impl ResidentSession {
                     PortRole::Keep => keep.clone(),
                     PortRole::Rope { layer, sin } => {
                         let a = m.attention(layer)?;
-                        self.rope_columns(a, &positions, sin, w)
+                        let Some(r) = &a.rope else {
+                            return Err(bad_port(k, &port.name));
+                        };
+                        match ropes.iter().find(|(x, s, _)| x == r && *s == sin) {
+                            Some((_, _, v)) => v.clone(),
+                            None => {
+                                let v = self.rope_columns(a, &positions, sin, w);
+                                ropes.push((r.clone(), sin, v.clone()));
+                                v
+                            }
+                        }
                     }
-                    PortRole::Mask { layer } => mask(m.attention(layer)?.window, &positions, w, t),
+                    PortRole::Mask { layer } => {
+                        let window = m.attention(layer)?.window;
+                        match masks.iter().find(|(x, _)| *x == window) {
+                            Some((_, v)) => v.clone(),
+                            None => {
+                                let v = mask(window, &positions, w, t);
+                                masks.push((window, v.clone()));
+                                v
+                            }
+                        }
+                    }
                     PortRole::Cache { .. } => continue,
                     PortRole::Logits { .. } => return Err(bad_port(k, &port.name)),
                 };
@@ -169,7 +191,7 @@ impl ResidentSession {
                         .ok_or_else(|| bad_port(k, "the residual"))?
                 }
             };
-            if let KernelKind::Resident { first, layers } = k.kind {
+            if let (KernelKind::Resident { first, layers }, true) = (k.kind, dump.is_some()) {
                 // the residual after the group's last layer, unscaled
                 let li = Some(first + layers - 1);
                 Dump::put_opt(dump, li, names::OUT, &rows_of(&x, d, w, n, s), n);
@@ -233,7 +255,7 @@ impl ResidentSession {
                     .collect()
             }
             None => {
-                let xt = Tensor::f16(&[1, d, 1, w], x).map_err(|e| mil_error(&k.name, e))?;
+                let xt = Tensor::f16(&[1, d, 1, w], x).map_err(mil_err(&k.name))?;
                 m.run_ports(k, &[("x", xt)])?
                     .into_iter()
                     .map(|(n, t)| {
@@ -244,6 +266,9 @@ impl ResidentSession {
             }
         };
         let first_rows = first_rows(k);
+        if out.len() != 1 + k.ports.1.len() {
+            return Err(bad_port(k, "count"));
+        }
         let mut logits = vec![0f32; cols.len() * v];
         let slices =
             std::iter::once((0, first_rows)).chain(k.ports.1.iter().map(|p| match p.role {
@@ -285,7 +310,7 @@ fn run_host(
     inputs: &[(&Port, Vec<f32>)],
     caches: &mut [[Tensor; 2]],
 ) -> Result<Vec<f32>> {
-    let f16 = |shape: &[usize], v: &[f32]| Tensor::f16(shape, v).map_err(|e| mil_error(&k.name, e));
+    let f16 = |shape: &[usize], v: &[f32]| Tensor::f16(shape, v).map_err(mil_err(&k.name));
     let mut named = vec![("x", f16(&[1, d, 1, w], x)?)];
     for (port, values) in inputs {
         named.push((port.name.as_str(), f16(&port.shape, values)?));
@@ -298,7 +323,11 @@ fn run_host(
             ));
         }
     }
-    let mut out = m.run_ports(k, &named)?.into_iter();
+    let out = m.run_ports(k, &named)?;
+    if out.len() != 1 + k.ports.1.len() {
+        return Err(bad_port(k, "count"));
+    }
+    let mut out = out.into_iter();
     let (_, y) = out.next().ok_or_else(|| bad_port(k, "the residual"))?;
     for ((name, tensor), port) in out.zip(&k.ports.1) {
         match port.role {
@@ -336,10 +365,11 @@ fn mask(window: Option<usize>, positions: &[usize], w: usize, t: usize) -> Vec<f
 }
 
 fn bad_port(k: &SimKernel, port: &str) -> Error {
-    Error::Backend {
-        backend: "ane-sim".into(),
-        message: format!("{}: unexpected port {port}", k.name),
+    super::Error::Output {
+        kernel: k.name.clone(),
+        msg: format!("unexpected or missing port {port}"),
     }
+    .into()
 }
 
 impl Session for ResidentSession {

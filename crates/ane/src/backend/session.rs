@@ -116,21 +116,31 @@ fn rows(v: &[f32], n: usize, r: std::ops::Range<usize>) -> &[f32] {
     &v[r.start * w..r.end * w]
 }
 
-/// `n` rows holding each part at its span's rows, zeros elsewhere.
-fn at_rows(spans: &[std::ops::Range<usize>], parts: Vec<Vec<f32>>, n: usize) -> Vec<f32> {
-    if spans.len() == 1 && spans[0].len() == n {
-        return parts.into_iter().next().unwrap_or_default();
-    }
+/// `n` rows holding each part at its span's rows, zeros elsewhere; an
+/// error if the parts are not one width.
+fn at_rows(spans: &[std::ops::Range<usize>], parts: Vec<Vec<f32>>, n: usize) -> Result<Vec<f32>> {
     let width = spans
         .iter()
         .zip(&parts)
         .find(|(s, _)| !s.is_empty())
         .map_or(0, |(s, p)| p.len() / s.len());
+    if spans.len() != parts.len()
+        || spans
+            .iter()
+            .zip(&parts)
+            .any(|(s, p)| p.len() != s.len() * width)
+    {
+        let what = "the host's rows of a pass differ in width".to_string();
+        return Err(anedvd_graph::Error::InvalidProgram(what));
+    }
+    if spans.len() == 1 && spans[0].len() == n {
+        return Ok(parts.into_iter().next().unwrap_or_default());
+    }
     let mut out = vec![0f32; n * width];
     for (span, part) in spans.iter().zip(parts) {
         out[span.start * width..span.end * width].copy_from_slice(&part);
     }
-    out
+    Ok(out)
 }
 
 /// Runs the rows of every segment (together ≤ W) through every kernel once:
@@ -210,7 +220,7 @@ pub(crate) fn run_rows(
             );
             parts.push(host_ffn(m, scratch, moe, hs, sh, span.len())?);
         }
-        Ok(at_rows(&spans, parts, n))
+        at_rows(&spans, parts, n)
     };
     match m.options.variant {
         Variant::Resident => return Err(resident_elsewhere()),
@@ -220,7 +230,7 @@ pub(crate) fn run_rows(
                 let h = norm(&x, &l.norms.attn, m.eps);
                 Dump::put_opt(dump, li, names::ATTN_NORM, &h, n);
                 let qkv = m.dispatch(m.find(|k| *k == KernelKind::Qkv { layer: i })?, &h, n)?;
-                let att = mix(segs, i, &qkv, dump);
+                let att = mix(segs, i, &qkv, dump)?;
                 let mut o =
                     m.dispatch(m.find(|k| *k == KernelKind::AttnOut { layer: i })?, &att, n)?;
                 if let Some(w) = &l.norms.post_attn {
@@ -274,7 +284,7 @@ pub(crate) fn run_rows(
             let entry = |layer| m.find(move |k| *k == KernelKind::Entry { layer });
             let mut qkv = m.dispatch(entry(0)?, &x, n)?;
             for i in 0..m.layers.len() {
-                let att = mix(segs, i, &qkv, dump);
+                let att = mix(segs, i, &qkv, dump)?;
                 let k = m.find(|k| matches!(k, KernelKind::Layer { layer, .. } if *layer == i))?;
                 let mut packed = Vec::with_capacity(k.in_channels * n);
                 let qd = att.len() / n.max(1);

@@ -650,6 +650,10 @@ pub fn lower_views(
             options.vocab_slice
         )));
     }
+    if options.variant == Variant::Resident {
+        // before the (costly) sensitivity measurement
+        resident::check_options(options)?;
+    }
     let options = &resolve_precision(program, options)?;
     let mut kernels = Vec::new();
     let ple = program.per_layer_embd.as_ref();

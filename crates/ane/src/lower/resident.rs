@@ -60,8 +60,13 @@ use std::ops::Range;
 
 /// Most weight bytes one program bakes when `layers_per_program` is 0:
 /// ANEForge groups layers so that each program holds ≤ 1.6 GB of fp16
-/// ("~1.5 GB OK, ~3.4 GB fails", ane-evidence.md §d).
+/// ("≤ 1.6 GB", "~1.5 GB OK, ~3.4 GB fails", ane-evidence.md §d); blocks
+/// kept fp16 count at 16 bits.
 pub const MAX_PROGRAM_WEIGHT_BYTES: u64 = 1_500_000_000;
+
+/// Most elements of one `W × T` position input (the mask, the one-hot
+/// write): 2^22, 8 MiB of fp16 (W 64 × T 65536).
+pub const MAX_POSITION_INPUT: usize = 1 << 22;
 
 /// The mask's value for a key a column may not see: far below any score,
 /// so its exponential is 0 in fp16, yet finite (no inf arithmetic, which
@@ -76,11 +81,14 @@ pub fn groups(p: &DecoderProgram, options: &LowerOptions) -> Vec<Range<usize>> {
     if k > 0 {
         return (0..n).step_by(k).map(|s| s..(s + k).min(n)).collect();
     }
-    let bits = u64::from(options.weights.bits());
+    let bits = |block| u64::from(options.fp16_blocks.format(block, options.weights).bits());
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
     for (i, b) in p.layers.iter().enumerate() {
-        let add = layer_weights(p, b).saturating_mul(bits) / 8;
+        let (mixer, ffn) = layer_weights(p, b);
+        let add = (mixer.saturating_mul(bits(ProjBlock::Attention(i)))
+            + ffn.saturating_mul(bits(ProjBlock::Ffn(i))))
+            / 8;
         if i > start && bytes.saturating_add(add) > MAX_PROGRAM_WEIGHT_BYTES {
             out.push(start..i);
             (start, bytes) = (i, 0);
@@ -93,8 +101,8 @@ pub fn groups(p: &DecoderProgram, options: &LowerOptions) -> Vec<Range<usize>> {
     out
 }
 
-/// Projection weights of one layer (elements).
-fn layer_weights(p: &DecoderProgram, b: &Block) -> u64 {
+/// Projection weights of one layer's mixer and FFN (elements).
+fn layer_weights(p: &DecoderProgram, b: &Block) -> (u64, u64) {
     let d = p.n_embd as u64;
     let mixer = match &b.mixer {
         Mixer::Attention(a) => d * (2 * a.q_dim() + 2 * a.kv_dim()) as u64,
@@ -104,7 +112,7 @@ fn layer_weights(p: &DecoderProgram, b: &Block) -> u64 {
         FeedForward::Dense(f) => 3 * d * f.n_ff as u64,
         FeedForward::Moe(m) => m.shared.as_ref().map_or(0, |s| 3 * d * s.ffn.n_ff as u64),
     };
-    mixer + ffn
+    (mixer, ffn)
 }
 
 /// The first part of `p` this variant cannot hold, as `(part, what,
@@ -141,8 +149,10 @@ fn attentions<'a>(views: &[LayerView<'a>]) -> Result<Vec<&'a Attention>> {
         .collect())
 }
 
-/// Lowers every layer group and the lm_head.
-pub fn lower(p: &DecoderProgram, views: &[LayerView<'_>], o: &LowerOptions) -> Result<Vec<Kernel>> {
+/// The resident variant's own options: the e5rt path, a context that is
+/// a power of two in 32..=65536, and `W · T` within [`MAX_POSITION_INPUT`]
+/// (the mask and write inputs are `W × T`). Checked before anything costly.
+pub fn check_options(o: &LowerOptions) -> Result<()> {
     if o.path != RuntimePath::E5rt {
         return Err(Error::Options(
             "the resident variant runs on the e5rt path only (--ane-path e5rt): the in-memory \
@@ -157,6 +167,19 @@ pub fn lower(p: &DecoderProgram, views: &[LayerView<'_>], o: &LowerOptions) -> R
             "context {t} must be a power of two in 32..=65536 (softmax runs over it)"
         )));
     }
+    if o.width.saturating_mul(t) > MAX_POSITION_INPUT {
+        return Err(Error::Options(format!(
+            "width {} × context {t} exceeds {MAX_POSITION_INPUT} elements per position input \
+             (the mask and write inputs are W × T)",
+            o.width
+        )));
+    }
+    Ok(())
+}
+
+/// Lowers every layer group and the lm_head.
+pub fn lower(p: &DecoderProgram, views: &[LayerView<'_>], o: &LowerOptions) -> Result<Vec<Kernel>> {
+    check_options(o)?;
     if p.per_layer_embd.is_some() {
         let what = "gemma4 in the resident variant";
         let e = anedvd_graph::Error::unsupported("ane", "per-layer input", what, 0);

@@ -241,6 +241,18 @@ fn batch_check(exe: &dyn Executable, tokens: &[u32], max_seq: usize) -> Result<B
     let decode = b.forward(&steps)?.to_vec();
     // the same order as `alone`: each sequence's prompt rows, then its step
     let v = exe.vocab_size();
+    let rows: usize = prompts.iter().map(|p| p.len()).sum();
+    if prefill.len() != rows * v || decode.len() != prompts.len() * v {
+        return Err(Error::Backend(anedvd_graph::Error::InvalidProgram(
+            format!(
+                "the batch returned {} + {} logits, expected {} + {}",
+                prefill.len(),
+                decode.len(),
+                rows * v,
+                prompts.len() * v
+            ),
+        )));
+    }
     let mut batched = Vec::with_capacity(alone.len());
     let mut at = 0;
     for (seq, p) in prompts.iter().enumerate() {
