@@ -326,17 +326,44 @@ impl Executable {
         Ok(())
     }
 
+    /// Checks `feeds` against the inputs: every feed names an input and has
+    /// its element count; every input is fed, or (`carried`) is a state
+    /// input whose value the runner holds.
+    fn check_feeds(&self, feeds: &[(&str, &[f32])], carried: bool) -> Result<()> {
+        if let Some((name, _)) = feeds
+            .iter()
+            .find(|(f, _)| !self.lowered.inputs.iter().any(|(n, _)| n == f))
+        {
+            return Err(Error::Feed {
+                name: name.to_string(),
+                detail: "the program has no such input".into(),
+            });
+        }
+        for (name, shape) in &self.lowered.inputs {
+            let n: usize = shape.iter().product();
+            match feeds.iter().find(|(f, _)| f == name) {
+                Some((_, v)) if v.len() != n => {
+                    return Err(Error::Feed {
+                        name: name.clone(),
+                        detail: format!("{} values for shape {shape:?}", v.len()),
+                    })
+                }
+                None if !(carried && self.state.contains_key(name)) => {
+                    return Err(Error::Feed {
+                        name: name.clone(),
+                        detail: format!("not supplied (shape {shape:?})"),
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Runs once on named inputs (row-major f32, rounded to fp16); state
     /// inputs are supplied from the carried values and updated after.
     pub fn run(&mut self, feeds: &[(&str, &[f32])]) -> Result<Vec<Output>> {
-        for (name, _) in feeds {
-            if !self.lowered.inputs.iter().any(|(n, _)| n == name) {
-                return Err(Error::Feed {
-                    name: name.to_string(),
-                    detail: "the program has no such input".into(),
-                });
-            }
-        }
+        self.check_feeds(feeds, true)?;
         let mut args: Vec<(String, SimTensor)> = Vec::with_capacity(self.lowered.inputs.len());
         for (name, shape) in &self.lowered.inputs {
             let t = match (feeds.iter().find(|(n, _)| n == name), self.state.get(name)) {
@@ -447,38 +474,8 @@ impl<A: E5rtApi> LoadedE5rt<A> {
     /// hold what the last run left; feeding one replaces it), executes, and
     /// returns every output.
     pub fn run(&mut self, feeds: &[(&str, &[f32])]) -> Result<Vec<Output>> {
-        let inputs = self.exe.lowered.inputs.clone();
-        for (name, shape) in &inputs {
-            let n: usize = shape.iter().product();
-            match feeds.iter().find(|(f, _)| f == name) {
-                Some((_, v)) if v.len() != n => {
-                    return Err(Error::Feed {
-                        name: name.clone(),
-                        detail: format!("{} values for shape {shape:?}", v.len()),
-                    })
-                }
-                None if !self.exe.state.contains_key(name) => {
-                    return Err(Error::Feed {
-                        name: name.clone(),
-                        detail: format!("not supplied (shape {shape:?})"),
-                    })
-                }
-                _ => {}
-            }
-        }
-        if let Some((name, _)) = feeds
-            .iter()
-            .find(|(f, _)| !inputs.iter().any(|(n, _)| n == f))
-        {
-            return Err(Error::Feed {
-                name: name.to_string(),
-                detail: "the program has no such input".into(),
-            });
-        }
-        let mut program = self.program.take().ok_or_else(|| Error::Feed {
-            name: "program".into(),
-            detail: "released".into(),
-        })?;
+        self.exe.check_feeds(feeds, true)?;
+        let mut program = self.program.take().ok_or_else(released)?;
         let result = (|| {
             for (name, values) in feeds {
                 self.rt.write(&mut program, name, values)?;
@@ -510,10 +507,7 @@ impl<A: E5rtApi> LoadedE5rt<A> {
                 detail: "not a state input".into(),
             });
         }
-        let mut program = self.program.take().ok_or_else(|| Error::Feed {
-            name: "program".into(),
-            detail: "released".into(),
-        })?;
+        let mut program = self.program.take().ok_or_else(released)?;
         let values = self.rt.read(&mut program, input);
         self.program = Some(program);
         Ok(values?)
@@ -556,28 +550,8 @@ impl<D: Driver> Loaded<D> {
     /// Runs once on named inputs (row-major f32, rounded to fp16 on the
     /// surfaces): one evaluation of the loaded program.
     pub fn run(&mut self, feeds: &[(&str, &[f32])]) -> Result<Vec<Output>> {
-        for (name, shape) in &self.exe.lowered.inputs {
-            let n: usize = shape.iter().product();
-            match feeds.iter().find(|(f, _)| f == name) {
-                Some((_, v)) if v.len() != n => {
-                    return Err(Error::Feed {
-                        name: name.clone(),
-                        detail: format!("{} values for shape {shape:?}", v.len()),
-                    })
-                }
-                Some(_) => {}
-                None => {
-                    return Err(Error::Feed {
-                        name: name.clone(),
-                        detail: format!("not supplied (shape {shape:?})"),
-                    })
-                }
-            }
-        }
-        let kernel = self.kernel.as_mut().ok_or_else(|| Error::Feed {
-            name: "program".into(),
-            detail: "released".into(),
-        })?;
+        self.exe.check_feeds(feeds, false)?;
+        let kernel = self.kernel.as_mut().ok_or_else(released)?;
         let got = self.runtime.run(kernel, feeds)?;
         self.exe
             .lowered
@@ -607,6 +581,14 @@ impl<D: Driver> Drop for Loaded<D> {
         if let Some(k) = self.kernel.take() {
             self.runtime.release(k);
         }
+    }
+}
+
+/// The error of a run after the program was released.
+fn released() -> Error {
+    Error::Feed {
+        name: "program".into(),
+        detail: "released".into(),
     }
 }
 

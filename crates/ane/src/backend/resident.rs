@@ -20,7 +20,7 @@
 //! NaN, so such a forward fails instead of running on.
 
 use super::model::{mil_err, HostMixer, Model, SimKernel};
-use super::session::chunk_logits;
+use super::session::run_chunks;
 use crate::lower::resident::MASKED;
 use crate::lower::{KernelKind, Port, PortRole};
 use anedvd_cpu::attention::{first_visible, RopeTables};
@@ -378,25 +378,23 @@ impl Session for ResidentSession {
         if !validate_forward(tokens, mode, self.pos, self.max_seq, n_vocab)? {
             return Ok(&[]);
         }
-        let w = self.model.options.width;
-        let n_chunks = tokens.len().div_ceil(w);
         let start = self.pos;
-        let mut logits = Vec::new();
-        let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
-        for (ci, part) in tokens.chunks(w).enumerate() {
-            let want = chunk_logits(mode, ci + 1 == n_chunks);
-            match self.chunk(part, start + ci * w, want, &mut dump) {
-                Ok(l) => logits.extend(l),
-                Err(e) => {
-                    // rows written past `start` are never read (module docs)
-                    self.pos = start;
-                    return Err(e);
-                }
+        let (w, dump_dir) = (self.model.options.width, self.dump_dir.take());
+        let run = run_chunks(
+            tokens,
+            mode,
+            (w, start),
+            dump_dir,
+            |part, pos0, want, dump| self.chunk(part, pos0, want, dump),
+        );
+        let logits = match run {
+            Ok(l) => l,
+            Err(e) => {
+                // rows written past `start` are never read (module docs)
+                self.pos = start;
+                return Err(e);
             }
-        }
-        if let Some(d) = dump {
-            d.finish()?;
-        }
+        };
         self.pos = start + tokens.len();
         self.logits = logits;
         Ok(&self.logits)

@@ -81,6 +81,29 @@ fn norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     out
 }
 
+/// A forward call's chunks of ≤ W tokens (`(W, first position)`), each run
+/// by `chunk(tokens, pos0, wanted logits, dump)`, into the logits `mode`
+/// asks for; dumps go to `dump_dir` if set. The caller rolls back on error.
+pub(crate) fn run_chunks(
+    tokens: &[u32],
+    mode: LogitsMode,
+    (w, start): (usize, usize),
+    dump_dir: Option<PathBuf>,
+    mut chunk: impl FnMut(&[u32], usize, Option<bool>, &mut Option<Dump>) -> Result<Vec<f32>>,
+) -> Result<Vec<f32>> {
+    let mut dump = dump_dir.map(Dump::new).transpose()?;
+    let n_chunks = tokens.len().div_ceil(w.max(1));
+    let mut logits = Vec::new();
+    for (ci, part) in tokens.chunks(w.max(1)).enumerate() {
+        let want = chunk_logits(mode, ci + 1 == n_chunks);
+        logits.extend(chunk(part, start + ci * w, want, &mut dump)?);
+    }
+    if let Some(d) = dump {
+        d.finish()?;
+    }
+    Ok(logits)
+}
+
 /// Which logits a chunk of a forward call in `mode` returns (`last`: it
 /// is the call's last chunk): none, its last row's, or every row's.
 pub(crate) fn chunk_logits(mode: LogitsMode, last: bool) -> Option<bool> {
@@ -513,31 +536,32 @@ impl Session for AneSession {
             return Ok(&[]);
         }
         self.host.seq.begin_forward(tokens.len());
-        let mut dump = self.dump_dir.take().map(Dump::new).transpose()?;
-        let w = self.model.options.width;
-        let n_chunks = tokens.len().div_ceil(w);
-        let mut logits = Vec::new();
         let start = self.host.seq.pos;
-        for (ci, part) in tokens.chunks(w).enumerate() {
-            let want = chunk_logits(mode, ci + 1 == n_chunks);
-            let mut seg = [Segment {
-                host: &mut self.host,
-                tokens: part,
-                pos0: start + ci * w,
-                want,
-            }];
-            match run_rows(&self.model, &mut seg, &mut self.scratch, &mut dump) {
-                Ok(l) => logits.extend(l),
-                Err(e) => {
-                    // nothing is appended on failure
-                    self.truncate(start);
-                    return Err(e);
-                }
+        let (model, dump_dir) = (self.model.clone(), self.dump_dir.take());
+        let (host, scratch) = (&mut self.host, &mut self.scratch);
+        let run = run_chunks(
+            tokens,
+            mode,
+            (model.options.width, start),
+            dump_dir,
+            |part, pos0, want, dump| {
+                let mut seg = [Segment {
+                    host: &mut *host,
+                    tokens: part,
+                    pos0,
+                    want,
+                }];
+                run_rows(&model, &mut seg, scratch, dump)
+            },
+        );
+        let logits = match run {
+            Ok(l) => l,
+            Err(e) => {
+                // nothing is appended on failure
+                self.truncate(start);
+                return Err(e);
             }
-        }
-        if let Some(d) = dump {
-            d.finish()?;
-        }
+        };
         self.host.seq.end_forward(tokens.len());
         self.logits = logits;
         Ok(&self.logits)

@@ -484,6 +484,27 @@ pub fn fused_layer(
     Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d + pw))
 }
 
+/// Slice `s` of the logits, vocabulary rows `rows`, from the normed `h`:
+/// the output projection's rows (the tied embedding's without one).
+pub(super) fn emit_logits(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    s: usize,
+    h: &Var,
+    rows_: std::ops::Range<usize>,
+) -> Result<Var> {
+    let name = p.output.as_deref().unwrap_or(&p.token_embd);
+    e.block(ProjBlock::LmHead);
+    let (w, cols) = rows(p.weights.as_ref(), name, rows_.start, rows_.end)?;
+    if cols != p.n_embd {
+        return Err(Error::Tensor {
+            tensor: name.to_string(),
+            msg: format!("{cols} columns, expected n_embd {}", p.n_embd),
+        });
+    }
+    e.projection(&format!("logits_{s}"), h, &w, rows_.len(), None)
+}
+
 /// `lm_head.s`: vocabulary rows `first..first + n`.
 pub fn lm_head(
     p: &DecoderProgram,
@@ -501,16 +522,7 @@ pub fn lm_head(
     } else {
         x
     };
-    let name = p.output.as_deref().unwrap_or(&p.token_embd);
-    e.block(ProjBlock::LmHead);
-    let (w, cols) = rows(p.weights.as_ref(), name, first, first + n)?;
-    if cols != p.n_embd {
-        return Err(Error::Tensor {
-            tensor: name.to_string(),
-            msg: format!("{cols} columns, expected n_embd {}", p.n_embd),
-        });
-    }
-    let y = e.projection(&format!("logits_{s}"), &h, &w, n, None)?;
+    let y = emit_logits(&mut e, p, s, &h, first..first + n)?;
     let kind = KernelKind::LmHead {
         first,
         rows: n,

@@ -45,10 +45,10 @@
 
 use super::emit::Emitter;
 use super::kernels::{
-    emit_ffn, emit_ffn_residual, emit_mixer_residual, finish_ports, norm, qkv_weights,
+    emit_ffn, emit_ffn_residual, emit_logits, emit_mixer_residual, finish_ports, norm, qkv_weights,
 };
 use super::sensitivity::ProjBlock;
-use super::tensors::{rows, vector};
+use super::tensors::vector;
 use super::{
     Error, FfnView, Kernel, KernelKind, LayerView, LowerOptions, MixerView, Port, PortRole, Result,
     RuntimePath,
@@ -538,20 +538,11 @@ fn lm_head(p: &DecoderProgram, o: &LowerOptions) -> Result<Kernel> {
         p.norm.eps,
         o.residual_scale,
     )?;
-    let name = p.output.as_deref().unwrap_or(&p.token_embd);
-    e.block(ProjBlock::LmHead);
     let mut slices = Vec::new();
     let mut first = 0;
     while first < p.n_vocab {
         let n = o.vocab_slice.min(p.n_vocab - first);
-        let (w, cols) = rows(p.weights.as_ref(), name, first, first + n)?;
-        if cols != p.n_embd {
-            return Err(Error::Tensor {
-                tensor: name.to_string(),
-                msg: format!("{cols} columns, expected n_embd {}", p.n_embd),
-            });
-        }
-        let y = e.projection(&format!("logits_{}", slices.len()), &h, &w, n, None)?;
+        let y = emit_logits(&mut e, p, slices.len(), &h, first..first + n)?;
         slices.push((first, n, y));
         first += n;
     }
