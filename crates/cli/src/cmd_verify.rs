@@ -754,6 +754,47 @@ mod tests {
         run_kernels(&KernelsCmd::try_parse_from(args)?.kernels)
     }
 
+    /// The resident and sensitivity flags refuse what they cannot do, by name.
+    #[test]
+    fn resident_and_sensitivity_flags_are_checked() {
+        use clap::Parser;
+        let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/models/llama/model-f32.gguf");
+        let kernels = |extra: &[&str]| -> String {
+            let mut args = vec!["kernels", "--model", model.to_str().unwrap_or_default()];
+            args.extend(extra);
+            let r = KernelsCmd::try_parse_from(args)
+                .map_err(anyhow::Error::from)
+                .and_then(|c| run_kernels(&c.kernels));
+            r.err().map(|e| format!("{e:#}")).unwrap_or_default()
+        };
+        let e = kernels(&["--ane-layers-per-program", "0"]);
+        assert!(e.contains("--ane-layers-per-program"), "{e}");
+        let e = kernels(&["--sensitivity"]);
+        assert!(e.contains("compressed --ane-weights"), "{e}");
+        let e = kernels(&[
+            "--variant",
+            "resident",
+            "--ane-path",
+            "e5rt",
+            "--ane-context",
+            "1000",
+        ]);
+        assert!(e.contains("power of two"), "{e}");
+        let e = kernels(&["--variant", "resident"]);
+        assert!(e.contains("e5rt path only"), "{e}");
+        let ok = verify(&[
+            "--variant",
+            "resident",
+            "--ane-path",
+            "e5rt",
+            "--ane-context",
+            "32",
+        ]);
+        // the flags reach the lowering: 8 positions fit a 32-position cache
+        assert!(ok.is_ok(), "{ok:?}");
+    }
+
     /// The size a blob file holding payloads of `sizes` bytes has: the
     /// file header, then per blob a 64-byte-aligned metadata block and its payload.
     fn blob_file_size(sizes: &[u64]) -> u64 {
