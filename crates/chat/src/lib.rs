@@ -31,6 +31,7 @@ mod builtin;
 mod error;
 mod message;
 mod pyfmt;
+pub mod shift;
 mod source;
 mod strftime;
 mod template;

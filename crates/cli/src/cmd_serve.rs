@@ -88,6 +88,20 @@ pub struct ServeArgs {
     /// reply's content (no `reasoning_content` split).
     #[arg(long, default_value = "on", value_name = "on|off")]
     reasoning: Toggle,
+    /// Fit requests that outgrow a slot's context instead of refusing them
+    /// (off by default, as in llama-server). A chat request (chat
+    /// completions, Responses, Anthropic Messages) whose rendered prompt
+    /// leaves less than its max_tokens (at most a quarter of the context)
+    /// for the reply loses its oldest exchanges, every system message and
+    /// the last user message kept; a raw prompt (/v1/completions,
+    /// /completion) that fills the context keeps its first `n_keep` tokens
+    /// and its end, as llama-server cuts it. The response then carries an
+    /// `anedvd-context-shift: messages=M, tokens=T` header (and
+    /// `truncated: true` on /completion), a line is logged and
+    /// anedvd_context_shifts_total counts it. Without the flag such a
+    /// prompt gets the exceed_context_size_error.
+    #[arg(long)]
+    context_shift: bool,
     /// Default sampling for fields a request leaves out.
     #[command(flatten)]
     sampling: SamplingArgs,
@@ -129,6 +143,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         verbose_replies: args.verbose,
         thinking: args.reasoning == Toggle::On,
+        context_shift: args.context_shift,
     };
 
     if args.max_connections == 0 {
@@ -140,6 +155,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if args.header_timeout == 0 {
         anyhow::bail!("--header-timeout must be at least 1 second");
     }
+    init_logging();
     let state = AppState::new(config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -249,6 +265,20 @@ async fn wait_for_signal() {
     }
 }
 
+/// Request events the server logs (a context shift) go to stderr, filtered
+/// by `ANEDVD_LOG` (tracing's env-filter syntax; default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ANEDVD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A second install (tests) keeps the first.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
 /// An on/off switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Toggle {
@@ -284,5 +314,11 @@ mod tests {
         let ok = Cli::try_parse_from(["serve", "--n-predict", "64", "--reasoning", "off"]).unwrap();
         assert_eq!(ok.serve.n_predict, Some(64));
         assert_eq!(ok.serve.reasoning, Toggle::Off);
+        assert!(
+            !ok.serve.context_shift,
+            "off by default, as in llama-server"
+        );
+        let on = Cli::try_parse_from(["serve", "--context-shift"]).unwrap();
+        assert!(on.serve.context_shift);
     }
 }

@@ -6,6 +6,7 @@ use crate::openai::flatten_content;
 use crate::request::{
     collect, generate_params, handle, is_set, new_id, read_json, typed, Deadline, Sampling,
 };
+use crate::shift::{fit_chat, mark};
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
 use crate::structured::Shaping;
@@ -271,7 +272,7 @@ async fn inner(
     let v = read_json(body, state.config().max_body_bytes, D).await?;
     let DecodedMessages {
         req,
-        messages,
+        mut messages,
         mut params,
         shaping,
         tools,
@@ -280,15 +281,22 @@ async fn inner(
     } = decode_messages(&state, v)?;
     let ready = state.ready(D)?;
     shaping.apply(&ready.engine, &mut params, D).await?;
-    let (prompt, format) = match &tools {
-        Some(t) => {
-            let (prompt, format) = t
-                .prepare(&ready.engine, &messages, &render, &mut params, D)
-                .await?;
-            (prompt, Some(format))
-        }
-        None => (chat_prompt(&ready.engine, &messages, &render, D)?, None),
+    let format = match &tools {
+        Some(t) => Some(t.constrain(&ready.engine, &mut params, D).await?),
+        None => None,
     };
+    let engine = &ready.engine;
+    let (prompt, shift) = fit_chat(
+        &state,
+        "messages",
+        ready.max_seq,
+        params.max_tokens,
+        &mut messages,
+        |m| match &tools {
+            Some(t) => t.prompt(engine, m, &render, D),
+            None => chat_prompt(engine, m, &render, D),
+        },
+    )?;
     let input_tokens = prompt.len();
     let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
     let id = new_id("msg_");
@@ -321,7 +329,10 @@ async fn inner(
             text_open: true,
             calls: 0,
         };
-        return Ok(sse_response(first, generation, stream, guard.hand_off()));
+        return Ok(mark(
+            sse_response(first, generation, stream, guard.hand_off()),
+            shift,
+        ));
     }
     let (out, s) = collect(generation, D).await?;
     let (text, calls) = match format {
@@ -341,7 +352,7 @@ async fn inner(
     } else {
         "tool_use"
     };
-    Ok(Json(json!({
+    let reply = Json(json!({
         "id": id,
         "type": "message",
         "role": "assistant",
@@ -350,8 +361,8 @@ async fn inner(
         "stop_reason": reason,
         "stop_sequence": s.stop_sequence,
         "usage": usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens),
-    }))
-    .into_response())
+    }));
+    Ok(mark(reply.into_response(), shift))
 }
 
 /// A `tool_use` content block.

@@ -29,6 +29,7 @@ mod openai;
 mod request;
 mod responses;
 mod serve;
+mod shift;
 mod sse;
 mod state;
 mod structured;
@@ -42,6 +43,7 @@ pub use anedvd_engine::scheduler::{StopMatcher, StopOutcome};
 pub use error::{ApiError, ContextOverflow, Dialect, Error, ErrorKind};
 pub use metrics::{KvSize, Metrics, Outcome, RequestGuard};
 pub use serve::serve;
+pub use shift::{reply_room, truncate_middle, Shift, HEADER as CONTEXT_SHIFT_HEADER};
 pub use state::{AppState, ChannelSink, Ready, ServerConfig};
 
 use axum::body::Body;

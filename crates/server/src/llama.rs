@@ -9,6 +9,7 @@ use crate::request::{
     collect, generate_params, handle, is_set, read_json, typed, Collected, Deadline, Sampling,
     StopField,
 };
+use crate::shift::{fit_raw, mark, Shift};
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::{AppState, Ready};
 use crate::structured::Shaping;
@@ -84,7 +85,8 @@ struct CompletionRequest {
     id_slot: Option<i64>,
     #[serde(default)]
     response_fields: Option<Vec<String>>,
-    /// Accepted and ignored: there is no context shift to keep tokens across.
+    /// Prompt tokens kept in front when `--context-shift` cuts a prompt
+    /// longer than the context (negative = as many as may be kept).
     #[serde(default)]
     n_keep: Option<i64>,
     #[serde(default)]
@@ -250,6 +252,8 @@ pub(crate) struct DecodedCompletion {
     stream: bool,
     ignore_eos: bool,
     response_fields: Vec<String>,
+    /// Tokens kept in front of a prompt `--context-shift` cuts.
+    n_keep: i64,
 }
 
 /// Decodes a `/completion` body (every check that needs no model).
@@ -345,8 +349,6 @@ pub(crate) fn decode_completion(state: &AppState, v: Value) -> Result<DecodedCom
             .validate()
             .map_err(|m| ApiError::invalid(D, "repeat_last_n", m))?;
     }
-    // `n_keep` is accepted: there is no context shift for it to shape.
-    let _ = req.n_keep;
     params.reuse_prefix = req.cache_prompt.unwrap_or(true);
     let stop = req
         .stop
@@ -366,6 +368,7 @@ pub(crate) fn decode_completion(state: &AppState, v: Value) -> Result<DecodedCom
         stream,
         ignore_eos: req.ignore_eos.unwrap_or(false),
         response_fields: req.response_fields.unwrap_or_default(),
+        n_keep: req.n_keep.unwrap_or(0),
     })
 }
 
@@ -492,6 +495,8 @@ struct ReplyContext {
     /// The generation was given the rest of the context (no `n_predict`):
     /// reaching that limit is the context filling up (`truncated`).
     fills_context: bool,
+    /// `--context-shift` cut the prompt to fit (`truncated`).
+    prompt_cut: bool,
 }
 
 fn stop_type(f: Finish) -> &'static str {
@@ -618,7 +623,8 @@ impl ReplyContext {
             "generation_settings": self.settings,
             "prompt": self.prompt,
             "has_new_line": has_new_line,
-            "truncated": s.finish == Finish::ContextFull
+            "truncated": self.prompt_cut
+                || s.finish == Finish::ContextFull
                 || (self.fills_context && s.finish == Finish::Length),
             "stop_type": stop_type(s.finish),
             "stopping_word": s.stop_sequence.clone().unwrap_or_default(),
@@ -658,6 +664,7 @@ async fn completion_inner(
         stream,
         ignore_eos,
         response_fields,
+        n_keep,
     } = decode_completion(&state, v)?;
     let ready = state.ready(D)?;
     let grammar = match &shaping.grammar {
@@ -686,12 +693,28 @@ async fn completion_inner(
     );
     settings_v["n_ctx"] = json!(ready.max_seq);
     settings_v["model"] = json!(state.config().model_id);
+    settings_v["n_keep"] = json!(n_keep);
     let engine = &ready.engine;
     // No n_predict: the generation is given the rest of the context.
     let fills_context = params.max_tokens == usize::MAX;
     let mut jobs = Vec::with_capacity(prompts.len());
+    // What --context-shift cut, summed over the prompts (the header's).
+    let mut cut: Option<Shift> = None;
     for (index, spec) in prompts.iter().enumerate() {
-        let ids = tokenize(engine, spec)?;
+        let (ids, shift) = fit_raw(
+            &state,
+            "completion",
+            ready.max_seq,
+            n_keep,
+            tokenize(engine, spec)?,
+        );
+        if let Some(s) = shift {
+            let total = cut.get_or_insert(Shift {
+                messages: 0,
+                tokens: 0,
+            });
+            total.tokens += s.tokens;
+        }
         let ctx = ReplyContext {
             engine: engine.clone(),
             model: state.config().model_id.clone(),
@@ -703,6 +726,7 @@ async fn completion_inner(
             return_tokens,
             response_fields: response_fields.clone(),
             fills_context,
+            prompt_cut: shift.is_some(),
         };
         jobs.push((ids, ctx));
     }
@@ -728,7 +752,10 @@ async fn completion_inner(
             predicted: 0,
             has_new_line: false,
         };
-        return Ok(sse_response(Vec::new(), generation, t, guard.hand_off()));
+        return Ok(mark(
+            sse_response(Vec::new(), generation, t, guard.hand_off()),
+            cut,
+        ));
     }
     let results = futures_util::future::join_all(
         running
@@ -746,7 +773,7 @@ async fn completion_inner(
     } else {
         Value::Array(replies)
     };
-    Ok(Json(body).into_response())
+    Ok(mark(Json(body).into_response(), cut))
 }
 
 /// llama-server's stream: one `data:` event per delta with `content`,

@@ -16,6 +16,10 @@ pub struct Metrics {
     outcomes: [AtomicU64; 3],
     /// Requests received and not yet ended.
     in_flight: AtomicU64,
+    /// Requests whose prompt `--context-shift` shortened.
+    context_shifts: AtomicU64,
+    /// Prompt tokens those shifts dropped.
+    context_shift_tokens: AtomicU64,
     /// The scheduler's counters (queue rejections, cancellations, tokens,
     /// prefill/decode time, batched passes).
     pub scheduler: Arc<SchedulerCounters>,
@@ -142,6 +146,13 @@ impl Metrics {
         }
     }
 
+    /// Counts a request whose prompt `--context-shift` shortened by `tokens`.
+    pub fn count_context_shift(&self, tokens: usize) {
+        self.context_shifts.fetch_add(1, Ordering::Relaxed);
+        self.context_shift_tokens
+            .fetch_add(tokens as u64, Ordering::Relaxed);
+    }
+
     /// Renders all metrics in the Prometheus text exposition format; `kv`
     /// gives the model's KV bytes per position and the slots' capacity in
     /// positions (zeros before the model is loaded).
@@ -174,7 +185,7 @@ impl Metrics {
                 get(&self.outcomes[i])
             );
         }
-        let counters: [(&str, &str, u64); 12] = [
+        let counters: [(&str, &str, u64); 14] = [
             (
                 "anedvd_panics_total",
                 "Panics caught while serving (each failed or retried one request; a bug worth reporting).",
@@ -234,6 +245,16 @@ impl Metrics {
                 "anedvd_spec_accepted_tokens_total",
                 "Speculation: drafted tokens accepted (divide by drafted for the acceptance rate).",
                 get(&c.accepted_tokens),
+            ),
+            (
+                "anedvd_context_shifts_total",
+                "Requests whose prompt --context-shift shortened (oldest exchanges dropped, or a raw prompt cut in the middle).",
+                get(&self.context_shifts),
+            ),
+            (
+                "anedvd_context_shift_dropped_tokens_total",
+                "Prompt tokens dropped by --context-shift.",
+                get(&self.context_shift_tokens),
             ),
         ];
         for (name, help, v) in counters {
@@ -420,6 +441,8 @@ mod tests {
         m.begin("tokenize")
             .respond(Ok(axum::response::Response::default()));
         m.scheduler.generated_tokens.fetch_add(7, Ordering::Relaxed);
+        m.count_context_shift(30);
+        m.count_context_shift(12);
         let text = m.render(
             Gauges {
                 queue_depth: 3,
@@ -440,6 +463,8 @@ mod tests {
         assert!(text.contains("anedvd_requests_ended_total{outcome=\"cancelled\"} 1\n"));
         assert!(text.contains("anedvd_requests_in_flight 0\n"));
         assert!(text.contains("anedvd_tokens_generated_total 7\n"));
+        assert!(text.contains("anedvd_context_shifts_total 2\n"));
+        assert!(text.contains("anedvd_context_shift_dropped_tokens_total 42\n"));
         assert!(text.contains("anedvd_queue_depth 3\n"));
         assert!(text.contains("anedvd_slots_busy 1\n"));
         assert!(text.contains("anedvd_kv_cache_bytes 1000\n"));

@@ -6,6 +6,7 @@ use crate::request::{
     collect, generate_params, handle, is_set, new_id, now, read_json, typed, Collected, Deadline,
     Sampling, StopField,
 };
+use crate::shift::{fit_chat, fit_raw, mark, Shift};
 use crate::sse::{json_event, sse_response_choices, Transcoder};
 use crate::state::{AppState, Ready};
 use crate::structured::Shaping;
@@ -78,6 +79,10 @@ struct CompletionRequest {
     stop: Option<StopField>,
     #[serde(default)]
     logprobs: Option<u32>,
+    /// llama-server's: prompt tokens kept in front when `--context-shift`
+    /// cuts a prompt longer than the context (negative = all it may).
+    #[serde(default)]
+    n_keep: Option<i64>,
 }
 
 /// The build a reply came from, llama-server's way (`b<build>-<name>`).
@@ -323,8 +328,8 @@ pub(crate) fn decode_chat(state: &AppState, v: Value) -> Result<DecodedChat, Api
     })
 }
 
-/// A chat request ready to submit: the prompt rendered (with its tools),
-/// the grammar compiled.
+/// A chat request ready to submit: the prompt rendered (with its tools,
+/// shifted to fit under `--context-shift`), the grammar compiled.
 pub(crate) struct PreparedChat {
     req: ChatRequest,
     pub ready: Arc<Ready>,
@@ -333,6 +338,8 @@ pub(crate) struct PreparedChat {
     pub stop: Vec<String>,
     /// How calls are written, when tools were offered.
     pub format: Option<ToolFormat>,
+    /// What `--context-shift` dropped, if it did.
+    pub shift: Option<Shift>,
 }
 
 impl DecodedChat {
@@ -347,13 +354,14 @@ impl DecodedChat {
     }
 }
 
-/// Applies a decoded chat request to the loaded model.
+/// Applies a decoded chat request (of `endpoint`) to the loaded model.
 pub(crate) async fn prepare_chat(
     state: &AppState,
+    endpoint: &str,
     decoded: DecodedChat,
 ) -> Result<PreparedChat, ApiError> {
     let DecodedChat {
-        req,
+        mut req,
         mut params,
         shaping,
         tools,
@@ -363,15 +371,22 @@ pub(crate) async fn prepare_chat(
     } = decoded;
     let ready = state.ready(D)?;
     shaping.apply(&ready.engine, &mut params, D).await?;
-    let (prompt, format) = match &tools {
-        Some(t) => {
-            let (prompt, format) = t
-                .prepare(&ready.engine, &req.messages, &render, &mut params, D)
-                .await?;
-            (prompt, Some(format))
-        }
-        None => (chat_prompt(&ready.engine, &req.messages, &render, D)?, None),
+    let format = match &tools {
+        Some(t) => Some(t.constrain(&ready.engine, &mut params, D).await?),
+        None => None,
     };
+    let engine = &ready.engine;
+    let (prompt, shift) = fit_chat(
+        state,
+        endpoint,
+        ready.max_seq,
+        params.max_tokens,
+        &mut req.messages,
+        |m| match &tools {
+            Some(t) => t.prompt(engine, m, &render, D),
+            None => chat_prompt(engine, m, &render, D),
+        },
+    )?;
     Ok(PreparedChat {
         req,
         ready,
@@ -379,6 +394,7 @@ pub(crate) async fn prepare_chat(
         params,
         stop,
         format,
+        shift,
     })
 }
 
@@ -406,7 +422,8 @@ async fn chat_inner(
         params,
         stop,
         format,
-    } = prepare_chat(&state, decoded).await?;
+        shift,
+    } = prepare_chat(&state, "chat_completions", decoded).await?;
     let verbose = (req.verbose.unwrap_or(false) || state.config().verbose_replies).then(|| {
         ready
             .engine
@@ -447,12 +464,8 @@ async fn chat_inner(
                 )
             })
             .collect();
-        return Ok(sse_response_choices(
-            first,
-            generations,
-            streams,
-            guard.hand_off(),
-        ));
+        let resp = sse_response_choices(first, generations, streams, guard.hand_off());
+        return Ok(mark(resp, shift));
     }
     let results = try_join_all(generations.into_iter().map(|g| collect(g, D))).await?;
     let tokenizer = &ready.engine.tokenizer;
@@ -485,7 +498,7 @@ async fn chat_inner(
     if let Some(prompt) = verbose {
         reply["__verbose"] = json!({ "prompt": prompt });
     }
-    Ok(Json(reply).into_response())
+    Ok(mark(Json(reply).into_response(), shift))
 }
 
 /// One choice of a chat reply: the text split into content and tool calls
@@ -735,6 +748,8 @@ async fn completions_inner(
         }
     }
     .map_err(|e| ApiError::new(D, ErrorKind::InvalidRequest, e.to_string()))?;
+    let n_keep = req.n_keep.unwrap_or(0);
+    let (prompt, shift) = fit_raw(&state, "completions", ready.max_seq, n_keep, prompt);
     let generations = state.submit_choices(D, &ready, prompt, params, stop, deadline, n)?;
     let id = new_id("cmpl-");
     let model = state.config().model_id.clone();
@@ -756,12 +771,8 @@ async fn completions_inner(
                 engine: ready.engine.clone(),
             })
             .collect();
-        return Ok(sse_response_choices(
-            Vec::new(),
-            generations,
-            streams,
-            guard.hand_off(),
-        ));
+        let resp = sse_response_choices(Vec::new(), generations, streams, guard.hand_off());
+        return Ok(mark(resp, shift));
     }
     let results = try_join_all(generations.into_iter().map(|g| collect(g, D))).await?;
     let choices: Vec<Value> = results
@@ -781,7 +792,7 @@ async fn completions_inner(
         })
         .collect();
     let summaries: Vec<Summary> = results.into_iter().map(|(_, s)| s).collect();
-    Ok(Json(json!({
+    let reply = Json(json!({
         "id": id,
         "object": "text_completion",
         "created": created,
@@ -789,8 +800,8 @@ async fn completions_inner(
         "system_fingerprint": FINGERPRINT,
         "choices": choices,
         "usage": usage_of(&summaries),
-    }))
-    .into_response())
+    }));
+    Ok(mark(reply.into_response(), shift))
 }
 
 struct CompletionStream {

@@ -9,6 +9,7 @@ use crate::error::{ApiError, Dialect};
 use crate::metrics::RequestGuard;
 use crate::openai::{decode_chat, prepare_chat, DecodedChat, PreparedChat};
 use crate::request::{collect, handle, new_id, now, read_json, Deadline};
+use crate::shift::mark;
 use crate::sse::{json_event, sse_response, Transcoder};
 use crate::state::AppState;
 use crate::tools::call_id;
@@ -416,8 +417,11 @@ async fn responses_inner(
         params,
         stop,
         format,
+        shift,
         ..
-    } = prepare_chat(&state, decoded).await.map_err(renamed)?;
+    } = prepare_chat(&state, "responses", decoded)
+        .await
+        .map_err(renamed)?;
     let generation = state.submit(D, &ready, prompt, params, stop, deadline)?;
     let shaper = Shaper {
         id: new_id("resp_"),
@@ -438,7 +442,10 @@ async fn responses_inner(
             t.event("response.created", json!({"response": created})),
             t.event("response.in_progress", json!({"response": created})),
         ];
-        return Ok(sse_response(first, generation, t, guard.hand_off()));
+        return Ok(mark(
+            sse_response(first, generation, t, guard.hand_off()),
+            shift,
+        ));
     }
     let (out, summary) = collect(generation, D).await?;
     let (content, calls) = match format {
@@ -456,7 +463,7 @@ async fn responses_inner(
         output.push(call_item(c, "completed", &c.arguments.to_string()));
     }
     let response = shaper.response(status_of(&summary), &output, Some(&summary));
-    Ok(Json(response).into_response())
+    Ok(mark(Json(response).into_response(), shift))
 }
 
 /// The open message item of a stream: its id, index and text so far.

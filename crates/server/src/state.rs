@@ -83,6 +83,10 @@ pub struct ServerConfig {
     /// The `enable_thinking` every template gets unless the request's
     /// `chat_template_kwargs` says otherwise (`serve --reasoning on|off`).
     pub thinking: bool,
+    /// `serve --context-shift`: a chat whose prompt does not fit loses its
+    /// oldest exchanges, a raw prompt is cut in the middle (see
+    /// `shift.rs`); off, such a request is refused.
+    pub context_shift: bool,
 }
 
 impl Default for ServerConfig {
@@ -107,6 +111,7 @@ impl Default for ServerConfig {
             default_max_tokens: None,
             verbose_replies: false,
             thinking: true,
+            context_shift: false,
         }
     }
 }

@@ -137,30 +137,39 @@ impl ToolUse {
     }
 
     /// Renders `messages` with the tools into prompt ids (under the
-    /// request's render options `base`) and sets up `params` (special tokens
-    /// shown, so call markers reach the parser; a grammar when a call is
-    /// required). Returns the ids and the format the output is parsed with.
-    pub async fn prepare(
+    /// request's render options `base`).
+    pub fn prompt(
         &self,
-        engine: &Arc<Engine>,
+        engine: &Engine,
         messages: &[Message],
         base: &RenderOptions,
+        dialect: Dialect,
+    ) -> Result<Vec<u32>, ApiError> {
+        let (messages, opts) = self.with_tools(engine, messages, base);
+        engine
+            .chat_prompt_with(&messages, &opts)
+            .map_err(|e| ApiError::invalid(dialect, "messages", e.to_string()))
+    }
+
+    /// Sets up `params` for the tools (special tokens shown, so call
+    /// markers reach the parser; a grammar when a call is required) and
+    /// returns the format the output is parsed with.
+    pub async fn constrain(
+        &self,
+        engine: &Arc<Engine>,
         params: &mut GenerateParams,
         dialect: Dialect,
-    ) -> Result<(Vec<u32>, ToolFormat), ApiError> {
-        let (messages, opts, format) = self.with_tools(engine, messages, base);
-        let prompt = engine
-            .chat_prompt_with(&messages, &opts)
-            .map_err(|e| ApiError::invalid(dialect, "messages", e.to_string()))?;
+    ) -> Result<ToolFormat, ApiError> {
+        let format = Self::format(engine);
         params.render_special = true;
         if matches!(self.choice, ToolChoice::Required | ToolChoice::Function(_)) {
             let lark = format.call_grammar(&self.specs, &self.choice, &engine.tokenizer);
             params.grammar = Some(compile(engine, Grammar::Lark(lark), "tools", dialect).await?);
         }
-        Ok((prompt, format))
+        Ok(format)
     }
 
-    /// The text [`ToolUse::prepare`] tokenizes (llama-server's `/apply-template`).
+    /// The text [`ToolUse::prompt`] tokenizes (llama-server's `/apply-template`).
     pub fn render_text(
         &self,
         engine: &Engine,
@@ -168,7 +177,7 @@ impl ToolUse {
         base: &RenderOptions,
         dialect: Dialect,
     ) -> Result<String, ApiError> {
-        let (messages, opts, _) = self.with_tools(engine, messages, base);
+        let (messages, opts) = self.with_tools(engine, messages, base);
         engine
             .chat_text(&messages, &opts)
             .map_err(|e| ApiError::invalid(dialect, "messages", e.to_string()))
@@ -176,22 +185,17 @@ impl ToolUse {
 
     /// The conversation and render options with the tools shown: to the
     /// template as `tools` where it renders them, else described in the
-    /// system message; and the call format the template implies.
+    /// system message.
     fn with_tools(
         &self,
         engine: &Engine,
         messages: &[Message],
         base: &RenderOptions,
-    ) -> (Vec<Message>, RenderOptions, ToolFormat) {
-        let source = engine
-            .template
-            .as_ref()
-            .map(|(t, _)| t.source())
-            .unwrap_or_default();
-        let format = ToolFormat::detect(source, &engine.tokenizer);
+    ) -> (Vec<Message>, RenderOptions) {
+        let format = Self::format(engine);
         let template_tools: Vec<Value> = self.specs.iter().map(openai_tool).collect();
         let mut messages = messages.to_vec();
-        let native = source.contains("tools");
+        let native = Self::template_source(engine).contains("tools");
         if !native || format == ToolFormat::Generic {
             describe_tools(&mut messages, &template_tools);
         }
@@ -199,7 +203,21 @@ impl ToolUse {
             tools: native.then(|| Value::Array(template_tools)),
             ..base.clone()
         };
-        (messages, opts, format)
+        (messages, opts)
+    }
+
+    /// The chat template's source (empty without one).
+    fn template_source(engine: &Engine) -> &str {
+        engine
+            .template
+            .as_ref()
+            .map(|(t, _)| t.source())
+            .unwrap_or_default()
+    }
+
+    /// The call format the model's template implies.
+    fn format(engine: &Engine) -> ToolFormat {
+        ToolFormat::detect(Self::template_source(engine), &engine.tokenizer)
     }
 }
 
