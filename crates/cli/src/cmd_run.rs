@@ -121,13 +121,23 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string(&json_report(&engine, &generation, sampling.seed))?
+            serde_json::to_string(&json_report(
+                &engine,
+                &generation,
+                sampling.seed,
+                session.cache_bytes()
+            ))?
         );
     } else if !write_failed {
         let _ = writeln!(out);
     }
     if !args.json {
-        print_stats(&engine, &generation, sampling.seed, max_seq);
+        print_stats(
+            &engine,
+            &generation,
+            (sampling.seed, max_seq),
+            session.cache_bytes(),
+        );
     }
     Ok(())
 }
@@ -183,7 +193,13 @@ pub fn fit_prompt(
     Ok(dropped)
 }
 
-fn json_report(engine: &Engine, g: &Generation, seed: u64) -> serde_json::Value {
+/// `cache_bytes`: what the session's KV caches hold at the end.
+fn json_report(
+    engine: &Engine,
+    g: &Generation,
+    seed: u64,
+    cache_bytes: usize,
+) -> serde_json::Value {
     let t = &g.timings;
     let top: Vec<_> = g
         .top_logprobs
@@ -210,6 +226,7 @@ fn json_report(engine: &Engine, g: &Generation, seed: u64) -> serde_json::Value 
             "predicted_ms": t.decode.as_secs_f64() * 1e3,
             "predicted_per_second": t.decode_tps(),
             "peak_rss_bytes": peak_rss_bytes(),
+            "kv_cache_bytes": cache_bytes,
         },
     });
     if !g.top_logprobs.is_empty() {
@@ -225,7 +242,7 @@ fn json_report(engine: &Engine, g: &Generation, seed: u64) -> serde_json::Value 
     v
 }
 
-fn print_stats(engine: &Engine, g: &Generation, seed: u64, max_seq: usize) {
+fn print_stats(engine: &Engine, g: &Generation, (seed, max_seq): (u64, usize), cache_bytes: usize) {
     let t = &g.timings;
     let rss = peak_rss_bytes()
         .map(format_bytes)
@@ -260,11 +277,12 @@ fn print_stats(engine: &Engine, g: &Generation, seed: u64, max_seq: usize) {
         );
     }
     eprintln!(
-        "finish   {} · context {}/{} · seed {} · peak RSS {}",
+        "finish   {} · context {}/{} · seed {} · KV cache {} · peak RSS {}",
         g.finish_reason.as_str(),
         g.prompt_tokens.len() + g.tokens.len(),
         max_seq,
         seed,
+        format_bytes(cache_bytes as u64),
         rss
     );
 }

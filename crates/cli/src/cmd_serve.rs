@@ -67,6 +67,13 @@ pub struct ServeArgs {
     /// limit; the worst case is printed at start and exported at /metrics).
     #[arg(long, value_name = "MIB")]
     kv_budget: Option<u64>,
+    /// MiB of the prefix cache the slots share (0 disables it): the KV
+    /// blocks (64 tokens each) of earlier prompts and replies, so a request
+    /// that repeats a system prompt or document loads it instead of
+    /// prefilling it again. Least recently used blocks are dropped first.
+    /// Hits are exported at /metrics.
+    #[arg(long, default_value_t = 2048, value_name = "MIB")]
+    cache_ram: usize,
     /// How /v1/embeddings pools a text's final hidden states: `mean` over
     /// its tokens or the `last` token's (then scaled to unit length). They
     /// are the loaded model's states, not a trained embedding model's.
@@ -137,6 +144,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         max_header_bytes: args.max_header_bytes,
         header_timeout: Duration::from_secs(args.header_timeout),
         kv_budget_bytes: args.kv_budget.map(|m| m.saturating_mul(1024 * 1024)),
+        cache_ram_bytes: args.cache_ram.saturating_mul(1024 * 1024),
         pooling: args.pooling,
         default_max_tokens: args
             .n_predict

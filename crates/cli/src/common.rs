@@ -2,7 +2,7 @@
 
 use anedvd_engine::{
     BackendChoice, BackendOptions, BuiltinTemplate, ConfigOverrides, CpuOptions, Engine, IsaCap,
-    LoadOptions, LoadStage, LowerOptions, RopePairing, RuntimePath, SamplingParams,
+    KvType, LoadOptions, LoadStage, LowerOptions, RopePairing, RuntimePath, SamplingParams,
     TemplateOverride, Variant, WeightFormat,
 };
 use anyhow::{bail, Context, Result};
@@ -119,6 +119,20 @@ pub struct CpuArgs {
     /// per call). Also set by ANEDVD_PACK=0.
     #[arg(long)]
     pub no_pack: bool,
+    /// Keep every position in the KV caches of sliding-window layers (as
+    /// llama.cpp's --swa-full). By default they keep their window plus 256
+    /// positions, which bounds their memory (15 of Gemma 3's 18 layers) but
+    /// means a prompt that diverges further back than that from a cached
+    /// one is prefilled again from the start.
+    #[arg(long)]
+    pub swa_full: bool,
+    /// How the KV cache stores keys and values: `f16`, or `q8_0` (ggml's
+    /// 8-bit blocks, 34 bytes per 32 values: 53% of f16's memory and of
+    /// the bytes attention reads at depth; accuracy in docs/BENCHMARKS.md).
+    /// Like llama.cpp's -ctk/-ctv (both at once). Layers whose head width
+    /// is no multiple of 32 keep f16.
+    #[arg(long, default_value = "f16", value_name = "f16|q8_0")]
+    pub cache_type: String,
 }
 
 impl CpuArgs {
@@ -137,6 +151,13 @@ impl CpuArgs {
         if self.no_pack {
             options.pack = false;
         }
+        options.swa_full = self.swa_full;
+        options.kv_type = KvType::from_name(&self.cache_type).with_context(|| {
+            format!(
+                "--cache-type must be f16 or q8_0, not `{}`",
+                self.cache_type
+            )
+        })?;
         Ok(options)
     }
 }

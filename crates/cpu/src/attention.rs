@@ -10,6 +10,7 @@
 
 use crate::kernels::{axpy, exp_fast, exp_scores, rms_norm_inplace, rope_cos_sin, rope_row};
 use crate::qkernels::Kernels;
+use anedvd_base::GgmlType;
 use anedvd_graph::{Attention, Rope};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -23,44 +24,165 @@ thread_local! {
     static HALF: RefCell<Vec<f16>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Positions a sliding-window cache keeps below the oldest one its next
+/// query can see, so that a sequence can step back this far (a rejected
+/// speculative draft, a chat turn re-rendered from a few tokens back)
+/// without losing rows it needs.
+pub const WINDOW_REWIND: usize = 256;
+
+/// Rows a sliding-window cache lets go stale before it drops them (one
+/// move of the kept rows per this many stored, so storing stays O(1) per
+/// row).
+const WINDOW_SLACK: usize = 64;
+
 /// Keys and values of one layer as little-endian f16 bytes, one contiguous
 /// run of `head_dim`-wide rows per kv head (so a head's keys are a plain
 /// matrix for the f16 row kernels).
+///
+/// A cache for a sliding-window layer ([`KvCache::windowed`]) keeps only
+/// the rows its queries can still see plus [`WINDOW_REWIND`]: row 0 of its
+/// buffers is position `base`, and older rows are dropped as new ones come
+/// (at most `window + WINDOW_REWIND + WINDOW_SLACK` rows plus one forward
+/// call's rows are held, whatever the context length).
 #[derive(Default)]
 pub struct KvCache {
     k: Vec<Vec<u8>>,
     v: Vec<Vec<u8>>,
     head_dim: usize,
+    /// How rows are stored ([`KvType`]).
+    kind: KvType,
+    /// Position of the first row held.
+    base: usize,
+    /// The widest window of the layers reading this cache (`None`: some
+    /// reader sees every position, so nothing is dropped).
+    window: Option<usize>,
 }
 
 impl KvCache {
-    /// An empty cache of `n_kv` heads of `head_dim` values per position.
+    /// An empty cache of `n_kv` heads of `head_dim` values per position,
+    /// keeping every position.
     pub fn new(n_kv: usize, head_dim: usize) -> Self {
+        Self::windowed(n_kv, head_dim, None)
+    }
+
+    /// An empty cache whose readers see at most `window` positions back
+    /// (`None`: every position): older rows are dropped.
+    pub fn windowed(n_kv: usize, head_dim: usize, window: Option<usize>) -> Self {
         Self {
             k: vec![Vec::new(); n_kv],
             v: vec![Vec::new(); n_kv],
             head_dim,
+            kind: KvType::F16,
+            base: 0,
+            window,
         }
     }
 
+    /// The cache storing its rows as `kind` (empty caches only; a head
+    /// width `kind` cannot hold keeps f16, see [`KvType::holds`]).
+    pub fn of_kind(mut self, kind: KvType) -> Self {
+        if kind.holds(self.head_dim) && self.bytes() == 0 {
+            self.kind = kind;
+        }
+        self
+    }
+
+    /// How rows are stored.
+    pub fn kind(&self) -> KvType {
+        self.kind
+    }
+
+    /// The element type rows are stored in.
+    pub(crate) fn dtype(&self) -> GgmlType {
+        self.kind.dtype()
+    }
+
+    /// Bytes of one row of one head.
+    fn row_bytes(&self) -> usize {
+        self.kind.row_bytes(self.head_dim)
+    }
+
+    /// Positions held (the next position to store).
+    fn end(&self) -> usize {
+        let held = self
+            .k
+            .first()
+            .map_or(0, |k| k.len() / self.row_bytes().max(1));
+        self.base + held
+    }
+
+    /// Bytes the cache holds (keys and values, every head).
+    pub fn bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(Vec::len).sum()
+    }
+
+    /// The f16 key and value rows of kv head `kvh` at `positions` (which
+    /// must be held: queries only ask for positions their window sees).
+    pub(crate) fn rows(&self, kvh: usize, positions: std::ops::Range<usize>) -> (&[u8], &[u8]) {
+        let rb = self.row_bytes();
+        let span = (positions.start - self.base) * rb..(positions.end - self.base) * rb;
+        (&self.k[kvh][span.clone()], &self.v[kvh][span])
+    }
+
+    /// Whether the cache can go back to `n` positions and continue: every
+    /// row the query at `n` sees is still held (always, without a window).
+    /// A cache of no heads (a layer reading another's) holds nothing to lose.
+    pub fn can_rewind_to(&self, n: usize) -> bool {
+        self.k.is_empty()
+            || n == 0
+            || (n <= self.end() && first_visible(n, self.window) >= self.base)
+    }
+
+    /// Drops rows no query from `pos` on can see, beyond the
+    /// [`WINDOW_REWIND`] kept for stepping back; only once
+    /// [`WINDOW_SLACK`] rows are stale, so rows move rarely.
+    fn forget_before(&mut self, pos: usize) {
+        let Some(window) = self.window else { return };
+        let keep_from = first_visible(pos, Some(window))
+            .saturating_sub(WINDOW_REWIND)
+            .min(self.end());
+        let stale = keep_from.saturating_sub(self.base);
+        if stale < WINDOW_SLACK {
+            return;
+        }
+        let cut = stale * self.row_bytes();
+        for c in self.k.iter_mut().chain(self.v.iter_mut()) {
+            c.drain(..cut.min(c.len()));
+        }
+        self.base = keep_from;
+    }
+
     /// Writes `n_tok` rows of keys and values (`n_kv * head_dim` each) at
-    /// positions `pos0..`, growing as needed.
+    /// positions `pos0..`, growing as needed. `pos0` is at most the
+    /// positions held (the caller stores in order, after a truncation).
     pub fn store(&mut self, pos0: usize, k: &[f32], v: &[f32], n_tok: usize) {
+        self.forget_before(pos0);
         let hd = self.head_dim;
         let dim = hd * self.k.len();
+        let (base, rb, kind) = (self.base, self.row_bytes(), self.kind);
         HALF.with(|h| {
             let mut h = h.borrow_mut();
             h.resize(hd, f16::ZERO);
             for (src, heads) in [(k, &mut self.k), (v, &mut self.v)] {
                 for (kvh, dst) in heads.iter_mut().enumerate() {
-                    let end = (pos0 + n_tok) * hd * 2;
+                    let end = (pos0 + n_tok - base) * rb;
                     dst.resize(end.max(dst.len()), 0);
                     for t in 0..n_tok {
                         let off = t * dim + kvh * hd;
-                        h.convert_from_f32_slice(&src[off..off + hd]);
-                        let row = &mut dst[(pos0 + t) * hd * 2..(pos0 + t + 1) * hd * 2];
-                        for (b, x) in row.chunks_exact_mut(2).zip(h.iter()) {
-                            b.copy_from_slice(&x.to_le_bytes());
+                        let x = &src[off..off + hd];
+                        let at = (pos0 - base + t) * rb;
+                        let row = &mut dst[at..at + rb];
+                        match kind {
+                            KvType::F16 => {
+                                h.convert_from_f32_slice(x);
+                                for (b, x) in row.chunks_exact_mut(2).zip(h.iter()) {
+                                    b.copy_from_slice(&x.to_le_bytes());
+                                }
+                            }
+                            // `holds` checked the width: a whole number of blocks.
+                            KvType::Q8_0 => {
+                                let _ = anedvd_quant::quantize(GgmlType::Q8_0, x, row);
+                            }
                         }
                     }
                 }
@@ -68,11 +190,58 @@ impl KvCache {
         });
     }
 
+    /// The rows of every head at `positions`, if held.
+    pub fn copy_rows(&self, positions: std::ops::Range<usize>) -> Option<KvRows> {
+        // A cache of no heads (a layer reading another's) holds every
+        // position trivially.
+        if !self.k.is_empty() && (positions.start < self.base || positions.end > self.end()) {
+            return None;
+        }
+        let rows = |heads: &[Vec<u8>]| -> Vec<Vec<u8>> {
+            let rb = self.row_bytes();
+            let span = (positions.start - self.base) * rb..(positions.end - self.base) * rb;
+            heads.iter().map(|h| h[span.clone()].to_vec()).collect()
+        };
+        Some(KvRows {
+            k: rows(&self.k),
+            v: rows(&self.v),
+            len: positions.len(),
+        })
+    }
+
+    /// Appends `rows` (from [`Self::copy_rows`] of a cache of this shape)
+    /// after the positions held; false, changing nothing, if the shape
+    /// differs.
+    pub fn append_rows(&mut self, rows: &KvRows) -> bool {
+        let span = rows.len * self.row_bytes();
+        let fits = |theirs: &[Vec<u8>]| {
+            theirs.len() == self.k.len() && theirs.iter().all(|r| r.len() == span)
+        };
+        if !fits(&rows.k) || !fits(&rows.v) {
+            return false;
+        }
+        for (dst, src) in self
+            .k
+            .iter_mut()
+            .zip(&rows.k)
+            .chain(self.v.iter_mut().zip(&rows.v))
+        {
+            dst.extend_from_slice(src);
+        }
+        let end = self.end();
+        self.forget_before(end);
+        true
+    }
+
     /// Becomes the first `n` positions of `other` (same shape; keeps this
-    /// cache's allocation where it is large enough).
+    /// cache's allocation where it is large enough). `other` must be able
+    /// to go back to `n` ([`Self::can_rewind_to`]).
     pub fn copy_prefix_from(&mut self, other: &KvCache, n: usize) {
-        let len = n * other.head_dim * 2;
+        let held = n.saturating_sub(other.base) * other.row_bytes();
         self.head_dim = other.head_dim;
+        self.kind = other.kind;
+        self.base = if n == 0 { 0 } else { other.base.min(n) };
+        self.window = other.window;
         self.k.resize(other.k.len(), Vec::new());
         self.v.resize(other.v.len(), Vec::new());
         for (dst, src) in self
@@ -82,16 +251,103 @@ impl KvCache {
             .chain(self.v.iter_mut().zip(&other.v))
         {
             dst.clear();
-            dst.extend_from_slice(&src[..len.min(src.len())]);
+            if n > 0 {
+                dst.extend_from_slice(&src[..held.min(src.len())]);
+            }
         }
     }
 
-    /// Forgets positions at and beyond `n` (keeps the allocation).
+    /// Forgets positions at and beyond `n` (keeps the allocation). Going
+    /// back to 0 always works; elsewhere only as far as
+    /// [`Self::can_rewind_to`] allows.
     pub fn truncate(&mut self, n: usize) {
-        let len = n * self.head_dim * 2;
+        if n == 0 || n < self.base {
+            self.base = 0;
+        }
+        let len = n.saturating_sub(self.base) * self.row_bytes();
         for c in self.k.iter_mut().chain(self.v.iter_mut()) {
             c.truncate(len);
         }
+    }
+}
+
+/// How a [`KvCache`] stores keys and values (`--cache-type`, llama.cpp's
+/// `-ctk`/`-ctv`): f16, or ggml's Q8_0 (blocks of 32 values sharing an f16
+/// scale: 34 bytes per 32 values, 53% of f16).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KvType {
+    /// Half precision.
+    #[default]
+    F16,
+    /// 8-bit blocks with a scale each.
+    Q8_0,
+}
+
+impl KvType {
+    /// Parses `f16` or `q8_0`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "f16" => Some(Self::F16),
+            "q8_0" => Some(Self::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// The name `from_name` reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F16 => "f16",
+            Self::Q8_0 => "q8_0",
+        }
+    }
+
+    /// The ggml element type.
+    pub fn dtype(self) -> GgmlType {
+        match self {
+            Self::F16 => GgmlType::F16,
+            Self::Q8_0 => GgmlType::Q8_0,
+        }
+    }
+
+    /// Whether rows of `head_dim` values can be stored this way (Q8_0:
+    /// whole blocks of 32).
+    pub fn holds(self, head_dim: usize) -> bool {
+        match self {
+            Self::F16 => true,
+            Self::Q8_0 => head_dim.is_multiple_of(32),
+        }
+    }
+
+    /// Bytes of one row of `head_dim` values.
+    pub fn row_bytes(self, head_dim: usize) -> usize {
+        match self {
+            Self::F16 => 2 * head_dim,
+            Self::Q8_0 => head_dim / 32 * 34,
+        }
+    }
+}
+
+/// Consecutive positions of a [`KvCache`] copied out: rows per head.
+pub struct KvRows {
+    k: Vec<Vec<u8>>,
+    v: Vec<Vec<u8>>,
+    len: usize,
+}
+
+impl KvRows {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(Vec::len).sum()
     }
 }
 
@@ -162,6 +418,19 @@ pub fn encode_positions(
     }
 }
 
+/// The window of the cache layer `il` keeps, given every layer's attention
+/// (`None` for a layer without one): its own window, widened to that of
+/// each layer reading its keys and values, `None` (every position) if any
+/// of them sees every position.
+pub fn cache_window(attns: &[Option<&Attention>], il: usize) -> Option<usize> {
+    let own = attns.get(il).copied().flatten()?.window?;
+    attns
+        .iter()
+        .flatten()
+        .filter(|a| a.kv_source == Some(il))
+        .try_fold(own, |w, a| a.window.map(|r| w.max(r)))
+}
+
 /// First key position a query at `pos` may see.
 pub fn first_visible(pos: usize, window: Option<usize>) -> usize {
     match window {
@@ -174,7 +443,7 @@ pub fn first_visible(pos: usize, window: Option<usize>) -> usize {
 const MIN_SPLIT: usize = 256;
 
 /// Unnormalized attention of the `group` query heads in `qg` (each
-/// `head_dim` wide, sharing kv head `kvh`) over the cached positions
+/// `head_dim` wide, sharing kv head `kvh`, of a query at `pos`) over the cached positions
 /// `range`: `o[g]` = `sum_j exp(s_gj - m_g) * v_j`, and `ms[2g..2g + 2] =
 /// [m_g, sum_j exp(s_gj - m_g)]` with `s_gj` the scaled (and soft-capped)
 /// scores.
@@ -184,17 +453,20 @@ fn partial(
     spec: &Attention,
     cache: &KvCache,
     qg: &[f32],
-    kvh: usize,
+    (kvh, pos): (usize, usize),
     range: std::ops::Range<usize>,
     o: &mut [f32],
     ms: &mut [f32],
 ) {
+    // Q8_0 rows are decoded a tile at a time for the f32 tile products.
+    if cache.kind() != KvType::F16 {
+        return tiled::partial_tiled(kern, spec, cache, qg, (kvh, pos), range, o, ms);
+    }
     let hd = spec.head_dim;
     let rb = 2 * hd;
     let group = ms.len() / 2;
     let len = range.len();
-    let keys = &cache.k[kvh][range.start * rb..range.end * rb];
-    let values = &cache.v[kvh][range.start * rb..range.end * rb];
+    let (keys, values) = cache.rows(kvh, range);
     SCORES.with(|s| {
         let scores = &mut *s.borrow_mut();
         scores.resize(group * len, 0.0);
@@ -269,7 +541,7 @@ pub fn attend(
                 ms_vec = vec![0.0; 2 * group];
                 &mut ms_vec
             };
-            partial(kern, spec, cache, qg, kvh, lo..pos + 1, o, ms);
+            partial(kern, spec, cache, qg, (kvh, pos), lo..pos + 1, o, ms);
             for (og, m) in o.chunks_exact_mut(hd).zip(ms.chunks_exact(2)) {
                 let inv = 1.0 / m[1];
                 og.iter_mut().for_each(|v| *v *= inv);
@@ -319,7 +591,7 @@ fn attend_split(
             o.fill(0.0);
             return;
         }
-        partial(kern, spec, cache, qg, kvh, r, o, m);
+        partial(kern, spec, cache, qg, (kvh, pos0 + idx / n_kv), r, o, m);
     });
     let part = &part[..];
     for (idx, o) in out[..n_tok * spec.n_head * hd]
@@ -551,6 +823,166 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A sliding-window cache drops rows no query can see, yet attention
+    /// over it is bit-identical to attention over a cache of every
+    /// position, through prefill chunks, decode steps and a step back
+    /// within [`WINDOW_REWIND`]; it holds a bounded number of rows, and
+    /// refuses to go back further than it holds.
+    #[test]
+    fn windowed_cache_matches_full_cache_and_stays_bounded() {
+        let (hd, window) = (16usize, 40usize);
+        let mut sp = spec(Some(window));
+        (sp.n_head, sp.n_head_kv, sp.head_dim) = (4, 2, hd);
+        sp.scale = 0.25;
+        let kvd = 2 * hd;
+        let f = |i: usize, k: f32| ((i as f32) * k).sin() * 2.0;
+        let mut full = KvCache::new(2, hd);
+        let mut ring = KvCache::windowed(2, hd, Some(window));
+        let kern = Kernels::detect();
+        let (mut pos, mut step, mut peak) = (0usize, 0usize, 0usize);
+        while pos < 3000 {
+            // Prefill-sized chunks, then single decode steps; one step back
+            // of 20 positions every 500.
+            let n = if pos < 1500 { 1 + (step * 37) % 90 } else { 1 };
+            if step % 50 == 49 {
+                pos -= 20;
+                assert!(ring.can_rewind_to(pos), "rewind to {pos}");
+                full.truncate(pos);
+                ring.truncate(pos);
+            }
+            let k: Vec<f32> = (0..n * kvd).map(|i| f(i + 7 * pos, 0.37)).collect();
+            let v: Vec<f32> = (0..n * kvd).map(|i| f(i + 5 * pos, 0.11)).collect();
+            full.store(pos, &k, &v, n);
+            ring.store(pos, &k, &v, n);
+            let q: Vec<f32> = (0..n * 4 * hd).map(|i| f(i + pos, 0.7)).collect();
+            let mut a = vec![0.0; n * 4 * hd];
+            let mut b = vec![1.0; n * 4 * hd];
+            attend(&kern, &sp, &full, &q, pos, n, &mut a, &mut Vec::new());
+            attend(&kern, &sp, &ring, &q, pos, n, &mut b, &mut Vec::new());
+            assert_eq!(a, b, "pos {pos} n {n}");
+            pos += n;
+            step += 1;
+            peak = peak.max(ring.bytes());
+        }
+        let row = 2 * 2 * hd * 2;
+        assert!(
+            peak <= (window + WINDOW_REWIND + WINDOW_SLACK + 90) * row,
+            "peak {peak} bytes"
+        );
+        assert_eq!(full.bytes(), pos * row);
+        assert!(!ring.can_rewind_to(pos - window - WINDOW_REWIND - WINDOW_SLACK - 1));
+        assert!(ring.can_rewind_to(0) && ring.can_rewind_to(pos));
+        ring.truncate(0);
+        assert_eq!(ring.bytes(), 0);
+        assert!(ring.can_rewind_to(0) && !ring.can_rewind_to(1));
+    }
+
+    /// A Q8_0 cache: attention (the tiled path for a chunk, the split path
+    /// for one query over many positions) equals direct f64 softmax
+    /// attention over the rows as the cache holds them (decoded by ggml's
+    /// Q8_0 dequantizer), and holds 34 bytes per 32 values.
+    #[test]
+    fn q8_0_cache_matches_direct_softmax_over_its_rows() {
+        let f = |i: usize, k: f32| ((i as f32) * k).sin() * 2.0;
+        let (n_head, n_kv, hd) = (4usize, 2usize, 64usize);
+        let mut sp = spec(Some(700));
+        (sp.n_head, sp.n_head_kv, sp.head_dim) = (n_head, n_kv, hd);
+        sp.scale = 1.0 / (hd as f32).sqrt();
+        let n = 1200;
+        let kvd = n_kv * hd;
+        let k: Vec<f32> = (0..n * kvd).map(|i| f(i, 0.37) * 1.5).collect();
+        let v: Vec<f32> = (0..n * kvd).map(|i| f(i, 0.11)).collect();
+        let mut cache = KvCache::windowed(n_kv, hd, None).of_kind(KvType::Q8_0);
+        assert_eq!(cache.kind(), KvType::Q8_0);
+        cache.store(0, &k, &v, n);
+        assert_eq!(cache.bytes(), 2 * n_kv * n * hd / 32 * 34);
+        // Rows as held: the reference reads these.
+        let decoded = |heads: &[Vec<u8>]| -> Vec<Vec<f64>> {
+            heads
+                .iter()
+                .map(|h| {
+                    let mut out = vec![0f32; h.len() / 34 * 32];
+                    crate::decode_row(GgmlType::Q8_0, h, &mut out).unwrap();
+                    out.into_iter().map(f64::from).collect()
+                })
+                .collect()
+        };
+        let (kf, vf) = (decoded(&cache.k), decoded(&cache.v));
+        for (pos0, n_tok) in [(n - 1, 1usize), (900, 37)] {
+            let q: Vec<f32> = (0..n_tok * n_head * hd).map(|i| f(i, 0.7)).collect();
+            for kern in Kernels::available() {
+                let mut out = vec![f32::NAN; n_tok * n_head * hd];
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(2)
+                    .build()
+                    .unwrap();
+                pool.install(|| {
+                    attend(
+                        &kern,
+                        &sp,
+                        &cache,
+                        &q,
+                        pos0,
+                        n_tok,
+                        &mut out,
+                        &mut Vec::new(),
+                    )
+                });
+                for t in 0..n_tok {
+                    let pos = pos0 + t;
+                    let lo = first_visible(pos, sp.window);
+                    for h in 0..n_head {
+                        let kvh = h / (n_head / n_kv);
+                        let qh = &q[(t * n_head + h) * hd..][..hd];
+                        let s: Vec<f64> = (lo..=pos)
+                            .map(|j| {
+                                let d: f64 = (0..hd)
+                                    .map(|i| f64::from(qh[i]) * kf[kvh][j * hd + i])
+                                    .sum();
+                                d * f64::from(sp.scale)
+                            })
+                            .collect();
+                        let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                        let z: f64 = w.iter().sum();
+                        for i in 0..hd {
+                            let want: f64 = (lo..=pos)
+                                .zip(&w)
+                                .map(|(j, w)| w * vf[kvh][j * hd + i])
+                                .sum::<f64>()
+                                / z;
+                            let got = f64::from(out[(t * n_head + h) * hd + i]);
+                            assert!(
+                                (got - want).abs() < 2e-5,
+                                "{kern:?} n_tok {n_tok} t={t} h={h} i={i}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // A width Q8_0 cannot hold stays f16.
+        assert_eq!(
+            KvCache::new(1, 48).of_kind(KvType::Q8_0).kind(),
+            KvType::F16
+        );
+    }
+
+    /// The window a cache keeps is the widest of its readers'.
+    #[test]
+    fn cache_window_covers_every_reader() {
+        let (w4, w8, full) = (spec(Some(4)), spec(Some(8)), spec(None));
+        let mut reads0 = spec(Some(8));
+        reads0.kv_source = Some(0);
+        let mut full_reads0 = spec(None);
+        full_reads0.kv_source = Some(0);
+        assert_eq!(cache_window(&[Some(&w4), None, Some(&w8)], 0), Some(4));
+        assert_eq!(cache_window(&[Some(&w4), Some(&reads0)], 0), Some(8));
+        assert_eq!(cache_window(&[Some(&w4), Some(&full_reads0)], 0), None);
+        assert_eq!(cache_window(&[Some(&full), Some(&reads0)], 0), None);
+        assert_eq!(cache_window(&[None, Some(&w4)], 0), None);
     }
 
     #[allow(clippy::unwrap_used)]

@@ -181,6 +181,11 @@ pub struct Model {
     pub per_layer: Option<PerLayerTables>,
     /// The kernels chosen at compile time (attention uses them directly).
     pub kernels: Kernels,
+    /// Sliding-window layers' caches keep every position
+    /// ([`crate::CpuOptions::swa_full`]).
+    pub swa_full: bool,
+    /// How the KV caches store rows ([`crate::CpuOptions::kv_type`]).
+    pub kv_type: crate::attention::KvType,
 }
 
 impl Model {
@@ -349,6 +354,8 @@ impl Model {
             layers,
             per_layer,
             kernels: k,
+            swa_full: false,
+            kv_type: crate::attention::KvType::F16,
         })
     }
 }

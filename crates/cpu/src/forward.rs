@@ -2,7 +2,7 @@
 //! sequences: the matrix products run once over every row, while RoPE, the
 //! KV store and attention run per sequence segment against its own cache.
 
-use crate::attention::{attend, encode_positions, KvCache, RopeTables};
+use crate::attention::{attend, cache_window, encode_positions, KvCache, RopeTables};
 use crate::compiled::{AttnLayer, FfnScratch, LayerFfn, LayerMixer, Model, PerLayerTables};
 use crate::conv::ConvHistory;
 use crate::kernels::{add, gated, rms_norm, rms_norm_inplace, softcap};
@@ -18,14 +18,30 @@ use rayon::prelude::*;
 /// An empty sequence for `model`: a KV cache per attention layer, a
 /// convolution history per short-conv layer.
 pub fn new_state(model: &Model) -> SeqState {
+    let attns: Vec<_> = model
+        .layers
+        .iter()
+        .map(|l| match &l.mixer {
+            LayerMixer::Attention(a) => Some(&a.attn),
+            LayerMixer::ShortConv(_) => None,
+        })
+        .collect();
     SeqState::from_layers(
         model
             .layers
             .iter()
-            .map(|l| match &l.mixer {
+            .enumerate()
+            .map(|(il, l)| match &l.mixer {
                 // A layer reading another's cache keeps none (zero heads).
                 LayerMixer::Attention(a) => match a.kv {
-                    Some(_) => LayerCache::Kv(KvCache::new(a.attn.n_head_kv, a.attn.head_dim)),
+                    Some(_) => LayerCache::Kv(
+                        KvCache::windowed(
+                            a.attn.n_head_kv,
+                            a.attn.head_dim,
+                            cache_window(&attns, il).filter(|_| !model.swa_full),
+                        )
+                        .of_kind(model.kv_type),
+                    ),
                     None => LayerCache::Kv(KvCache::new(0, a.attn.head_dim)),
                 },
                 LayerMixer::ShortConv(c) => {

@@ -53,6 +53,14 @@ pub struct CpuOptions {
     /// Pack the weight types that have a packed panel layout at load
     /// (AVX-512 VNNI: Q8_0, Q4_0, Q5_0, IQ4_NL).
     pub pack: bool,
+    /// Keep every position in the KV caches of sliding-window layers (as
+    /// llama.cpp's `--swa-full`), instead of their window plus
+    /// [`attention::WINDOW_REWIND`]: more memory, but a sequence can go
+    /// back to any position it holds.
+    pub swa_full: bool,
+    /// How KV caches store keys and values (f16, or Q8_0 at 53% of the
+    /// bytes; layers whose head width is no multiple of 32 keep f16).
+    pub kv_type: attention::KvType,
 }
 
 impl Default for CpuOptions {
@@ -63,6 +71,8 @@ impl Default for CpuOptions {
             threads: 0,
             isa: IsaCap::from_env().unwrap_or_default(),
             pack: std::env::var("ANEDVD_PACK").map_or(true, |v| v != "0" && v != "off"),
+            swa_full: false,
+            kv_type: attention::KvType::F16,
         }
     }
 }
@@ -73,6 +83,8 @@ pub struct CpuBackend {
     threads: usize,
     kernels: qkernels::Kernels,
     pack: bool,
+    swa_full: bool,
+    kv_type: attention::KvType,
 }
 
 impl CpuBackend {
@@ -102,6 +114,8 @@ impl CpuBackend {
             threads,
             kernels: qkernels::Kernels::capped(options.isa),
             pack: options.pack,
+            swa_full: options.swa_full,
+            kv_type: options.kv_type,
         })
     }
 
@@ -123,7 +137,9 @@ impl Backend for CpuBackend {
 
     fn compile(&self, program: &DecoderProgram) -> Result<Box<dyn Executable>> {
         program.validate()?;
-        let model = compiled::Model::new(program, self.kernels, self.pack)?;
+        let mut model = compiled::Model::new(program, self.kernels, self.pack)?;
+        model.swa_full = self.swa_full;
+        model.kv_type = self.kv_type;
         Ok(Box::new(CpuExecutable {
             model: Arc::new(model),
             pool: self.pool.clone(),

@@ -7,7 +7,8 @@ use crate::compiled::Model;
 use crate::forward::{self, new_state, Buffers, Segment, SeqState};
 use anedvd_graph::dump::Dump;
 use anedvd_graph::{
-    validate_batch, validate_forward, BatchItem, BatchSession, LogitsMode, Result, Session,
+    validate_batch, validate_forward, BatchItem, BatchSession, LogitsMode, Result, SavedRows,
+    Session,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -153,6 +154,10 @@ impl Session for CpuSession {
         self.seq[0].reusable(n)
     }
 
+    fn cache_bytes(&self) -> usize {
+        self.seq[0].kv_bytes()
+    }
+
     fn max_seq(&self) -> usize {
         self.max_seq
     }
@@ -265,6 +270,21 @@ impl BatchSession for CpuBatch {
 
     fn reusable(&self, seq: usize, n: usize) -> usize {
         self.seqs.get(seq).map_or(0, |s| s.reusable(n))
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.seqs.iter().map(SeqState::kv_bytes).sum()
+    }
+
+    fn save_rows(&self, seq: usize, range: std::ops::Range<usize>) -> Option<SavedRows> {
+        self.seqs.get(seq)?.save(range)
+    }
+
+    fn load_rows(&mut self, seq: usize, blocks: &[&SavedRows]) -> usize {
+        let max_seq = self.max_seq;
+        self.seqs
+            .get_mut(seq)
+            .map_or(0, |s| s.load(blocks, max_seq))
     }
 
     fn can_copy_prefix(&self) -> bool {

@@ -3,8 +3,9 @@
 //! convolution states (recurrent state cannot be cut back like a KV
 //! cache). Shared by this crate's decoder and the ANE backend's host side.
 
-use crate::attention::KvCache;
+use crate::attention::{KvCache, KvRows};
 use crate::conv::ConvHistory;
+use anedvd_graph::SavedRows;
 
 /// What one layer keeps per sequence.
 pub enum LayerCache {
@@ -24,6 +25,40 @@ struct Snapshot {
 /// calls: prompt boundaries, where chat turns and repeated prompts come
 /// back to; three per call).
 const SNAPSHOTS: usize = 12;
+
+/// One layer's share of [`SavedSeqRows`].
+enum SavedLayer {
+    Kv(KvRows),
+    /// The convolution state at the end of the rows, if it was held.
+    Conv(Option<Vec<f32>>),
+}
+
+/// Consecutive positions of a sequence's caches copied out
+/// ([`SeqState::save_rows`]), to be loaded into a sequence later.
+pub struct SavedSeqRows {
+    layers: Vec<SavedLayer>,
+}
+
+impl SavedSeqRows {
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                SavedLayer::Kv(rows) => rows.bytes(),
+                SavedLayer::Conv(state) => state.as_ref().map_or(0, |s| 4 * s.len()),
+            })
+            .sum()
+    }
+
+    /// Whether a sequence can continue from the end of these rows: every
+    /// convolution layer's state there was saved.
+    pub fn resumable(&self) -> bool {
+        self.layers
+            .iter()
+            .all(|l| !matches!(l, SavedLayer::Conv(None)))
+    }
+}
 
 /// The caches and position of one sequence.
 pub struct SeqState {
@@ -96,20 +131,34 @@ impl SeqState {
         self.snapshots.push(Snapshot { pos: p, states });
     }
 
-    /// The most positions [`Self::truncate`]`(n)` keeps: `min(n, pos)`
-    /// without recurrent state; with it, the latest position at or before
-    /// `n` whose state every conv layer still holds or a snapshot has (0
-    /// at worst).
+    fn kvs(&self) -> impl Iterator<Item = &KvCache> {
+        self.layers.iter().filter_map(|c| match c {
+            LayerCache::Kv(kv) => Some(kv),
+            LayerCache::Conv(_) => None,
+        })
+    }
+
+    /// The most positions [`Self::truncate`]`(n)` keeps: the latest
+    /// position at or before `min(n, pos)` that every layer can continue
+    /// from (0 at worst). A KV cache can go back to any position it holds,
+    /// except that a sliding-window cache keeps only [`crate::attention::WINDOW_REWIND`]
+    /// positions behind its window; a conv layer to a position it still
+    /// holds the state of, or one a snapshot has.
     pub fn reusable(&self, n: usize) -> usize {
         let n = n.min(self.pos);
-        if !self.recurrent() || self.convs().all(|h| h.can_rewind_to(n)) {
-            return n;
-        }
-        self.snapshots
+        let conv_ok = |p: usize| {
+            self.convs().all(|h| h.can_rewind_to(p)) || self.snapshots.iter().any(|s| s.pos == p)
+        };
+        let mut snapshots: Vec<usize> = self
+            .snapshots
             .iter()
             .map(|s| s.pos)
-            .filter(|p| *p <= n)
-            .max()
+            .filter(|&p| p < n)
+            .collect();
+        snapshots.sort_unstable_by(|a, b| b.cmp(a));
+        std::iter::once(n)
+            .chain(snapshots)
+            .find(|&p| conv_ok(p) && self.kvs().all(|kv| kv.can_rewind_to(p)))
             .unwrap_or(0)
     }
 
@@ -118,12 +167,16 @@ impl SeqState {
         !self.recurrent()
     }
 
-    /// Becomes a copy of the first `n` positions of `other` (at most its
-    /// own); returns the positions copied. Sequences with recurrent state
-    /// copy nothing (0: their state at `n` may be gone) and stay as they were.
+    /// Becomes a copy of the first `n` positions of `other` (at most what
+    /// `other` can go back to, [`Self::reusable`]); returns the positions
+    /// copied. Sequences with recurrent state copy nothing (0: their state
+    /// at `n` may be gone) and stay as they were.
     pub fn copy_prefix_from(&mut self, other: &SeqState, n: usize) -> usize {
-        let n = n.min(other.pos);
-        if n == 0 || self.recurrent() || other.recurrent() {
+        if self.recurrent() || other.recurrent() {
+            return 0;
+        }
+        let n = other.reusable(n);
+        if n == 0 {
             return 0;
         }
         for (mine, theirs) in self.layers.iter_mut().zip(&other.layers) {
@@ -134,6 +187,113 @@ impl SeqState {
         self.snapshots.clear();
         self.pos = n;
         n
+    }
+
+    /// Copies positions `range` of every KV cache out, with each
+    /// convolution layer's state at `range.end` where it is still held (or
+    /// a snapshot has it); `None` if a KV cache no longer holds the rows.
+    pub fn save_rows(&self, range: std::ops::Range<usize>) -> Option<SavedSeqRows> {
+        if range.is_empty() || range.end > self.pos {
+            return None;
+        }
+        let end = range.end;
+        let snapshot = self.snapshots.iter().find(|s| s.pos == end);
+        let mut conv_index = 0;
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for c in &self.layers {
+            layers.push(match c {
+                LayerCache::Kv(kv) => SavedLayer::Kv(kv.copy_rows(range.clone())?),
+                LayerCache::Conv(h) => {
+                    let state = h
+                        .state_at(end)
+                        .map(<[f32]>::to_vec)
+                        .or_else(|| snapshot.and_then(|s| s.states.get(conv_index).cloned()));
+                    conv_index += 1;
+                    SavedLayer::Conv(state)
+                }
+            });
+        }
+        Some(SavedSeqRows { layers })
+    }
+
+    /// Becomes `blocks` (saved from consecutive ranges starting at 0 of a
+    /// sequence of this model) and nothing else; returns the positions
+    /// held: all of theirs, or 0 (then the sequence is empty) if a block's
+    /// layout differs or the last one is not resumable.
+    pub fn load_rows(&mut self, blocks: &[&SavedSeqRows]) -> usize {
+        self.truncate(0);
+        let Some(last) = blocks.last() else { return 0 };
+        if !last.resumable() {
+            return 0;
+        }
+        let mut pos = 0;
+        for block in blocks {
+            if block.layers.len() != self.layers.len() {
+                self.truncate(0);
+                return 0;
+            }
+            let mut len = None;
+            for (mine, saved) in self.layers.iter_mut().zip(&block.layers) {
+                let ok = match (mine, saved) {
+                    (LayerCache::Kv(kv), SavedLayer::Kv(rows)) => {
+                        len.get_or_insert(rows.len()) == &rows.len() && kv.append_rows(rows)
+                    }
+                    (LayerCache::Conv(_), SavedLayer::Conv(_)) => true,
+                    _ => false,
+                };
+                if !ok {
+                    self.truncate(0);
+                    return 0;
+                }
+            }
+            pos += len.unwrap_or(0);
+        }
+        if pos == 0 {
+            return 0;
+        }
+        for (mine, saved) in self.layers.iter_mut().zip(&last.layers) {
+            if let (LayerCache::Conv(h), SavedLayer::Conv(Some(state))) = (mine, saved) {
+                h.restore(pos, state);
+            }
+        }
+        self.pos = pos;
+        pos
+    }
+
+    /// [`Self::save_rows`] for a backend's [`BatchSession::save_rows`].
+    ///
+    /// [`BatchSession::save_rows`]: anedvd_graph::BatchSession::save_rows
+    pub fn save(&self, range: std::ops::Range<usize>) -> Option<SavedRows> {
+        let rows = self.save_rows(range)?;
+        Some(SavedRows {
+            bytes: rows.bytes(),
+            resumable: rows.resumable(),
+            rows: Box::new(rows),
+        })
+    }
+
+    /// [`Self::load_rows`] of `blocks` saved by [`Self::save`] (rows of
+    /// another backend, or more than `max_seq` positions, load nothing).
+    pub fn load(&mut self, blocks: &[&SavedRows], max_seq: usize) -> usize {
+        let saved: Option<Vec<&SavedSeqRows>> = blocks
+            .iter()
+            .map(|b| b.rows.downcast_ref::<SavedSeqRows>())
+            .collect();
+        let Some(saved) = saved else {
+            self.truncate(0);
+            return 0;
+        };
+        let n = self.load_rows(&saved);
+        if n > max_seq {
+            self.truncate(0);
+            return 0;
+        }
+        n
+    }
+
+    /// Bytes held by the KV caches.
+    pub fn kv_bytes(&self) -> usize {
+        self.kvs().map(KvCache::bytes).sum()
     }
 
     /// Forgets positions at and beyond [`Self::reusable`]`(n)`.

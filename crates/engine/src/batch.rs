@@ -1,7 +1,9 @@
 //! Several sequences advancing in one forward pass, each remembering the
 //! token ids its KV cache holds (so a new prompt that shares a prefix with a
-//! sequence's cached tokens only prefills the rest).
+//! sequence's cached tokens only prefills the rest), and optionally a
+//! [`PrefixCache`] of blocks every sequence saves into and loads from.
 
+use crate::prefix_cache::{chain_keys, PrefixCache, PrefixStats, BLOCK};
 use crate::Result;
 use anedvd_graph::{BatchItem, BatchSession};
 
@@ -9,13 +11,112 @@ use anedvd_graph::{BatchItem, BatchSession};
 pub struct EngineBatch {
     inner: Box<dyn BatchSession>,
     cached: Vec<Vec<u32>>,
+    prefix: Option<PrefixCache>,
+    /// Per sequence: positions whose blocks are in the prefix cache (or
+    /// were given up on), a multiple of [`BLOCK`].
+    saved: Vec<usize>,
 }
 
 impl EngineBatch {
     /// Wraps a fresh backend batch session.
     pub fn new(inner: Box<dyn BatchSession>) -> Self {
         let cached = vec![Vec::new(); inner.n_seqs()];
-        Self { inner, cached }
+        let saved = vec![0; cached.len()];
+        Self {
+            inner,
+            cached,
+            prefix: None,
+            saved,
+        }
+    }
+
+    /// Adds a prefix cache of at most `budget` bytes (0: none): every full
+    /// block of [`BLOCK`] tokens a sequence computes is saved, and
+    /// [`Self::load_cached_prefix`] gives a sequence the longest cached
+    /// prefix of a prompt.
+    pub fn with_prefix_cache(mut self, budget: usize) -> Self {
+        self.prefix = (budget > 0).then(|| PrefixCache::new(budget));
+        self
+    }
+
+    /// The prefix cache's figures (`None` without one).
+    pub fn prefix_stats(&self) -> Option<PrefixStats> {
+        self.prefix.as_ref().map(PrefixCache::stats)
+    }
+
+    /// Prompt tokens the prefix cache can give a sequence for `prompt`
+    /// (whole blocks, never the whole prompt); counts a lookup.
+    pub fn prefix_lookup(&mut self, prompt: &[u32]) -> usize {
+        self.save_pending();
+        self.prefix.as_mut().map_or(0, |c| c.lookup(prompt) * BLOCK)
+    }
+
+    /// Makes sequence `seq` hold the longest prefix of `prompt` the prefix
+    /// cache has (what it held is dropped); returns the prompt tokens it
+    /// now holds (0: nothing cached or the backend refused the rows).
+    pub fn load_cached_prefix(&mut self, seq: usize, prompt: &[u32]) -> usize {
+        if seq >= self.cached.len() {
+            return 0;
+        }
+        self.save_pending();
+        let Some(cache) = self.prefix.as_mut() else {
+            return 0;
+        };
+        let blocks = cache.lookup(prompt);
+        if blocks == 0 {
+            return 0;
+        }
+        let Some(rows) = cache.take(prompt, blocks) else {
+            return 0;
+        };
+        let loaded = self.inner.load_rows(seq, &rows);
+        // A refused load leaves the sequence empty.
+        let held = self.inner.position(seq);
+        self.cached[seq] = prompt[..held.min(loaded).min(prompt.len())].to_vec();
+        self.saved[seq] = self.cached[seq].len() / BLOCK * BLOCK;
+        self.cached[seq].len()
+    }
+
+    /// Saves every sequence's new full blocks into the prefix cache. Runs
+    /// before anything changes a cache (a forward pass, a truncation, a
+    /// copy or a load), so each block is saved while its rows are held
+    /// (a sliding-window cache drops old rows in the next forward pass).
+    fn save_pending(&mut self) {
+        if self.prefix.is_some() {
+            for seq in 0..self.cached.len() {
+                self.save_blocks(seq);
+            }
+        }
+    }
+
+    /// Saves the full blocks sequence `seq` holds that the prefix cache
+    /// lacks; stops at a block the backend can no longer give.
+    fn save_blocks(&mut self, seq: usize) {
+        let Some(cache) = self.prefix.as_mut() else {
+            return;
+        };
+        let tokens = &self.cached[seq];
+        let n = tokens.len() / BLOCK;
+        let first = self.saved[seq] / BLOCK;
+        if first >= n {
+            return;
+        }
+        let keys = chain_keys(tokens, n);
+        for i in first..n {
+            if cache.contains(&keys, tokens, i) {
+                cache.touch(&keys, i);
+                continue;
+            }
+            let stored = self
+                .inner
+                .save_rows(seq, i * BLOCK..(i + 1) * BLOCK)
+                .is_some_and(|rows| cache.insert(&keys, tokens, i, rows));
+            if !stored {
+                break;
+            }
+        }
+        // Blocks not stored now will not be: their rows may be gone.
+        self.saved[seq] = n * BLOCK;
     }
 
     /// Number of sequences.
@@ -31,6 +132,12 @@ impl EngineBatch {
     /// Positions held by sequence `seq`.
     pub fn position(&self, seq: usize) -> usize {
         self.inner.position(seq)
+    }
+
+    /// Bytes the KV caches of every sequence hold now
+    /// ([`BatchSession::cache_bytes`]).
+    pub fn cache_bytes(&self) -> usize {
+        self.inner.cache_bytes()
     }
 
     /// The token ids sequence `seq` holds, oldest first.
@@ -73,10 +180,12 @@ impl EngineBatch {
         if n == 0 || src == dst {
             return 0;
         }
+        self.save_pending();
         let copied = self.inner.copy_prefix(src, dst, n);
         if copied > 0 {
             let tokens = self.cached[src][..copied].to_vec();
             self.cached[dst] = tokens;
+            self.saved[dst] = copied / BLOCK * BLOCK;
         }
         copied
     }
@@ -84,16 +193,21 @@ impl EngineBatch {
     /// Drops positions at or beyond `n` of sequence `seq`; returns the
     /// positions kept (fewer where recurrent state has no snapshot at `n`).
     pub fn truncate(&mut self, seq: usize, n: usize) -> usize {
+        self.save_pending();
         self.inner.truncate(seq, n);
         let kept = self.inner.position(seq);
         if let Some(c) = self.cached.get_mut(seq) {
             c.truncate(kept);
+        }
+        if let Some(s) = self.saved.get_mut(seq) {
+            *s = (*s).min(kept / BLOCK * BLOCK);
         }
         kept
     }
 
     /// Runs one batched forward pass; see [`BatchSession::forward`].
     pub fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]> {
+        self.save_pending();
         let out = self.inner.forward(items)?;
         for item in items {
             self.cached[item.seq].extend_from_slice(item.tokens);

@@ -29,6 +29,7 @@ mod embed;
 mod error;
 mod generate;
 mod load;
+pub mod prefix_cache;
 pub mod sampler;
 pub mod scheduler;
 mod session;
@@ -43,6 +44,7 @@ pub use anedvd_ane::{
 pub use anedvd_chat::{
     Content, ContentPart, FunctionCall, Message, RenderOptions, Timestamp, ToolCall,
 };
+pub use anedvd_cpu::attention::KvType;
 pub use anedvd_cpu::{CpuOptions, IsaCap};
 pub use anedvd_graph::{BatchItem, LogitsMode, RopePairing};
 pub use anedvd_model::ConfigOverrides;

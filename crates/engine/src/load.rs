@@ -4,7 +4,7 @@ use crate::backends::{build_backend, BackendChoice, BackendOptions};
 use crate::batch::EngineBatch;
 use crate::constrain::{CompiledGrammar, Constraints, Grammar};
 use crate::session::EngineSession;
-use crate::{Error, Result};
+use crate::{Error, KvType, Result};
 use anedvd_base::WeightSource;
 use anedvd_chat::{
     builtin_for, template_from_hf_files, BuiltinTemplate, ChatTemplate, Message, RenderOptions,
@@ -117,6 +117,9 @@ pub struct Engine {
     pub notes: Vec<String>,
     executable: Box<dyn Executable>,
     weights: Arc<dyn WeightSource>,
+    /// How the backend's KV caches store rows (the CPU's `--cache-type`;
+    /// the ANE backends' host caches are f16).
+    kv_type: KvType,
     /// The grammar engine over this tokenizer, built on first use.
     constraints: OnceLock<std::result::Result<Constraints, String>>,
 }
@@ -204,6 +207,10 @@ impl Engine {
             notes,
             executable,
             weights,
+            kv_type: match options.backend {
+                BackendChoice::Cpu => options.backend_options.cpu.kv_type,
+                _ => KvType::F16,
+            },
             constraints: OnceLock::new(),
         })
     }
@@ -238,10 +245,11 @@ impl Engine {
         ))
     }
 
-    /// Bytes of KV cache one position of one sequence takes: keys and
-    /// values in f16 (as both backends keep them) of every layer with its
-    /// own cache (not convolution layers, not layers reading an earlier
-    /// layer's K/V).
+    /// Bytes of KV cache one position of one sequence takes at most: keys
+    /// and values (f16, or the CPU's `--cache-type`) of every layer with
+    /// its own cache (not convolution layers, not layers reading an
+    /// earlier layer's K/V). Sliding-window layers stop growing at their
+    /// window, so a long sequence takes less.
     pub fn kv_bytes_per_position(&self) -> usize {
         let c = &self.config;
         (0..c.n_layer)
@@ -250,7 +258,10 @@ impl Engine {
             .map(|i| {
                 let heads = c.n_head_kv_layers.get(i).copied().unwrap_or(c.n_head_kv);
                 let dim = c.head_dim_layers.get(i).copied().unwrap_or(c.head_dim);
-                2 * heads * dim * std::mem::size_of::<u16>()
+                let kind = Some(self.kv_type)
+                    .filter(|k| k.holds(dim))
+                    .unwrap_or(KvType::F16);
+                2 * heads * kind.row_bytes(dim)
             })
             .sum()
     }

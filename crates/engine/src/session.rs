@@ -30,6 +30,11 @@ impl EngineSession {
         self.inner.position()
     }
 
+    /// Bytes the KV caches hold now ([`Session::cache_bytes`]).
+    pub fn cache_bytes(&self) -> usize {
+        self.inner.cache_bytes()
+    }
+
     /// The token ids held in the cache, oldest first.
     pub fn cached_tokens(&self) -> &[u32] {
         &self.cached

@@ -17,6 +17,20 @@ pub struct BatchItem<'a> {
     pub logits: LogitsMode,
 }
 
+/// Positions of one sequence's caches copied out ([`BatchSession::save_rows`])
+/// for a prefix cache: in the backend's own layout, opaque to the caller.
+pub struct SavedRows {
+    /// Bytes held.
+    pub bytes: usize,
+    /// Whether a sequence loaded up to the end of these rows can continue
+    /// from there: false where recurrent state at that position was no
+    /// longer held when they were saved (the rows still serve as the
+    /// middle of a longer prefix).
+    pub resumable: bool,
+    /// The rows, for the backend that saved them.
+    pub rows: Box<dyn std::any::Any + Send + Sync>,
+}
+
 /// `n_seqs` sequences, each with its own KV cache and position, sharing one
 /// set of weights; a forward call advances any subset of them together.
 pub trait BatchSession: Send {
@@ -45,6 +59,26 @@ pub trait BatchSession: Send {
     /// returns 0, so nobody should wait for a prefix to copy).
     fn can_copy_prefix(&self) -> bool {
         false
+    }
+    /// Bytes the KV caches of every sequence hold now (see
+    /// [`Session::cache_bytes`]).
+    fn cache_bytes(&self) -> usize {
+        0
+    }
+    /// Copies positions `range` of sequence `seq` out of its caches, with
+    /// its recurrent state at `range.end` where it has one; `None` where
+    /// the backend cannot or those rows are no longer held.
+    fn save_rows(&self, seq: usize, range: std::ops::Range<usize>) -> Option<SavedRows> {
+        let _ = (seq, range);
+        None
+    }
+    /// Makes sequence `seq` hold `blocks` (saved by this session from
+    /// consecutive ranges starting at 0) and nothing else; returns the
+    /// positions it now holds: all of them, or 0 (rows of another layout,
+    /// the last block not resumable, more than the capacity).
+    fn load_rows(&mut self, seq: usize, blocks: &[&SavedRows]) -> usize {
+        let _ = (seq, blocks);
+        0
     }
     /// Appends every item's tokens to its sequence. Returns its `n_vocab`
     /// logits rows per item (none, one, or one per token as its `logits`
@@ -164,6 +198,10 @@ impl BatchSession for SequentialBatch {
 
     fn reusable(&self, seq: usize, n: usize) -> usize {
         self.sessions.get(seq).map_or(0, |s| s.reusable(n))
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.sessions.iter().map(|s| s.cache_bytes()).sum()
     }
 
     fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]> {

@@ -32,7 +32,9 @@ mod memory;
 mod program;
 mod traits;
 
-pub use batch::{validate_batch, validate_forward, BatchItem, BatchSession, SequentialBatch};
+pub use batch::{
+    validate_batch, validate_forward, BatchItem, BatchSession, SavedRows, SequentialBatch,
+};
 pub use block::{
     Activation, Attention, AttentionBias, Block, DenseFfn, ExpertTensors, FeedForward, Gating,
     Mixer, MoeFfn, NormPlacement, PerLayerInput, SharedExpert, ShortConv,

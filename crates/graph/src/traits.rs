@@ -73,6 +73,11 @@ pub trait Session: Send {
     }
     /// Capacity in positions.
     fn max_seq(&self) -> usize;
+    /// Bytes this sequence's KV caches hold now (0 where the backend keeps
+    /// them out of the host's reach).
+    fn cache_bytes(&self) -> usize {
+        0
+    }
     /// Dumps every named intermediate of the NEXT forward call into `dir`
     /// (one `.npy` f32 file per name plus `index.json`); `None` disables.
     fn set_dump(&mut self, dir: Option<PathBuf>);

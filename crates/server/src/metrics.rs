@@ -257,7 +257,34 @@ impl Metrics {
                 get(&self.context_shift_tokens),
             ),
         ];
-        for (name, help, v) in counters {
+        let prefix = [
+            (
+                "anedvd_prefix_cache_lookups_total",
+                "Prompts looked up in the prefix cache.",
+                g.prefix.lookups,
+            ),
+            (
+                "anedvd_prefix_cache_hits_total",
+                "Prompts that loaded a cached prefix.",
+                g.prefix.hits,
+            ),
+            (
+                "anedvd_prefix_cache_hit_tokens_total",
+                "Prompt tokens loaded from the prefix cache instead of prefilled.",
+                g.prefix.hit_tokens,
+            ),
+            (
+                "anedvd_prefix_cache_stored_blocks_total",
+                "Blocks stored in the prefix cache.",
+                g.prefix.stored,
+            ),
+            (
+                "anedvd_prefix_cache_evicted_blocks_total",
+                "Blocks evicted from the prefix cache to stay within --cache-ram.",
+                g.prefix.evicted,
+            ),
+        ];
+        for (name, help, v) in counters.into_iter().chain(prefix) {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
         }
         let prefill = get(&c.prefill_us) as f64 / 1e6;
@@ -314,18 +341,47 @@ impl Metrics {
             ),
             (
                 "anedvd_kv_cache_bytes",
-                "KV cache held by all slots (busy ones and idle ones kept for prefix reuse).",
-                (g.cached_positions * kv.per_position) as f64,
+                "KV cache held by all slots (busy ones and idle ones kept for prefix reuse); sliding-window layers hold their window only.",
+                g.kv_cache_bytes as f64,
+            ),
+            (
+                "anedvd_kv_cache_positions",
+                "Positions held by all slots.",
+                g.cached_positions as f64,
             ),
             (
                 "anedvd_kv_cache_busy_bytes",
-                "KV cache held by busy slots (0 when idle).",
+                "KV cache of the positions busy slots hold, at full size per position (an upper bound with sliding-window layers; 0 when idle).",
                 (g.busy_positions * kv.per_position) as f64,
             ),
             (
                 "anedvd_kv_cache_max_bytes",
-                "KV cache the slots can hold at most (--parallel x context x bytes per position).",
+                "KV cache the slots can hold at most (--parallel x context x bytes per position; less with sliding-window layers).",
                 (kv.capacity_positions * kv.per_position) as f64,
+            ),
+            (
+                "anedvd_prefix_cache_bytes",
+                "Bytes of KV blocks the prefix cache holds (--cache-ram).",
+                g.prefix.bytes as f64,
+            ),
+            (
+                "anedvd_prefix_cache_budget_bytes",
+                "The prefix cache's budget (--cache-ram; 0: off).",
+                g.prefix.budget as f64,
+            ),
+            (
+                "anedvd_prefix_cache_blocks",
+                "Blocks (64 tokens each) the prefix cache holds.",
+                g.prefix.blocks as f64,
+            ),
+            (
+                "anedvd_prefix_cache_hit_ratio",
+                "Prompts that loaded a cached prefix, of prompts looked up.",
+                if g.prefix.lookups > 0 {
+                    g.prefix.hits as f64 / g.prefix.lookups as f64
+                } else {
+                    0.0
+                },
             ),
             (
                 "anedvd_model_ready",
@@ -432,6 +488,7 @@ fn llama_server_series(s: &mut String, c: &SchedulerCounters, g: Gauges) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use anedvd_engine::prefix_cache::PrefixStats;
 
     #[test]
     fn renders_counters_and_gauges() {
@@ -451,6 +508,13 @@ mod tests {
                 ready: true,
                 cached_positions: 10,
                 busy_positions: 4,
+                kv_cache_bytes: 900,
+                prefix: PrefixStats {
+                    lookups: 4,
+                    hits: 3,
+                    hit_tokens: 192,
+                    ..PrefixStats::default()
+                },
             },
             KvSize {
                 per_position: 100,
@@ -467,7 +531,11 @@ mod tests {
         assert!(text.contains("anedvd_context_shift_dropped_tokens_total 42\n"));
         assert!(text.contains("anedvd_queue_depth 3\n"));
         assert!(text.contains("anedvd_slots_busy 1\n"));
-        assert!(text.contains("anedvd_kv_cache_bytes 1000\n"));
+        assert!(text.contains("anedvd_kv_cache_bytes 900\n"));
+        assert!(text.contains("anedvd_kv_cache_positions 10\n"));
+        assert!(text.contains("anedvd_prefix_cache_hits_total 3\n"));
+        assert!(text.contains("anedvd_prefix_cache_hit_tokens_total 192\n"));
+        assert!(text.contains("anedvd_prefix_cache_hit_ratio 0.75\n"));
         assert!(text.contains("anedvd_kv_cache_busy_bytes 400\n"));
         assert!(text.contains("anedvd_kv_cache_max_bytes 6400\n"));
         assert!(text.contains("# TYPE anedvd_prefill_seconds_total counter\n"));

@@ -72,6 +72,10 @@ pub struct ServerConfig {
     /// Most bytes the slots' KV caches may take together (`--kv-budget`):
     /// a `--parallel` x context that could take more is refused at start.
     pub kv_budget_bytes: Option<u64>,
+    /// Bytes of the prefix cache the slots share (`--cache-ram`; 0: none):
+    /// KV blocks of earlier prompts, so a repeated system prompt or
+    /// document is not prefilled again.
+    pub cache_ram_bytes: usize,
     /// How `/v1/embeddings` pools a text's hidden states (`--pooling`).
     pub pooling: Pooling,
     /// Tokens a request generates when it sets no `max_tokens` /
@@ -107,6 +111,7 @@ impl Default for ServerConfig {
             max_header_bytes: 64 * 1024,
             header_timeout: Duration::from_secs(30),
             kv_budget_bytes: None,
+            cache_ram_bytes: 2048 * 1024 * 1024,
             pooling: Pooling::Mean,
             default_max_tokens: None,
             verbose_replies: false,
@@ -190,10 +195,10 @@ impl AppState {
         let scheduler = Scheduler::start(
             engine.clone(),
             self.inner.metrics.scheduler.clone(),
-            c.parallel,
-            max_seq,
+            (c.parallel, max_seq),
             c.queue_capacity,
             draft,
+            c.cache_ram_bytes,
         )?;
         let ready = Arc::new(Ready {
             engine,

@@ -265,3 +265,50 @@ async fn concurrent_requests_share_forward_passes_and_match_a_lone_run() {
         "{passes} passes for {seqs} sequence-steps: requests were not batched"
     );
 }
+
+#[tokio::test]
+async fn the_prefix_cache_serves_a_prefix_the_slot_no_longer_holds() {
+    // One slot: the third prompt's prefix is gone from it (the second
+    // prompt replaced it), but its whole blocks are in the prefix cache.
+    let mut cfg = config();
+    cfg.parallel = 1;
+    let cached = anedvd_server::router(state(cfg.clone()));
+    cfg.cache_ram_bytes = 0;
+    let uncached = anedvd_server::router(state(cfg));
+    let shared: Vec<u32> = (0..150).map(|i| 10 + (i * 13) % 230).collect();
+    let other: Vec<u32> = (0..150).map(|i| 11 + (i * 7) % 230).collect();
+    let first = [shared.clone(), vec![1, 2, 3]].concat();
+    let third = [shared.clone(), vec![4, 5, 6]].concat();
+    let mut texts = Vec::new();
+    for (app, want) in [(&cached, 128), (&uncached, 0)] {
+        for p in [&first, &other] {
+            let r = post(
+                app,
+                "/v1/completions",
+                &json!({"prompt": p, "max_tokens": 2}),
+            )
+            .await;
+            assert_eq!(r.status, 200, "{}", r.text);
+        }
+        let v = post(
+            app,
+            "/v1/completions",
+            &json!({"prompt": third, "max_tokens": 8}),
+        )
+        .await
+        .json();
+        assert_eq!(
+            v["usage"]["prompt_tokens_details"]["cached_tokens"], want,
+            "{v}"
+        );
+        texts.push(v["choices"][0]["text"].clone());
+    }
+    assert_eq!(texts[0], texts[1]);
+    let m = send(&cached, "GET", "/metrics", &[], "").await.text;
+    assert_eq!(metric(&m, "anedvd_prefix_cache_hits_total"), 1.0);
+    assert_eq!(metric(&m, "anedvd_prefix_cache_hit_tokens_total"), 128.0);
+    assert!(metric(&m, "anedvd_prefix_cache_bytes") > 0.0);
+    let m = send(&uncached, "GET", "/metrics", &[], "").await.text;
+    assert_eq!(metric(&m, "anedvd_prefix_cache_budget_bytes"), 0.0);
+    assert_eq!(metric(&m, "anedvd_prefix_cache_hits_total"), 0.0);
+}

@@ -17,7 +17,7 @@
 
 use super::model::Model;
 use super::session::{chunk_logits, run_rows, Scratch, Segment, SeqHost};
-use anedvd_graph::{validate_batch, BatchItem, BatchSession, Result};
+use anedvd_graph::{validate_batch, BatchItem, BatchSession, Result, SavedRows};
 use std::sync::Arc;
 
 /// `n_seqs` sequences advanced together.
@@ -126,6 +126,21 @@ impl BatchSession for AneBatch {
 
     fn reusable(&self, seq: usize, n: usize) -> usize {
         self.hosts.get(seq).map_or(0, |h| h.seq.reusable(n))
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.hosts.iter().map(|h| h.seq.kv_bytes()).sum()
+    }
+
+    fn save_rows(&self, seq: usize, range: std::ops::Range<usize>) -> Option<SavedRows> {
+        self.hosts.get(seq)?.seq.save(range)
+    }
+
+    fn load_rows(&mut self, seq: usize, blocks: &[&SavedRows]) -> usize {
+        let max_seq = self.max_seq();
+        self.hosts
+            .get_mut(seq)
+            .map_or(0, |h| h.seq.load(blocks, max_seq))
     }
 
     fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]> {

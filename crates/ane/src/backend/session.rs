@@ -2,7 +2,7 @@
 
 use super::model::{HostMixer, HostMoe, Model};
 use crate::lower::{KernelKind, Variant};
-use anedvd_cpu::attention::{attend, encode_positions, KvCache, RopeTables};
+use anedvd_cpu::attention::{attend, cache_window, encode_positions, KvCache, RopeTables};
 use anedvd_cpu::conv::ConvHistory;
 use anedvd_cpu::kernels::{add, axpy, rms_norm, rms_norm_inplace, softcap};
 use anedvd_cpu::moe::MoeBuffers;
@@ -26,15 +26,28 @@ pub(crate) struct SeqHost {
 
 impl SeqHost {
     pub(crate) fn new(model: &Model) -> Self {
-        let caches = model
+        let attns: Vec<_> = model
             .layers
             .iter()
             .map(|l| match &l.mixer {
+                HostMixer::Attention(a) => Some(a),
+                HostMixer::ShortConv { .. } => None,
+            })
+            .collect();
+        let caches = model
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(il, l)| match &l.mixer {
                 // a layer reading another's K/V keeps none (zero heads)
                 HostMixer::Attention(a) if a.kv_source.is_some() => {
                     LayerCache::Kv(KvCache::new(0, a.head_dim))
                 }
-                HostMixer::Attention(a) => LayerCache::Kv(KvCache::new(a.n_head_kv, a.head_dim)),
+                HostMixer::Attention(a) => LayerCache::Kv(KvCache::windowed(
+                    a.n_head_kv,
+                    a.head_dim,
+                    cache_window(&attns, il),
+                )),
                 HostMixer::ShortConv { kernel, .. } => {
                     LayerCache::Conv(ConvHistory::new(*kernel, model.n_embd))
                 }
@@ -577,6 +590,10 @@ impl Session for AneSession {
 
     fn reusable(&self, n: usize) -> usize {
         self.host.seq.reusable(n)
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.host.seq.kv_bytes()
     }
 
     fn max_seq(&self) -> usize {

@@ -15,7 +15,6 @@
 use super::{first_visible, KvCache};
 use crate::kernels::{exp_fast, tanh_fast};
 use crate::qkernels::Kernels;
-use anedvd_base::GgmlType;
 use anedvd_graph::Attention;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -128,8 +127,6 @@ fn task(
     let rows = toks.len() * group;
     let (first, last) = (pos0 + toks.start, pos0 + toks.end - 1);
     let keys = first_visible(first, spec.window)..last + 1;
-    // Every key from here on is visible to every row up to its own position.
-    let unmasked_from = first_visible(last, spec.window);
     SCRATCH.with(|s| {
         let s = &mut *s.borrow_mut();
         s.qt.resize(hd * rows, 0.0);
@@ -142,55 +139,106 @@ fn task(
                 }
             }
         }
-        o.fill(0.0);
-        s.max.clear();
-        s.max.resize(rows, f32::NEG_INFINITY);
-        s.sum.clear();
-        s.sum.resize(rows, 0.0);
-        let rb = 2 * hd;
-        let mut kb = keys.start;
-        while kb < keys.end {
-            let nk = (keys.end - kb).min(KEYS);
-            s.kf.resize(nk * hd, 0.0);
-            s.vf.resize(nk * hd, 0.0);
-            let (kbytes, vbytes) = (
-                &cache.k[kvh][kb * rb..(kb + nk) * rb],
-                &cache.v[kvh][kb * rb..(kb + nk) * rb],
-            );
-            // Lengths match by construction (nk rows of hd f16 each).
-            let _ = crate::decode_row(GgmlType::F16, kbytes, &mut s.kf);
-            let _ = crate::decode_row(GgmlType::F16, vbytes, &mut s.vf);
-            s.s.clear();
-            s.s.resize(nk * rows, 0.0);
-            let _ = kern.gemm_f32(&s.kf, (hd, 1), &s.qt, rows, &mut s.s, rows, (nk, hd, rows));
-            if let Some(cap) = spec.softcap {
-                let inv = 1.0 / cap;
-                s.s.iter_mut().for_each(|v| *v = cap * tanh_fast(*v * inv));
-            }
-            // Mask keys after a row's position (causal) or before its window.
-            let needs_mask = kb + nk - 1 > first || kb < unmasked_from;
-            if needs_mask {
-                for (i, srow) in s.s.chunks_exact_mut(rows).enumerate() {
-                    let j = kb + i;
-                    for (r, v) in srow.iter_mut().enumerate() {
-                        let pos = first + r / group;
-                        if j > pos || j < first_visible(pos, spec.window) {
-                            *v = f32::NEG_INFINITY;
-                        }
-                    }
-                }
-            }
-            online_softmax(s, rows, o, hd);
-            let (p, vf) = (&s.s, &s.vf);
-            let _ = kern.gemm_f32(p, (1, rows), vf, hd, o, hd, (rows, nk, hd));
-            kb += nk;
-        }
+        accumulate(kern, spec, cache, (kvh, first, rows, group), keys, o, s);
         for (orow, &z) in o.chunks_exact_mut(hd).zip(&s.sum) {
             // Each row sees at least its own position, so `z >= 1`.
             let inv = 1.0 / z;
             orow.iter_mut().for_each(|v| *v *= inv);
         }
     });
+}
+
+/// [`super::partial`] for any cache type: the unnormalized attention of
+/// the `group` query heads `qg` of one query at `pos` (sharing kv head
+/// `kvh`) over the cached positions `range`, into `o`, with
+/// `ms[2g..2g + 2] = [max, sum]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn partial_tiled(
+    kern: &Kernels,
+    spec: &Attention,
+    cache: &KvCache,
+    qg: &[f32],
+    (kvh, pos): (usize, usize),
+    range: Range<usize>,
+    o: &mut [f32],
+    ms: &mut [f32],
+) {
+    let hd = spec.head_dim;
+    let rows = ms.len() / 2;
+    SCRATCH.with(|s| {
+        let s = &mut *s.borrow_mut();
+        s.qt.resize(hd * rows, 0.0);
+        for (r, src) in qg.chunks_exact(hd).take(rows).enumerate() {
+            for (d, &x) in src.iter().enumerate() {
+                s.qt[d * rows + r] = x * spec.scale;
+            }
+        }
+        // Every row is the same query position: one group of `rows`.
+        let at = (kvh, pos, rows, rows);
+        accumulate(kern, spec, cache, at, range, &mut o[..rows * hd], s);
+        for (m, (&max, &sum)) in ms.chunks_exact_mut(2).zip(s.max.iter().zip(&s.sum)) {
+            m[0] = max;
+            m[1] = sum;
+        }
+    });
+}
+
+/// The online-softmax pass over cached positions `keys` of kv head `kvh`
+/// for `rows` query rows (the transposed scaled queries in `s.qt`; row `r`
+/// at position `first + r / group`): leaves `o` unnormalized, with each
+/// row's running maximum and sum in `s.max` and `s.sum`.
+fn accumulate(
+    kern: &Kernels,
+    spec: &Attention,
+    cache: &KvCache,
+    (kvh, first, rows, group): (usize, usize, usize, usize),
+    keys: Range<usize>,
+    o: &mut [f32],
+    s: &mut Scratch,
+) {
+    let hd = spec.head_dim;
+    let last = first + (rows - 1) / group;
+    // Every key from here on is visible to every row up to its own position.
+    let unmasked_from = first_visible(last, spec.window);
+    o.fill(0.0);
+    s.max.clear();
+    s.max.resize(rows, f32::NEG_INFINITY);
+    s.sum.clear();
+    s.sum.resize(rows, 0.0);
+    let mut kb = keys.start;
+    while kb < keys.end {
+        let nk = (keys.end - kb).min(KEYS);
+        s.kf.resize(nk * hd, 0.0);
+        s.vf.resize(nk * hd, 0.0);
+        let (kbytes, vbytes) = cache.rows(kvh, kb..kb + nk);
+        // Lengths match by construction (nk rows of hd values each).
+        let _ = crate::decode_row(cache.dtype(), kbytes, &mut s.kf);
+        let _ = crate::decode_row(cache.dtype(), vbytes, &mut s.vf);
+        s.s.clear();
+        s.s.resize(nk * rows, 0.0);
+        let _ = kern.gemm_f32(&s.kf, (hd, 1), &s.qt, rows, &mut s.s, rows, (nk, hd, rows));
+        if let Some(cap) = spec.softcap {
+            let inv = 1.0 / cap;
+            s.s.iter_mut().for_each(|v| *v = cap * tanh_fast(*v * inv));
+        }
+        // Mask keys after a row's position (causal) or before its window.
+        let needs_mask = kb + nk - 1 > first || kb < unmasked_from;
+        if needs_mask {
+            for (i, srow) in s.s.chunks_exact_mut(rows).enumerate() {
+                let j = kb + i;
+                for (r, v) in srow.iter_mut().enumerate() {
+                    let pos = first + r / group;
+                    if j > pos || j < first_visible(pos, spec.window) {
+                        *v = f32::NEG_INFINITY;
+                    }
+                }
+            }
+        }
+        online_softmax(s, rows, o, hd);
+        let (p, vf) = (&s.s, &s.vf);
+        let _ = kern.gemm_f32(p, (1, rows), vf, hd, o, hd, (rows, nk, hd));
+        kb += nk;
+    }
 }
 
 /// Raises each row's running maximum to cover this tile's scores, turns

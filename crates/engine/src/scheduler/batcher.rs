@@ -26,6 +26,7 @@ use super::{
     Event, EventSink, Finish, Job, SchedulerCounters, SendError, Shared, Summary, TokenInfo,
 };
 use crate::generate::while_preparing;
+use crate::prefix_cache::BLOCK;
 use crate::speculative::{DraftProposer, NgramProposer, Proposer, ProposerKind};
 use crate::{
     check_request, BatchItem, Decoding, EngineBatch, FinishReason, LogitsMode, Step, Timings,
@@ -222,13 +223,19 @@ fn run_loop(sh: &Shared, mut batch: EngineBatch) {
     }
 }
 
-/// Publishes the positions the slots' caches hold (for `/metrics`).
+/// Publishes the positions the slots' caches hold and their bytes (for
+/// `/metrics`).
 fn publish_positions(sh: &Shared, batch: &EngineBatch, slots: &[Option<Active<'_>>]) {
     let held = |i: usize| batch.position(i);
     let all: usize = (0..slots.len()).map(held).sum();
     let busy: usize = slots.iter().flatten().map(|a| held(a.slot)).sum();
     sh.cached_positions.store(all, Ordering::Relaxed);
     sh.busy_positions.store(busy, Ordering::Relaxed);
+    sh.kv_cache_bytes
+        .store(batch.cache_bytes(), Ordering::Relaxed);
+    if let Some(stats) = batch.prefix_stats() {
+        *sh.prefix_stats.lock().unwrap_or_else(|e| e.into_inner()) = stats;
+    }
 }
 
 /// The text of a caught panic.
@@ -324,23 +331,31 @@ fn admit<'e>(
                     (reusable, u64::MAX - last_used[i])
                 })
                 .unwrap_or(free[0]);
-            // A busy slot may hold more of the prompt than any free slot:
-            // copy its cache into the free slot used longest ago.
+            // A busy slot, or the prefix cache, may hold more of the prompt
+            // than any free slot: copy that into the free slot used
+            // longest ago.
             let own = batch.reusable_for(slot, &prompt);
             let source = (0..slots.len())
                 .filter(|&i| slots[i].is_some())
                 .map(|i| (batch.shareable_for(i, &prompt), i))
-                .max();
+                .max()
+                .filter(|_| batch.can_copy_prefix());
+            let from_cache = if params.reuse_prefix {
+                batch.prefix_lookup(&prompt)
+            } else {
+                0
+            };
+            let oldest = free
+                .iter()
+                .copied()
+                .min_by_key(|&i| last_used[i])
+                .unwrap_or(slot);
             let copied = match source {
                 _ if !params.reuse_prefix => None,
-                Some((shared, src)) if shared > own && batch.can_copy_prefix() => {
-                    let oldest = free
-                        .iter()
-                        .copied()
-                        .min_by_key(|&i| last_used[i])
-                        .unwrap_or(slot);
+                Some((shared, src)) if shared > own && shared >= from_cache => {
                     Some((oldest, batch.copy_prefix(src, oldest, &prompt)))
                 }
+                _ if from_cache > own => Some((oldest, batch.load_cached_prefix(oldest, &prompt))),
                 _ => None,
             };
             let (slot, reused) = match copied {
@@ -395,9 +410,11 @@ fn admit<'e>(
 }
 
 /// Whether a job for `prompt` should wait: a busy slot is prefilling a
-/// prompt that holds all of this one's shared part (`n` > 1 choices, a
-/// retried request), and copying its cache once it is done saves running
-/// the same tokens twice. Not on backends that cannot copy a cache.
+/// prompt that shares with this one all of its prefix (`n` > 1 choices, a
+/// retried request) or at least half of it and two prefix-cache blocks (a
+/// common system prompt or document), and copying its cache once it is
+/// done saves running the same tokens twice. Not on backends that cannot
+/// copy a cache.
 fn waits_for_shared_prefill(
     batch: &EngineBatch,
     slots: &[Option<Active<'_>>],
@@ -408,9 +425,9 @@ fn waits_for_shared_prefill(
         return false;
     }
     slots.iter().flatten().any(|a| {
-        a.prefilling()
-            && crate::batch::reusable_prefix(a.prompt(), prompt) == wanted
-            && batch.shareable_for(a.slot, prompt) < wanted
+        let shared = crate::batch::reusable_prefix(a.prompt(), prompt);
+        let worth = shared == wanted || (shared >= 2 * BLOCK && 2 * shared >= prompt.len());
+        a.prefilling() && worth && batch.shareable_for(a.slot, prompt) < shared
     })
 }
 
@@ -517,7 +534,7 @@ fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>, solo: Option<usize>
             planned.push((a.slot, start, tokens.len() - start, mode));
         } else if a.prefilling() && budget > 0 {
             let prompt = a.prompt();
-            let take = (prompt.len() - a.fed).min(budget);
+            let take = prefill_piece(a.fed, prompt.len() - a.fed, budget);
             budget -= take;
             tokens.extend_from_slice(&prompt[a.fed..a.fed + take]);
             let mode = if a.fed + take == prompt.len() {
@@ -529,6 +546,23 @@ fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>, solo: Option<usize>
         }
     }
     planned
+}
+
+/// Prompt tokens to feed from position `fed` with `left` to go and
+/// `budget` rows free: all that fit, but a piece that stops short of the
+/// prompt's end stops at a prefix-cache block boundary where it can, so
+/// recurrent state is held at a block's end when the block is saved (and
+/// a later prompt can resume there).
+fn prefill_piece(fed: usize, left: usize, budget: usize) -> usize {
+    if left <= budget {
+        return left;
+    }
+    let aligned = (fed + budget) / BLOCK * BLOCK;
+    if aligned > fed {
+        aligned - fed
+    } else {
+        budget
+    }
 }
 
 /// One sequence's part of a pass.
@@ -880,5 +914,22 @@ fn finish(
     stream.out.queue.push_back(last);
     if stream.out.flush() && !stream.out.queue.is_empty() {
         draining.push(stream.out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{prefill_piece, BLOCK};
+
+    #[test]
+    fn prefill_pieces_end_at_block_boundaries_when_cut() {
+        // The rest fits: all of it.
+        assert_eq!(prefill_piece(10, 100, 256), 100);
+        // Cut by the budget: up to the last boundary within it.
+        assert_eq!(prefill_piece(0, 1000, 253), 3 * BLOCK);
+        assert_eq!(prefill_piece(3 * BLOCK, 1000, 253), 3 * BLOCK);
+        assert_eq!(prefill_piece(10, 1000, 256), 4 * BLOCK - 10);
+        // No boundary within the budget: the whole budget.
+        assert_eq!(prefill_piece(BLOCK + 1, 1000, 20), 20);
     }
 }

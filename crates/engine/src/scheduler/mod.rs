@@ -16,6 +16,7 @@ mod stop;
 
 pub use stop::{StopMatcher, StopOutcome};
 
+use crate::prefix_cache::PrefixStats;
 use crate::speculative::{check_vocabulary, DraftProposer};
 use crate::{Engine, Error, GenerateParams};
 use std::collections::VecDeque;
@@ -100,6 +101,11 @@ pub struct Gauges {
     pub cached_positions: usize,
     /// Of those, the positions held by busy slots.
     pub busy_positions: usize,
+    /// Bytes the slots' KV caches hold (sliding-window layers keep only
+    /// their window, so this grows slower than the positions).
+    pub kv_cache_bytes: usize,
+    /// The prefix cache's figures (all zero without one).
+    pub prefix: PrefixStats,
 }
 
 /// One generated token with its log-probabilities (when requested).
@@ -225,6 +231,10 @@ struct Shared {
     /// batch thread after every step.
     pub cached_positions: AtomicUsize,
     pub busy_positions: AtomicUsize,
+    /// Bytes the slots' KV caches hold, published with the positions.
+    pub kv_cache_bytes: AtomicUsize,
+    /// The prefix cache's figures, published with the positions.
+    pub prefix_stats: Mutex<PrefixStats>,
 }
 
 impl Shared {
@@ -259,14 +269,15 @@ pub struct Scheduler {
 impl Scheduler {
     /// Opens a batch of `slots` sequences of `max_seq` positions and starts
     /// the batch thread; at most `queue_capacity` jobs wait beyond the slots.
-    /// With `draft`, requests may speculate with that draft model.
+    /// With `draft`, requests may speculate with that draft model. The
+    /// slots share a prefix cache of `prefix_cache_bytes` (0: none).
     pub fn start(
         engine: Arc<Engine>,
         counters: Arc<SchedulerCounters>,
-        slots: usize,
-        max_seq: usize,
+        (slots, max_seq): (usize, usize),
         queue_capacity: usize,
         draft: Option<DraftModel>,
+        prefix_cache_bytes: usize,
     ) -> Result<Scheduler, Error> {
         if slots == 0 {
             return Err(Error::Invalid("--parallel must be at least 1".into()));
@@ -275,7 +286,9 @@ impl Scheduler {
             DraftProposer::check_p_min(d.p_min)?;
             check_vocabulary(&d.engine, &engine.tokenizer)?;
         }
-        let batch = engine.new_batch(slots, max_seq)?;
+        let batch = engine
+            .new_batch(slots, max_seq)?
+            .with_prefix_cache(prefix_cache_bytes);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
@@ -291,6 +304,8 @@ impl Scheduler {
             draft,
             cached_positions: AtomicUsize::new(0),
             busy_positions: AtomicUsize::new(0),
+            kv_cache_bytes: AtomicUsize::new(0),
+            prefix_stats: Mutex::new(PrefixStats::default()),
         });
         let sh = shared.clone();
         std::thread::Builder::new()
@@ -354,6 +369,12 @@ impl Scheduler {
             ready: true,
             cached_positions: self.shared.cached_positions.load(Ordering::Relaxed),
             busy_positions: self.shared.busy_positions.load(Ordering::Relaxed),
+            kv_cache_bytes: self.shared.kv_cache_bytes.load(Ordering::Relaxed),
+            prefix: *self
+                .shared
+                .prefix_stats
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
         }
     }
 
