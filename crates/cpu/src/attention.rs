@@ -715,8 +715,9 @@ mod tests {
         }
     }
 
-    /// Direct f64 attention of query row `(t, h)` over the f16-rounded cache:
-    /// the reference for both paths.
+    /// Direct f64 attention of query row `(t, h)` over the cache's rows as
+    /// it holds them (f16, or Q8_0 decoded by ggml's dequantizer): the
+    /// reference for every path.
     fn reference(
         sp: &Attention,
         cache: &KvCache,
@@ -727,12 +728,12 @@ mod tests {
     ) -> Vec<f64> {
         let hd = sp.head_dim;
         let kvh = h / (sp.n_head / sp.n_head_kv);
-        let f16s = |b: &[u8]| -> Vec<f64> {
-            b.chunks_exact(2)
-                .map(|b| f64::from(f16::from_le_bytes([b[0], b[1]]).to_f32()))
-                .collect()
+        let decoded = |b: &[u8]| -> Vec<f64> {
+            let mut out = vec![0f32; b.len() / cache.row_bytes() * hd];
+            crate::decode_row(cache.dtype(), b, &mut out).unwrap();
+            out.into_iter().map(f64::from).collect()
         };
-        let (kf, vf) = (f16s(&cache.k[kvh]), f16s(&cache.v[kvh]));
+        let (kf, vf) = (decoded(&cache.k[kvh]), decoded(&cache.v[kvh]));
         let qh = &q[(t * sp.n_head + h) * hd..][..hd];
         let lo = first_visible(pos, sp.window);
         let s: Vec<f64> = (lo..=pos)
@@ -898,18 +899,6 @@ mod tests {
         assert_eq!(cache.kind(), KvType::Q8_0);
         cache.store(0, &k, &v, n);
         assert_eq!(cache.bytes(), 2 * n_kv * n * hd / 32 * 34);
-        // Rows as held: the reference reads these.
-        let decoded = |heads: &[Vec<u8>]| -> Vec<Vec<f64>> {
-            heads
-                .iter()
-                .map(|h| {
-                    let mut out = vec![0f32; h.len() / 34 * 32];
-                    crate::decode_row(GgmlType::Q8_0, h, &mut out).unwrap();
-                    out.into_iter().map(f64::from).collect()
-                })
-                .collect()
-        };
-        let (kf, vf) = (decoded(&cache.k), decoded(&cache.v));
         for (pos0, n_tok) in [(n - 1, 1usize), (900, 37)] {
             let q: Vec<f32> = (0..n_tok * n_head * hd).map(|i| f(i, 0.7)).collect();
             for kern in Kernels::available() {
@@ -931,32 +920,13 @@ mod tests {
                     )
                 });
                 for t in 0..n_tok {
-                    let pos = pos0 + t;
-                    let lo = first_visible(pos, sp.window);
                     for h in 0..n_head {
-                        let kvh = h / (n_head / n_kv);
-                        let qh = &q[(t * n_head + h) * hd..][..hd];
-                        let s: Vec<f64> = (lo..=pos)
-                            .map(|j| {
-                                let d: f64 = (0..hd)
-                                    .map(|i| f64::from(qh[i]) * kf[kvh][j * hd + i])
-                                    .sum();
-                                d * f64::from(sp.scale)
-                            })
-                            .collect();
-                        let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                        let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-                        let z: f64 = w.iter().sum();
-                        for i in 0..hd {
-                            let want: f64 = (lo..=pos)
-                                .zip(&w)
-                                .map(|(j, w)| w * vf[kvh][j * hd + i])
-                                .sum::<f64>()
-                                / z;
+                        let want = reference(&sp, &cache, &q, pos0 + t, t, h);
+                        for (i, w) in want.iter().enumerate() {
                             let got = f64::from(out[(t * n_head + h) * hd + i]);
                             assert!(
-                                (got - want).abs() < 2e-5,
-                                "{kern:?} n_tok {n_tok} t={t} h={h} i={i}: {got} vs {want}"
+                                (got - w).abs() < 2e-5,
+                                "{kern:?} n_tok {n_tok} t={t} h={h} i={i}: {got} vs {w}"
                             );
                         }
                     }

@@ -9,18 +9,7 @@
 use anedvd_engine::prefix_cache::BLOCK;
 use anedvd_engine::{BackendChoice, BatchItem, Engine, LoadOptions, LogitsMode};
 use anedvd_testkit::fixtures::{self, Format};
-
-fn tokens(seed: u64, n: usize, n_vocab: usize) -> Vec<u32> {
-    let mut x = seed;
-    (0..n)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((x >> 33) % n_vocab as u64) as u32
-        })
-        .collect()
-}
+use anedvd_testkit::random_tokens as tokens;
 
 /// Feeds `toks` to sequence `seq` in pieces of `chunk`; the last logits.
 fn feed(b: &mut anedvd_engine::EngineBatch, seq: usize, toks: &[u32], chunk: usize) -> Vec<f32> {

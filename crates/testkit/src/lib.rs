@@ -22,3 +22,17 @@ pub mod oracle;
 pub mod tolerance;
 
 pub use anedvd_ane::backend::selftest::{argmax, cosine, max_rel};
+
+/// `n` token ids below `n_vocab`, the same for the same `seed` (a 64-bit
+/// LCG): long inputs for tests whose fixtures' prompts are short.
+pub fn random_tokens(seed: u64, n: usize, n_vocab: usize) -> Vec<u32> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) % n_vocab.max(1) as u64) as u32
+        })
+        .collect()
+}

@@ -12,24 +12,12 @@ use anedvd_cpu::attention::WINDOW_REWIND;
 use anedvd_cpu::{CpuBackend, CpuOptions};
 use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode, Session};
 use anedvd_testkit::backends::TestBackend;
-use anedvd_testkit::cosine;
 use anedvd_testkit::fixtures::{self, Format};
 use anedvd_testkit::oracle;
+use anedvd_testkit::{cosine, random_tokens};
 
 /// Positions run: well beyond the fixtures' window of 8 plus the margin.
 const LEN: usize = 520;
-
-fn tokens(n_vocab: usize) -> Vec<u32> {
-    let mut x = 12345u64;
-    (0..LEN)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((x >> 33) % n_vocab as u64) as u32
-        })
-        .collect()
-}
 
 /// Sessions fed the same tokens side by side; the first is checked against
 /// the oracle's logits, the others must equal it bit for bit.
@@ -101,7 +89,7 @@ fn windowed_caches_match_full_ones_and_stay_bounded() {
             .layers
             .iter()
             .all(|b| b.attention().is_some_and(|a| a.window.is_some()));
-        let toks = tokens(p.n_vocab);
+        let toks = random_tokens(12345, LEN, p.n_vocab);
         let want = oracle::forward(&p, &toks);
         // The CPU against itself with every position kept; the ANE
         // simulator's host side (same caches) against the oracle alone.
