@@ -71,7 +71,7 @@ pub struct ServeArgs {
     /// blocks (64 tokens each) of earlier prompts and replies, so a request
     /// that repeats a system prompt or document loads it instead of
     /// prefilling it again. Least recently used blocks are dropped first.
-    /// Hits are exported at /metrics.
+    /// Hits are exported at /metrics. Not counted in --kv-budget.
     #[arg(long, default_value_t = 2048, value_name = "MIB")]
     cache_ram: usize,
     /// How /v1/embeddings pools a text's final hidden states: `mean` over

@@ -30,9 +30,9 @@ thread_local! {
 /// without losing rows it needs.
 pub const WINDOW_REWIND: usize = 256;
 
-/// Rows a sliding-window cache lets go stale before it drops them (one
-/// move of the kept rows per this many stored, so storing stays O(1) per
-/// row).
+/// Rows a sliding-window cache lets go stale before it drops them: the
+/// kept rows move once per this many stored, (window + 256) / 64 row
+/// moves per row stored (about 12 for Gemma 3), small beside computing it.
 const WINDOW_SLACK: usize = 64;
 
 /// Keys and values of one layer as little-endian f16 bytes, one contiguous
@@ -237,6 +237,11 @@ impl KvCache {
     /// cache's allocation where it is large enough). `other` must be able
     /// to go back to `n` ([`Self::can_rewind_to`]).
     pub fn copy_prefix_from(&mut self, other: &KvCache, n: usize) {
+        debug_assert!(
+            other.can_rewind_to(n),
+            "copy of {n} from base {}",
+            other.base
+        );
         let held = n.saturating_sub(other.base) * other.row_bytes();
         self.head_dim = other.head_dim;
         self.kind = other.kind;
@@ -261,10 +266,20 @@ impl KvCache {
     /// back to 0 always works; elsewhere only as far as
     /// [`Self::can_rewind_to`] allows.
     pub fn truncate(&mut self, n: usize) {
+        debug_assert!(
+            self.can_rewind_to(n),
+            "rewind to {n} from base {}",
+            self.base
+        );
         if n == 0 || n < self.base {
+            // Nothing the query at `n` needs is held: hold nothing.
             self.base = 0;
+            for c in self.k.iter_mut().chain(self.v.iter_mut()) {
+                c.clear();
+            }
+            return;
         }
-        let len = n.saturating_sub(self.base) * self.row_bytes();
+        let len = (n - self.base) * self.row_bytes();
         for c in self.k.iter_mut().chain(self.v.iter_mut()) {
             c.truncate(len);
         }

@@ -48,7 +48,11 @@ impl EngineBatch {
     /// (whole blocks, never the whole prompt); counts a lookup.
     pub fn prefix_lookup(&mut self, prompt: &[u32]) -> usize {
         self.save_pending();
-        self.prefix.as_mut().map_or(0, |c| c.lookup(prompt) * BLOCK)
+        let Some(cache) = self.prefix.as_mut() else {
+            return 0;
+        };
+        cache.count_lookup();
+        cache.lookup(prompt) * BLOCK
     }
 
     /// Makes sequence `seq` hold the longest prefix of `prompt` the prefix
@@ -58,7 +62,7 @@ impl EngineBatch {
         if seq >= self.cached.len() {
             return 0;
         }
-        self.save_pending();
+        self.save_blocks(seq, usize::MAX);
         let Some(cache) = self.prefix.as_mut() else {
             return 0;
         };
@@ -71,31 +75,35 @@ impl EngineBatch {
         };
         let loaded = self.inner.load_rows(seq, &rows);
         // A refused load leaves the sequence empty.
-        let held = self.inner.position(seq);
-        self.cached[seq] = prompt[..held.min(loaded).min(prompt.len())].to_vec();
-        self.saved[seq] = self.cached[seq].len() / BLOCK * BLOCK;
-        self.cached[seq].len()
+        let held = self.inner.position(seq).min(loaded).min(prompt.len());
+        if held > 0 {
+            cache.count_hit(held);
+        }
+        self.cached[seq] = prompt[..held].to_vec();
+        self.saved[seq] = held / BLOCK * BLOCK;
+        held
     }
 
-    /// Saves every sequence's new full blocks into the prefix cache. Runs
-    /// before anything changes a cache (a forward pass, a truncation, a
-    /// copy or a load), so each block is saved while its rows are held
-    /// (a sliding-window cache drops old rows in the next forward pass).
+    /// Saves every sequence's new full blocks into the prefix cache, before
+    /// a forward pass or an admission can change the caches, so that each
+    /// block is saved while its rows are held (a sliding-window cache drops
+    /// old rows in the next forward pass).
     fn save_pending(&mut self) {
-        if self.prefix.is_some() {
-            for seq in 0..self.cached.len() {
-                self.save_blocks(seq);
-            }
+        for seq in 0..self.cached.len() {
+            self.save_blocks(seq, usize::MAX);
         }
     }
 
-    /// Saves the full blocks sequence `seq` holds that the prefix cache
-    /// lacks; stops at a block the backend can no longer give.
-    fn save_blocks(&mut self, seq: usize) {
+    /// Saves the full blocks below position `upto` that sequence `seq`
+    /// holds and the prefix cache lacks (or holds without the recurrent
+    /// state a sequence resumes from); stops at a block the backend can no
+    /// longer give.
+    fn save_blocks(&mut self, seq: usize, upto: usize) {
         let Some(cache) = self.prefix.as_mut() else {
             return;
         };
-        let tokens = &self.cached[seq];
+        let held = self.inner.position(seq).min(upto);
+        let tokens = &self.cached[seq][..held.min(self.cached[seq].len())];
         let n = tokens.len() / BLOCK;
         let first = self.saved[seq] / BLOCK;
         if first >= n {
@@ -103,13 +111,20 @@ impl EngineBatch {
         }
         let keys = chain_keys(tokens, n);
         for i in first..n {
+            let range = i * BLOCK..(i + 1) * BLOCK;
+            if cache.needs_state(&keys, tokens, i) {
+                if let Some(rows) = self.inner.save_rows(seq, range) {
+                    cache.upgrade(&keys, tokens, i, rows);
+                }
+                continue;
+            }
             if cache.contains(&keys, tokens, i) {
                 cache.touch(&keys, i);
                 continue;
             }
             let stored = self
                 .inner
-                .save_rows(seq, i * BLOCK..(i + 1) * BLOCK)
+                .save_rows(seq, range)
                 .is_some_and(|rows| cache.insert(&keys, tokens, i, rows));
             if !stored {
                 break;
@@ -142,7 +157,10 @@ impl EngineBatch {
 
     /// The token ids sequence `seq` holds, oldest first.
     pub fn cached_tokens(&self, seq: usize) -> &[u32] {
-        self.cached.get(seq).map_or(&[], |c| c.as_slice())
+        let held = self.inner.position(seq);
+        self.cached
+            .get(seq)
+            .map_or(&[], |c| &c[..held.min(c.len())])
     }
 
     /// Keeps the longest prefix of sequence `seq` shared with `prompt` that
@@ -161,10 +179,21 @@ impl EngineBatch {
         self.inner.reusable(seq, keep)
     }
 
-    /// How many of `prompt`'s tokens sequence `src` holds and could give to
-    /// another sequence by [`Self::copy_prefix`] (never the whole prompt).
+    /// How many of `prompt`'s tokens sequence `src` holds (never the whole
+    /// prompt).
     pub fn shareable_for(&self, src: usize, prompt: &[u32]) -> usize {
         reusable_prefix(self.cached_tokens(src), prompt)
+    }
+
+    /// How many of `prompt`'s tokens [`Self::copy_prefix`] could give
+    /// another sequence from `src`: what it holds and can still go back to
+    /// (a sliding-window cache far past the shared part cannot), 0 where
+    /// the backend cannot copy.
+    pub fn copyable_for(&self, src: usize, prompt: &[u32]) -> usize {
+        if !self.can_copy_prefix() {
+            return 0;
+        }
+        self.inner.reusable(src, self.shareable_for(src, prompt))
     }
 
     /// Whether [`Self::copy_prefix`] can copy at all on this backend.
@@ -180,7 +209,7 @@ impl EngineBatch {
         if n == 0 || src == dst {
             return 0;
         }
-        self.save_pending();
+        self.save_blocks(dst, usize::MAX);
         let copied = self.inner.copy_prefix(src, dst, n);
         if copied > 0 {
             let tokens = self.cached[src][..copied].to_vec();
@@ -193,8 +222,15 @@ impl EngineBatch {
     /// Drops positions at or beyond `n` of sequence `seq`; returns the
     /// positions kept (fewer where recurrent state has no snapshot at `n`).
     pub fn truncate(&mut self, seq: usize, n: usize) -> usize {
-        self.save_pending();
+        // Blocks past `n` (rejected drafts) are not worth keeping.
+        self.save_blocks(seq, n);
         self.inner.truncate(seq, n);
+        self.sync(seq)
+    }
+
+    /// Trims sequence `seq`'s tokens (and saved blocks) to the positions
+    /// the backend holds; returns them.
+    fn sync(&mut self, seq: usize) -> usize {
         let kept = self.inner.position(seq);
         if let Some(c) = self.cached.get_mut(seq) {
             c.truncate(kept);
@@ -207,6 +243,12 @@ impl EngineBatch {
 
     /// Runs one batched forward pass; see [`BatchSession::forward`].
     pub fn forward(&mut self, items: &[BatchItem<'_>]) -> Result<&mut [f32]> {
+        // A failed call may not have gone back to where it started (a
+        // sliding-window cache that dropped rows goes back to 0): the
+        // backend's positions say what is held.
+        for item in items {
+            self.sync(item.seq);
+        }
         self.save_pending();
         let out = self.inner.forward(items)?;
         for item in items {

@@ -110,9 +110,7 @@ impl PrefixCache {
     /// Blocks of `prompt` a sequence can load: the longest cached run of
     /// blocks from the start that ends where a sequence can resume, leaving
     /// at least one prompt token to run (its logits start generation).
-    /// Counts a lookup.
-    pub fn lookup(&mut self, prompt: &[u32]) -> usize {
-        self.stats.lookups += 1;
+    pub fn lookup(&self, prompt: &[u32]) -> usize {
         let n = prompt.len().saturating_sub(1) / BLOCK;
         let keys = chain_keys(prompt, n);
         let mut usable = 0;
@@ -127,8 +125,19 @@ impl PrefixCache {
         usable
     }
 
+    /// Counts a prompt looked up (once per admitted request).
+    pub fn count_lookup(&mut self) {
+        self.stats.lookups += 1;
+    }
+
+    /// Counts a prompt that loaded `tokens` tokens from the cache.
+    pub fn count_hit(&mut self, tokens: usize) {
+        self.stats.hits += 1;
+        self.stats.hit_tokens += tokens as u64;
+    }
+
     /// The rows of the first `n` blocks of `prompt` (all cached: `n` from
-    /// [`Self::lookup`]), marked as just used, and counted as a hit.
+    /// [`Self::lookup`]), marked as just used.
     pub fn take(&mut self, prompt: &[u32], n: usize) -> Option<Vec<&SavedRows>> {
         let keys = chain_keys(prompt, n);
         if keys.len() < n || (0..n).any(|i| !self.contains(&keys, prompt, i)) {
@@ -140,8 +149,6 @@ impl PrefixCache {
                 e.last_used = self.tick;
             }
         }
-        self.stats.hits += 1;
-        self.stats.hit_tokens += (n * BLOCK) as u64;
         Some(
             keys.iter()
                 .filter_map(|k| self.entries.get(k))
@@ -200,6 +207,28 @@ impl PrefixCache {
                 children: 0,
             },
         );
+        true
+    }
+
+    /// Whether block `i` of `tokens` is cached but a sequence cannot resume
+    /// at its end (its recurrent state was gone when it was saved).
+    pub fn needs_state(&self, keys: &[u64], tokens: &[u32], i: usize) -> bool {
+        self.entry(keys, tokens, i)
+            .is_some_and(|e| !e.rows.resumable)
+    }
+
+    /// Replaces the rows of cached block `i` by `rows` if they let a
+    /// sequence resume at its end and the cached ones did not; returns
+    /// whether it did.
+    pub fn upgrade(&mut self, keys: &[u64], tokens: &[u32], i: usize, rows: SavedRows) -> bool {
+        if !rows.resumable || !self.needs_state(keys, tokens, i) {
+            return false;
+        }
+        let Some(e) = self.entries.get_mut(&keys[i]) else {
+            return false;
+        };
+        self.stats.bytes = self.stats.bytes - e.rows.bytes + rows.bytes;
+        e.rows = rows;
         true
     }
 
@@ -266,8 +295,11 @@ mod tests {
         assert_eq!(c.lookup(&d), 0);
         let got = c.take(&b, 3).map(|r| r.len());
         assert_eq!(got, Some(3));
+        assert!(c.take(&b, 4).is_none());
+        c.count_lookup();
+        c.count_hit(192);
         let s = c.stats();
-        assert_eq!((s.lookups, s.hits, s.hit_tokens), (4, 1, 192));
+        assert_eq!((s.lookups, s.hits, s.hit_tokens), (1, 1, 192));
         assert_eq!((s.blocks, s.bytes, s.stored), (4, 40, 4));
         // Stored once only.
         assert_eq!(store_all(&mut c, &a, 10), 0);
@@ -283,6 +315,13 @@ mod tests {
         }
         assert_eq!(c.lookup(&a), 4);
         assert_eq!(c.lookup(&a[..200]), 2);
+        // A resumable copy of block 4 replaces the one without state.
+        assert!(c.needs_state(&keys, &a, 4));
+        assert!(!c.upgrade(&keys, &a, 4, rows(5, false)));
+        assert!(c.upgrade(&keys, &a, 4, rows(5, true)));
+        assert!(!c.upgrade(&keys, &a, 3, rows(5, true)));
+        assert_eq!(c.lookup(&a), 5);
+        assert_eq!(c.stats().bytes, 10);
     }
 
     #[test]

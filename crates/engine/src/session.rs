@@ -37,7 +37,7 @@ impl EngineSession {
 
     /// The token ids held in the cache, oldest first.
     pub fn cached_tokens(&self) -> &[u32] {
-        &self.cached
+        &self.cached[..self.inner.position().min(self.cached.len())]
     }
 
     /// Keeps the longest cached prefix shared with `prompt` that the backend
@@ -45,7 +45,7 @@ impl EngineSession {
     /// prompt token to run (its logits start generation). Returns how many
     /// prompt tokens were reused.
     pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
-        let keep = reusable_prefix(&self.cached, prompt);
+        let keep = reusable_prefix(self.cached_tokens(), prompt);
         self.truncate(keep)
     }
 
@@ -65,6 +65,11 @@ impl EngineSession {
 
     /// Appends `tokens` and returns logits per `mode`.
     pub fn forward(&mut self, tokens: &[u32], mode: LogitsMode) -> Result<&[f32]> {
+        // A failed call may not have gone back to where it started (a
+        // sliding-window cache that dropped rows goes back to 0): the
+        // backend's position says what is held.
+        let held = self.inner.position();
+        self.cached.truncate(held);
         let out = self.inner.forward(tokens, mode)?;
         self.cached.extend_from_slice(tokens);
         Ok(out)
@@ -73,6 +78,8 @@ impl EngineSession {
     /// Appends `tokens` and returns their final hidden states
     /// ([`Session::hidden_states`]).
     pub fn hidden_states(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let held = self.inner.position();
+        self.cached.truncate(held);
         let out = self.inner.hidden_states(tokens)?;
         self.cached.extend_from_slice(tokens);
         Ok(out)

@@ -77,3 +77,41 @@ fn cached_blocks_continue_like_computed_ones() {
         assert_eq!(batch.load_cached_prefix(1, &other), 0, "{tag}");
     }
 }
+
+/// A sequence far past the prompt it shares can no longer give that prefix
+/// away under sliding windows (its windowed layers dropped the rows), and
+/// says so; the prefix cache still can.
+#[test]
+fn a_slot_far_past_a_shared_prefix_cannot_copy_it_but_the_cache_can() {
+    let options = LoadOptions {
+        backend_options: anedvd_engine::BackendOptions::with_threads(2),
+        overrides: fixtures::overrides("gemma3", Format::GgufF32),
+        ..Default::default()
+    };
+    let engine = Engine::load(fixtures::path("gemma3", Format::GgufF32), &options, |_| {}).unwrap();
+    let n_vocab = engine.vocab_size();
+    let shared = tokens(5, 2 * BLOCK, n_vocab);
+    let a = [shared.clone(), tokens(6, 450, n_vocab)].concat();
+    let b = [shared.clone(), tokens(7, 10, n_vocab)].concat();
+    let mut batch = engine
+        .new_batch(2, 1024)
+        .unwrap()
+        .with_prefix_cache(64 << 20);
+    feed(&mut batch, 0, &a, 100);
+    assert_eq!(batch.shareable_for(0, &b), shared.len());
+    assert_eq!(batch.copyable_for(0, &b), 0);
+    assert_eq!(batch.copy_prefix(0, 1, &b), 0);
+    assert_eq!(batch.prefix_lookup(&b), shared.len());
+    assert_eq!(batch.load_cached_prefix(1, &b), shared.len());
+    let s = batch.prefix_stats().unwrap();
+    assert_eq!(
+        (s.lookups, s.hits, s.hit_tokens),
+        (1, 1, shared.len() as u64)
+    );
+    // Within reach, the copy works.
+    let near = [a[..300].to_vec(), tokens(8, 5, n_vocab)].concat();
+    let mut fresh = engine.new_batch(2, 1024).unwrap();
+    feed(&mut fresh, 0, &a[..310], 100);
+    assert_eq!(fresh.copyable_for(0, &near), 300);
+    assert_eq!(fresh.copy_prefix(0, 1, &near), 300);
+}

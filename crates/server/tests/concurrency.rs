@@ -305,6 +305,7 @@ async fn the_prefix_cache_serves_a_prefix_the_slot_no_longer_holds() {
     }
     assert_eq!(texts[0], texts[1]);
     let m = send(&cached, "GET", "/metrics", &[], "").await.text;
+    assert_eq!(metric(&m, "anedvd_prefix_cache_lookups_total"), 3.0);
     assert_eq!(metric(&m, "anedvd_prefix_cache_hits_total"), 1.0);
     assert_eq!(metric(&m, "anedvd_prefix_cache_hit_tokens_total"), 128.0);
     assert!(metric(&m, "anedvd_prefix_cache_bytes") > 0.0);

@@ -196,7 +196,10 @@ fn run_loop(sh: &Shared, mut batch: EngineBatch) {
         quarantine.retain(|&s| slots[s].is_some());
         publish_positions(sh, &batch, &slots);
         propose(sh, &batch, &mut slots, &mut drafters);
-        let planned = plan(&slots, &mut tokens, quarantine.front().copied());
+        // Prompt pieces end at block boundaries where recurrent state is
+        // only held at a forward call's end and blocks are being saved.
+        let align = batch.prefix_stats().is_some() && !batch.can_copy_prefix();
+        let planned = plan(&slots, &mut tokens, quarantine.front().copied(), align);
         if planned.is_empty() {
             if slots.iter().any(Option::is_some) || !draining.is_empty() {
                 std::thread::sleep(BACKPRESSURE_WAIT);
@@ -337,9 +340,8 @@ fn admit<'e>(
             let own = batch.reusable_for(slot, &prompt);
             let source = (0..slots.len())
                 .filter(|&i| slots[i].is_some())
-                .map(|i| (batch.shareable_for(i, &prompt), i))
-                .max()
-                .filter(|_| batch.can_copy_prefix());
+                .map(|i| (batch.copyable_for(i, &prompt), i))
+                .max();
             let from_cache = if params.reuse_prefix {
                 batch.prefix_lookup(&prompt)
             } else {
@@ -353,7 +355,12 @@ fn admit<'e>(
             let copied = match source {
                 _ if !params.reuse_prefix => None,
                 Some((shared, src)) if shared > own && shared >= from_cache => {
-                    Some((oldest, batch.copy_prefix(src, oldest, &prompt)))
+                    match batch.copy_prefix(src, oldest, &prompt) {
+                        0 if from_cache > own => {
+                            Some((oldest, batch.load_cached_prefix(oldest, &prompt)))
+                        }
+                        n => Some((oldest, n)),
+                    }
                 }
                 _ if from_cache > own => Some((oldest, batch.load_cached_prefix(oldest, &prompt))),
                 _ => None,
@@ -503,9 +510,15 @@ type Planned = (usize, usize, usize, LogitsMode);
 /// This step's batch: every decoding sequence's next token (after any
 /// replay, before its drafts), then prompt pieces within
 /// [`PREFILL_BUDGET`]; sequences whose client is behind wait. With `solo`,
-/// only that sequence runs (a quarantined one, see [`run`]). Tokens are
-/// copied into `tokens` so the batch does not borrow the slots.
-fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>, solo: Option<usize>) -> Vec<Planned> {
+/// only that sequence runs (a quarantined one, see [`run`]); with `align`,
+/// prompt pieces end at prefix-cache block boundaries ([`prefill_piece`]).
+/// Tokens are copied into `tokens` so the batch does not borrow the slots.
+fn plan(
+    slots: &[Option<Active<'_>>],
+    tokens: &mut Vec<u32>,
+    solo: Option<usize>,
+    align: bool,
+) -> Vec<Planned> {
     tokens.clear();
     let ready = slots
         .iter()
@@ -534,7 +547,12 @@ fn plan(slots: &[Option<Active<'_>>], tokens: &mut Vec<u32>, solo: Option<usize>
             planned.push((a.slot, start, tokens.len() - start, mode));
         } else if a.prefilling() && budget > 0 {
             let prompt = a.prompt();
-            let take = prefill_piece(a.fed, prompt.len() - a.fed, budget);
+            let left = prompt.len() - a.fed;
+            let take = if align {
+                prefill_piece(a.fed, left, budget)
+            } else {
+                left.min(budget)
+            };
             budget -= take;
             tokens.extend_from_slice(&prompt[a.fed..a.fed + take]);
             let mode = if a.fed + take == prompt.len() {
