@@ -137,3 +137,33 @@ fn windowed_caches_match_full_ones_and_stay_bounded() {
         }
     }
 }
+
+/// A context of 32768 positions (Gemma 3's trained length) on the tiny
+/// Gemma 3, whose sliding layers keep their window while its global ones
+/// keep everything: the last logits equal those of caches that keep every
+/// position, bit for bit.
+#[test]
+fn a_32k_context_with_windowed_caches_equals_full_caches() {
+    const N: usize = 32768;
+    let p = fixtures::program("gemma3", Format::Hf);
+    let toks = random_tokens(99, N, p.n_vocab);
+    let mut last = Vec::new();
+    let mut held = Vec::new();
+    for swa_full in [false, true] {
+        let exe = cpu(&p, swa_full);
+        let mut s = exe.new_session(N).unwrap();
+        for piece in toks[..N - 1].chunks(4096) {
+            s.forward(piece, LogitsMode::None).unwrap();
+        }
+        last.push(
+            s.forward(&toks[N - 1..], LogitsMode::Last)
+                .unwrap()
+                .to_vec(),
+        );
+        held.push(s.cache_bytes());
+        assert_eq!(s.position(), N);
+    }
+    assert!(last[0] == last[1], "last logits differ");
+    assert!(last[0].iter().all(|v| v.is_finite()));
+    assert!(held[0] < held[1] / 2, "{held:?}");
+}
