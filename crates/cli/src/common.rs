@@ -687,6 +687,32 @@ mod tests {
         }
     }
 
+    #[derive(Parser)]
+    struct CpuCli {
+        #[command(flatten)]
+        cpu: CpuArgs,
+    }
+
+    fn cpu_options(args: &[&str]) -> Result<CpuOptions> {
+        let cli = CpuCli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))?;
+        cli.cpu.options(2)
+    }
+
+    #[test]
+    fn kv_cache_flags() {
+        let default = cpu_options(&[]).unwrap();
+        assert_eq!((default.kv_type, default.swa_full), (KvType::F16, false));
+        let set = cpu_options(&["--cache-type", "q8_0", "--swa-full"]).unwrap();
+        assert_eq!((set.kv_type, set.swa_full), (KvType::Q8_0, true));
+        let err = cpu_options(&["--cache-type", "q4_0"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--cache-type must be f16 or q8_0") && err.contains("q4_0"),
+            "{err}"
+        );
+    }
+
     fn given(args: &[&str]) -> Result<Option<TemplateOverride>> {
         let cli = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))?;
         cli.model.template_override()
