@@ -623,20 +623,21 @@ mod tests {
     fn kernels_json_reports_dispatches_weights_and_contested_ops() {
         let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../tests/fixtures/models/qwen2/model-f32.gguf");
-        let json = |weights, path| {
-            let lowering = LowerOptions {
-                weights,
-                path,
-                ..LowerOptions::default()
-            };
-            let r = kernels::plan(
+        let plan = |lowering: LowerOptions| {
+            kernels::plan(
                 &model,
                 &Default::default(),
                 &lowering,
                 &CostModel::default(),
             )
-            .unwrap();
-            plan_json(&r)
+            .unwrap()
+        };
+        let json = |weights, path| {
+            plan_json(&plan(LowerOptions {
+                weights,
+                path,
+                ..LowerOptions::default()
+            }))
         };
         let inmem = json(WeightFormat::Fp16, RuntimePath::InMemory);
         let fused = &inmem["variants"][0];
@@ -678,19 +679,12 @@ mod tests {
         assert_eq!(e5rt["unavailable"][0]["path"], "inmem");
         assert!(find(&inmem, "fused", "e5rt").is_some());
         // the most sensitive blocks kept fp16 are listed and cost bytes
-        let lowering = LowerOptions {
+        let r = plan(LowerOptions {
             weights: WeightFormat::Int8,
             path: RuntimePath::E5rt,
             keep_fp16: 2,
             ..LowerOptions::default()
-        };
-        let r = kernels::plan(
-            &model,
-            &Default::default(),
-            &lowering,
-            &CostModel::default(),
-        )
-        .unwrap();
+        });
         let kept = plan_json(&r)["fp16_blocks"].as_array().map(Vec::len);
         assert_eq!(kept, Some(2));
         assert!(r.variants[0].weight_bytes as f64 > bytes(&e5rt));

@@ -324,21 +324,19 @@ impl KvType {
         }
     }
 
-    /// Whether rows of `head_dim` values can be stored this way (Q8_0:
-    /// whole blocks of 32).
+    /// Whether rows of `head_dim` values can be stored this way (whole
+    /// blocks of the type: 32 values for Q8_0).
     pub fn holds(self, head_dim: usize) -> bool {
-        match self {
-            Self::F16 => true,
-            Self::Q8_0 => head_dim.is_multiple_of(32),
-        }
+        self.dtype().row_bytes(head_dim as u64).is_ok()
     }
 
-    /// Bytes of one row of `head_dim` values.
+    /// Bytes of one row of `head_dim` values (f16's for a width the type
+    /// does not hold, which a cache then keeps: see [`Self::holds`]).
     pub fn row_bytes(self, head_dim: usize) -> usize {
-        match self {
-            Self::F16 => 2 * head_dim,
-            Self::Q8_0 => head_dim / 32 * 34,
-        }
+        let f16 = 2 * head_dim;
+        self.dtype()
+            .row_bytes(head_dim as u64)
+            .map_or(f16, |b| usize::try_from(b).unwrap_or(f16))
     }
 }
 
@@ -689,45 +687,8 @@ mod tests {
         let mut cache = KvCache::new(1, hd);
         cache.store(0, &k, &v, n);
         let q: Vec<f32> = (0..2 * hd).map(|i| f(i, 0.7)).collect();
-        let mut out = vec![0.0; 2 * hd];
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build();
-        let pool = pool.map_err(|e| e.to_string());
-        let Ok(pool) = pool else { return };
-        pool.install(|| {
-            attend(
-                &Kernels::detect(),
-                &sp,
-                &cache,
-                &q,
-                n - 1,
-                1,
-                &mut out,
-                &mut Vec::new(),
-            )
-        });
-        let f16s = |b: &[u8]| -> Vec<f64> {
-            b.chunks_exact(2)
-                .map(|b| f64::from(f16::from_le_bytes([b[0], b[1]]).to_f32()))
-                .collect()
-        };
-        let (kf, vf) = (f16s(&cache.k[0]), f16s(&cache.v[0]));
-        for g in 0..2 {
-            let qg = &q[g * hd..(g + 1) * hd];
-            let s: Vec<f64> = (0..n)
-                .map(|j| {
-                    let d: f64 = (0..hd).map(|i| f64::from(qg[i]) * kf[j * hd + i]).sum();
-                    d * 0.3
-                })
-                .collect();
-            let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-            let z: f64 = w.iter().sum();
-            for i in 0..hd {
-                let want: f64 = (0..n).map(|j| w[j] * vf[j * hd + i]).sum::<f64>() / z;
-                let got = f64::from(out[g * hd + i]);
-                assert!((got - want).abs() < 1e-4, "g={g} i={i}: {got} vs {want}");
-            }
-        }
+        let out = attended(&Kernels::detect(), &sp, &cache, &q, (n - 1, 1));
+        assert_reference("split", (&sp, &cache, &q), (n - 1, 1), &out, 1e-4);
     }
 
     /// Direct f64 attention of query row `(t, h)` over the cache's rows as
@@ -775,6 +736,45 @@ mod tests {
             .collect()
     }
 
+    /// [`attend`] into a fresh output (NaN where nothing was written), on a
+    /// pool of two threads so the split decode path is taken.
+    fn attended(
+        kern: &Kernels,
+        sp: &Attention,
+        cache: &KvCache,
+        q: &[f32],
+        (pos0, n_tok): (usize, usize),
+    ) -> Vec<f32> {
+        let mut out = vec![f32::NAN; n_tok * sp.n_head * sp.head_dim];
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build();
+        let Ok(pool) = pool else { return out };
+        pool.install(|| attend(kern, sp, cache, q, pos0, n_tok, &mut out, &mut Vec::new()));
+        out
+    }
+
+    /// Asserts every query row of `out` is [`reference`] within `tol`.
+    fn assert_reference(
+        name: &str,
+        (sp, cache, q): (&Attention, &KvCache, &[f32]),
+        (pos0, n_tok): (usize, usize),
+        out: &[f32],
+        tol: f64,
+    ) {
+        let hd = sp.head_dim;
+        for t in 0..n_tok {
+            for h in 0..sp.n_head {
+                let want = reference(sp, cache, q, pos0 + t, t, h);
+                for (i, w) in want.iter().enumerate() {
+                    let got = f64::from(out[(t * sp.n_head + h) * hd + i]);
+                    assert!(
+                        (got - w).abs() < tol,
+                        "{name} n_tok {n_tok} t={t} h={h} i={i}: {got} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
     /// Tiled attention (every kernel table, and `attend`'s own choice)
     /// against direct f64 softmax attention: GQA, causal and sliding
     /// masks, soft-cap, a chunk after cached positions, ragged tiles.
@@ -811,32 +811,12 @@ mod tests {
                     &mut Vec::new(),
                 );
                 runs.push((format!("tiled {kern:?}"), out));
-                let mut out = vec![f32::NAN; n_tok * n_head * hd];
-                attend(
-                    &kern,
-                    &sp,
-                    &cache,
-                    &q,
-                    pos0,
-                    n_tok,
-                    &mut out,
-                    &mut Vec::new(),
-                );
+                let out = attended(&kern, &sp, &cache, &q, (pos0, n_tok));
                 runs.push((format!("attend {kern:?}"), out));
             }
             for (name, out) in &runs {
-                for t in 0..n_tok {
-                    for h in 0..n_head {
-                        let want = reference(&sp, &cache, &q, pos0 + t, t, h);
-                        for (i, w) in want.iter().enumerate() {
-                            let got = f64::from(out[(t * n_head + h) * hd + i]);
-                            assert!(
-                                (got - w).abs() < 2e-5,
-                                "{name} heads {n_head}/{n_kv} t={t} h={h} i={i}: {got} vs {w}"
-                            );
-                        }
-                    }
-                }
+                let name = format!("{name} heads {n_head}/{n_kv}");
+                assert_reference(&name, (&sp, &cache, &q), (pos0, n_tok), out, 2e-5);
             }
         }
     }
@@ -873,10 +853,9 @@ mod tests {
             full.store(pos, &k, &v, n);
             ring.store(pos, &k, &v, n);
             let q: Vec<f32> = (0..n * 4 * hd).map(|i| f(i + pos, 0.7)).collect();
-            let mut a = vec![0.0; n * 4 * hd];
-            let mut b = vec![1.0; n * 4 * hd];
-            attend(&kern, &sp, &full, &q, pos, n, &mut a, &mut Vec::new());
-            attend(&kern, &sp, &ring, &q, pos, n, &mut b, &mut Vec::new());
+            let a = attended(&kern, &sp, &full, &q, (pos, n));
+            let b = attended(&kern, &sp, &ring, &q, (pos, n));
+            assert!(a.iter().all(|x| x.is_finite()), "pos {pos} n {n}");
             assert_eq!(a, b, "pos {pos} n {n}");
             pos += n;
             step += 1;
@@ -917,35 +896,9 @@ mod tests {
         for (pos0, n_tok) in [(n - 1, 1usize), (900, 37)] {
             let q: Vec<f32> = (0..n_tok * n_head * hd).map(|i| f(i, 0.7)).collect();
             for kern in Kernels::available() {
-                let mut out = vec![f32::NAN; n_tok * n_head * hd];
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(2)
-                    .build()
-                    .unwrap();
-                pool.install(|| {
-                    attend(
-                        &kern,
-                        &sp,
-                        &cache,
-                        &q,
-                        pos0,
-                        n_tok,
-                        &mut out,
-                        &mut Vec::new(),
-                    )
-                });
-                for t in 0..n_tok {
-                    for h in 0..n_head {
-                        let want = reference(&sp, &cache, &q, pos0 + t, t, h);
-                        for (i, w) in want.iter().enumerate() {
-                            let got = f64::from(out[(t * n_head + h) * hd + i]);
-                            assert!(
-                                (got - w).abs() < 2e-5,
-                                "{kern:?} n_tok {n_tok} t={t} h={h} i={i}: {got} vs {w}"
-                            );
-                        }
-                    }
-                }
+                let out = attended(&kern, &sp, &cache, &q, (pos0, n_tok));
+                let name = format!("{kern:?}");
+                assert_reference(&name, (&sp, &cache, &q), (pos0, n_tok), &out, 2e-5);
             }
         }
         // A width Q8_0 cannot hold stays f16.
@@ -980,17 +933,7 @@ mod tests {
         let v: Vec<f32> = (0..5).flat_map(|p| [p as f32, 10.0 * p as f32]).collect();
         cache.store(0, &k, &v, 5);
         let q = vec![0.0; 5 * 4];
-        let mut out = vec![0.0; 5 * 4];
-        attend(
-            &Kernels::detect(),
-            &spec(None),
-            &cache,
-            &q,
-            0,
-            5,
-            &mut out,
-            &mut Vec::new(),
-        );
+        let out = attended(&Kernels::detect(), &spec(None), &cache, &q, (0, 5));
         for t in 0..5usize {
             let mean = (0..=t).map(|p| p as f32).sum::<f32>() / (t + 1) as f32;
             for h in 0..2 {
@@ -998,16 +941,7 @@ mod tests {
                 assert!((out[t * 4 + h * 2 + 1] - 10.0 * mean).abs() < 1e-3);
             }
         }
-        attend(
-            &Kernels::detect(),
-            &spec(Some(2)),
-            &cache,
-            &q,
-            0,
-            5,
-            &mut out,
-            &mut Vec::new(),
-        );
+        let out = attended(&Kernels::detect(), &spec(Some(2)), &cache, &q, (0, 5));
         for t in 0..5usize {
             let lo = t.saturating_sub(1);
             let mean = (lo..=t).map(|p| p as f32).sum::<f32>() / (t - lo + 1) as f32;

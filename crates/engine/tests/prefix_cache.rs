@@ -11,6 +11,17 @@ use anedvd_engine::{BackendChoice, BatchItem, Engine, LoadOptions, LogitsMode};
 use anedvd_testkit::fixtures::{self, Format};
 use anedvd_testkit::random_tokens as tokens;
 
+/// The F32 GGUF fixture of `family` on `backend`, two CPU threads.
+fn load(family: &str, backend: BackendChoice) -> Engine {
+    let options = LoadOptions {
+        backend,
+        backend_options: anedvd_engine::BackendOptions::with_threads(2),
+        overrides: fixtures::overrides(family, Format::GgufF32),
+        ..Default::default()
+    };
+    Engine::load(fixtures::path(family, Format::GgufF32), &options, |_| {}).unwrap()
+}
+
 /// Feeds `toks` to sequence `seq` in pieces of `chunk`; the last logits.
 fn feed(b: &mut anedvd_engine::EngineBatch, seq: usize, toks: &[u32], chunk: usize) -> Vec<f32> {
     let mut last = Vec::new();
@@ -34,14 +45,7 @@ fn cached_blocks_continue_like_computed_ones() {
         ("gemma3", BackendChoice::AneSim),
     ] {
         let tag = format!("{family} / {backend:?}");
-        let options = LoadOptions {
-            backend,
-            backend_options: anedvd_engine::BackendOptions::with_threads(2),
-            overrides: fixtures::overrides(family, Format::GgufF32),
-            ..Default::default()
-        };
-        let path = fixtures::path(family, Format::GgufF32);
-        let engine = Engine::load(&path, &options, |_| {}).unwrap();
+        let engine = load(family, backend);
         let n_vocab = engine.vocab_size();
         // Two prompts sharing 5 blocks (beyond a window of 8 plus the
         // 256 rows a sliding-window slot keeps), then differing.
@@ -83,12 +87,7 @@ fn cached_blocks_continue_like_computed_ones() {
 /// says so; the prefix cache still can.
 #[test]
 fn a_slot_far_past_a_shared_prefix_cannot_copy_it_but_the_cache_can() {
-    let options = LoadOptions {
-        backend_options: anedvd_engine::BackendOptions::with_threads(2),
-        overrides: fixtures::overrides("gemma3", Format::GgufF32),
-        ..Default::default()
-    };
-    let engine = Engine::load(fixtures::path("gemma3", Format::GgufF32), &options, |_| {}).unwrap();
+    let engine = load("gemma3", BackendChoice::Cpu);
     let n_vocab = engine.vocab_size();
     let shared = tokens(5, 2 * BLOCK, n_vocab);
     let a = [shared.clone(), tokens(6, 450, n_vocab)].concat();
