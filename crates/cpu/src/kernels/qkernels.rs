@@ -18,7 +18,6 @@
 //! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX2 8-row and AVX-512 16-row panels | NEON (Q4_K, Q6_K) |
 //! | Q2_K, Q3_K, IQ4_XS | Q8_K | AVX2 | generic |
 //! | F32, F16, BF16 | f32 | AVX2 | generic |
-//!
 //! Prefill batches of at least `PANEL_MIN_TOKENS` tokens go through panel
 //! kernels where the table has them: each call's weight rows are unpacked
 //! to unsigned bytes and interleaved 16 rows (AVX-512) or 8 rows (AVX2) per
@@ -200,7 +199,7 @@ const PANEL_ROW_CHUNK: usize = 128;
 pub(crate) type GatedFn = fn(anedvd_graph::Activation, &mut [f32], &[f32]);
 
 /// The SIMD gated activation this CPU runs, if any (detected once; bit for
-/// bit the scalar one).
+/// bit the scalar one): AVX-512 where detected, NEON on every aarch64.
 pub(crate) fn simd_gated() -> Option<GatedFn> {
     static F: std::sync::OnceLock<Option<GatedFn>> = std::sync::OnceLock::new();
     *F.get_or_init(|| {
@@ -208,7 +207,11 @@ pub(crate) fn simd_gated() -> Option<GatedFn> {
         {
             x86_64::gated_fn()
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            Some(aarch64::neon_act::gated as GatedFn)
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         None
     })
 }
@@ -224,7 +227,11 @@ pub(crate) fn simd_exp_scores() -> Option<ExpScoresFn> {
         {
             x86_64::exp_scores_fn()
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            Some(aarch64::neon_act::exp_scores as ExpScoresFn)
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         None
     })
 }

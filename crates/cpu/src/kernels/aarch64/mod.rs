@@ -3,6 +3,7 @@
 #![allow(unsafe_code)]
 
 mod neon;
+pub(super) mod neon_act;
 mod neon_attn;
 
 use super::Table;
