@@ -5,6 +5,7 @@
 mod neon;
 pub(super) mod neon_act;
 mod neon_attn;
+mod neon_attn_f16;
 
 use super::Table;
 
@@ -12,6 +13,10 @@ use super::Table;
 pub(super) fn neon_table() -> Option<Table> {
     Some(Table {
         gemm_f32: Some(neon_attn::gemm_f32),
+        axpy_f16: neon_attn_f16::axpy_f16,
+        wsum_f16: neon_attn_f16::wsum_f16,
+        dot_f16_multi: neon_attn_f16::dot_f16_multi,
+        wsum_f16_multi: neon_attn_f16::wsum_f16_multi,
         ..neon::TABLE
     })
 }

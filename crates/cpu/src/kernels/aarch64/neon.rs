@@ -10,7 +10,7 @@ use std::arch::aarch64::*;
 /// Loads 16 bytes from the start of `s` (which must hold at least 16).
 #[target_feature(enable = "neon")]
 #[inline]
-fn ld_u8(s: &[u8]) -> uint8x16_t {
+pub(super) fn ld_u8(s: &[u8]) -> uint8x16_t {
     let s = &s[..16];
     // SAFETY: `s` is 16 readable bytes; `ld1` has no alignment requirement.
     unsafe { vld1q_u8(s.as_ptr()) }
