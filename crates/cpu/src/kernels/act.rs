@@ -102,6 +102,10 @@ fn quantizers() -> Quantizers {
         if let Some(q) = super::x86_64::quantizers() {
             return q;
         }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(q) = super::aarch64::neon_quant::quantizers() {
+            return q;
+        }
         (q8_row_scalar, q8k_row_scalar)
     })
 }

@@ -6,6 +6,7 @@ mod neon;
 pub(super) mod neon_act;
 mod neon_attn;
 mod neon_attn_f16;
+pub(super) mod neon_quant;
 
 use super::Table;
 
