@@ -18,6 +18,12 @@
 //! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX2 8-row and AVX-512 16-row panels | NEON (Q4_K, Q6_K) |
 //! | Q2_K, Q3_K, IQ4_XS | Q8_K | AVX2 | generic |
 //! | F32, F16, BF16 | f32 | AVX2 | generic |
+//! | f16 KV rows (attention: `axpy_f16`, weighted sums, multi-query dots) | f32 | AVX2, AVX-512 | NEON |
+//!
+//! Activation quantization (Q8, Q8_K), the gated activation and the
+//! attention score exponentiation have AVX-512 and NEON versions, bit for
+//! bit the scalar ones.
+//!
 //! Prefill batches of at least `PANEL_MIN_TOKENS` tokens go through panel
 //! kernels where the table has them: each call's weight rows are unpacked
 //! to unsigned bytes and interleaved 16 rows (AVX-512) or 8 rows (AVX2) per
