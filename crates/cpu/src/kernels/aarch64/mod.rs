@@ -1,11 +1,16 @@
 //! aarch64 kernels: baseline NEON (every aarch64 CPU has it, so no run-time
-//! detection is needed); integer dots with `smull` + `sadalp`.
+//! detection is needed); integer dots with `smull` + `sadalp`. Row dots for
+//! every weight type: `neon.rs` (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and the
+//! shared helpers), `neon_dot.rs` (Q4_1, Q5_1, IQ4_NL, F32, F16, BF16),
+//! `neon_k.rs` (Q2_K, Q3_K, Q5_K, IQ4_XS).
 #![allow(unsafe_code)]
 
 mod neon;
 pub(super) mod neon_act;
 mod neon_attn;
 mod neon_attn_f16;
+mod neon_dot;
+mod neon_k;
 pub(super) mod neon_quant;
 
 use super::Table;
@@ -13,6 +18,16 @@ use super::Table;
 /// The NEON table.
 pub(super) fn neon_table() -> Option<Table> {
     Some(Table {
+        q4_1: neon_dot::rows_q4_1,
+        q5_1: neon_dot::rows_q5_1,
+        iq4_nl: neon_dot::rows_iq4_nl,
+        q2_k: neon_k::rows_q2_k,
+        q3_k: neon_k::rows_q3_k,
+        q5_k: neon_k::rows_q5_k,
+        iq4_xs: neon_k::rows_iq4_xs,
+        f32: neon_dot::rows_f32,
+        f16: neon_dot::rows_f16,
+        bf16: neon_dot::rows_bf16,
         gemm_f32: Some(neon_attn::gemm_f32),
         axpy_f16: neon_attn_f16::axpy_f16,
         wsum_f16: neon_attn_f16::wsum_f16,

@@ -1,6 +1,7 @@
-//! NEON kernels for Q8_0, Q4_0, Q5_0, Q4_K and Q6_K (the other types use the
-//! scalar twins): 16 weights per register, `smull`/`smull2` products summed
-//! pairwise into i32 lanes, one f32 multiply-add per block.
+//! NEON kernels for Q8_0, Q4_0, Q5_0, Q4_K and Q6_K, and the helpers the
+//! other row dots share (`neon_dot.rs`, `neon_k.rs`): 16 weights per
+//! register, `smull`/`smull2` products summed pairwise into i32 lanes, one
+//! f32 multiply-add per block.
 
 use super::super::generic::{f16_at, unpack_k4_scales};
 use super::super::{Q8Block, Table};
@@ -19,7 +20,7 @@ pub(super) fn ld_u8(s: &[u8]) -> uint8x16_t {
 /// Loads 16 signed bytes from the start of `s`.
 #[target_feature(enable = "neon")]
 #[inline]
-fn ld_i8(s: &[i8]) -> int8x16_t {
+pub(super) fn ld_i8(s: &[i8]) -> int8x16_t {
     let s = &s[..16];
     // SAFETY: `s` is 16 readable bytes; `ld1` has no alignment requirement.
     unsafe { vld1q_s8(s.as_ptr()) }
@@ -28,7 +29,7 @@ fn ld_i8(s: &[i8]) -> int8x16_t {
 /// `acc + (sums of 4 products of a and b)` (ggml's `ggml_vdotq_s32` fallback).
 #[target_feature(enable = "neon")]
 #[inline]
-fn dot16(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+pub(super) fn dot16(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     let p0 = vmull_s8(vget_low_s8(a), vget_low_s8(b));
     let p1 = vmull_high_s8(a, b);
     vaddq_s32(acc, vaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)))
@@ -74,7 +75,7 @@ fn halves_q4_0(x: &[u8]) -> (int8x16_t, int8x16_t) {
 /// 16 bits of `qh` (starting at bit `16 * half`) as bytes of 0x10 or 0.
 #[target_feature(enable = "neon")]
 #[inline]
-fn fifth_bits(qh: u32, half: u32) -> uint8x16_t {
+pub(super) fn fifth_bits(qh: u32, half: u32) -> uint8x16_t {
     let b = (qh >> (16 * half)) as u16;
     let rep = vcombine_u8(vdup_n_u8(b as u8), vdup_n_u8((b >> 8) as u8));
     let mask = vcombine_u8(
@@ -97,6 +98,8 @@ fn halves_q5_0(x: &[u8]) -> (int8x16_t, int8x16_t) {
         vsubq_s8(vreinterpretq_s8_u8(hi), sixteen),
     )
 }
+
+pub(super) use legacy_dot;
 
 legacy_dot!(dot_q8_0, 34, halves_q8_0);
 legacy_dot!(dot_q4_0, 18, halves_q4_0);
@@ -189,12 +192,14 @@ macro_rules! rows {
             }
         }
 
-        fn $rows(w: &[u8], rb: usize, a: &[$a], out: &mut [f32]) {
+        pub(super) fn $rows(w: &[u8], rb: usize, a: &[$a], out: &mut [f32]) {
             // SAFETY: NEON is part of every aarch64 target's baseline.
             unsafe { $inner(w, rb, a, out) }
         }
     )*};
 }
+
+pub(super) use rows;
 
 rows! {
     rows_q8_0, inner_q8_0 => dot_q8_0: Q8Block;

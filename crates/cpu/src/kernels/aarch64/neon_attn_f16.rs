@@ -39,7 +39,7 @@ fn ld_f16x4(w: &[u8]) -> float32x4_t {
 /// 8 f16 (16 bytes at the start of `w`) as two vectors of f32.
 #[target_feature(enable = "neon")]
 #[inline]
-fn ld_f16x8(w: &[u8]) -> [float32x4_t; 2] {
+pub(super) fn ld_f16x8(w: &[u8]) -> [float32x4_t; 2] {
     let h = ld_u8(w);
     let (lo, hi): (float32x4_t, float32x4_t);
     // SAFETY: two conversions between vector registers (NEON is baseline);
