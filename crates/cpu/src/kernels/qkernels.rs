@@ -13,9 +13,9 @@
 //!
 //! | weights | activation | x86-64 | aarch64 |
 //! |---|---|---|---|
-//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register); prefill: AVX2 4-token (8-row panels for Q4_0, Q5_0), AVX-512 16-row panels | NEON (Q8_0, Q4_0, Q5_0) |
+//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register); prefill: AVX2 4-token (8-row panels for Q4_0, Q5_0), AVX-512 16-row panels | NEON; prefill: NEON 4-token |
 //! | Q4_1, Q5_1 | Q8 (with `s`) | AVX2 | generic |
-//! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX2 8-row and AVX-512 16-row panels | NEON (Q4_K, Q6_K) |
+//! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX2 8-row and AVX-512 16-row panels | NEON (Q4_K, Q6_K); prefill (Q4_K, Q6_K): NEON 4-token |
 //! | Q2_K, Q3_K, IQ4_XS | Q8_K | AVX2 | generic |
 //! | F32, F16, BF16 | f32 | AVX2 | generic |
 //!
@@ -889,9 +889,9 @@ impl Kernels {
     /// `out[(r - rows.start) * n_tok + t] = W[r] · act[t]` with
     /// `n_tok = act.n_rows()` (weight-row-major). Weight rows are taken in
     /// tiles of 16 so each tile is read from memory once for all tokens;
-    /// where the table has four-row kernels (x86: Q4_0, Q5_0, Q8_0, IQ4_NL,
-    /// Q4_K, Q6_K)
-    /// each weight block is also unpacked once per four tokens.
+    /// where the table has four-row kernels (x86 and aarch64: Q4_0, Q5_0,
+    /// Q8_0, IQ4_NL, Q4_K, Q6_K) each weight block is also unpacked once per
+    /// four tokens.
     pub fn matmul(
         &self,
         ty: GgmlType,

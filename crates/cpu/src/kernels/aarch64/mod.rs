@@ -1,16 +1,19 @@
 //! aarch64 kernels: baseline NEON (every aarch64 CPU has it, so no run-time
-//! detection is needed); integer dots with `smull` + `sadalp`.
+//! detection is needed; integer dots with `smull` + `sadalp`, four-token
+//! prefill kernels in `neon_x4.rs`).
 #![allow(unsafe_code)]
 
 mod neon;
 mod neon_attn;
+mod neon_tokens;
+mod neon_x4;
 
 use super::Table;
 
 /// The NEON table.
 pub(super) fn neon_table() -> Option<Table> {
-    Some(Table {
+    Some(neon_x4::with_x4(Table {
         gemm_f32: Some(neon_attn::gemm_f32),
         ..neon::TABLE
-    })
+    }))
 }

@@ -1,6 +1,8 @@
 //! NEON kernels for Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K and Q6_K (the other types
 //! use the scalar twins): 16 weights per register, `smull`/`smull2` products
-//! summed pairwise into i32 lanes, one f32 multiply-add per block.
+//! summed pairwise into i32 lanes, one f32 multiply-add per block. The block
+//! decoders here are shared with the multi-token and dotprod kernels
+//! (`neon_tokens.rs`).
 
 use super::super::generic::{f16_at, unpack_k4_scales, KVALUES_IQ4NL};
 use super::super::{Q8Block, Table};
@@ -23,6 +25,15 @@ pub(super) fn ld_i8(s: &[i8]) -> int8x16_t {
     let s = &s[..16];
     // SAFETY: `s` is 16 readable bytes; `ld1` has no alignment requirement.
     unsafe { vld1q_s8(s.as_ptr()) }
+}
+
+/// Loads 8 i16 from the start of `s` (which must hold at least 8).
+#[target_feature(enable = "neon")]
+#[inline]
+pub(super) fn ld_i16(s: &[i16]) -> int16x8_t {
+    let s = &s[..8];
+    // SAFETY: `s` is 8 readable i16; `ld1` has no alignment requirement.
+    unsafe { vld1q_s16(s.as_ptr()) }
 }
 
 /// `acc + (sums of 4 products of a and b)` (ggml's `ggml_vdotq_s32` fallback).
