@@ -53,7 +53,8 @@ macro_rules! entries {
         }
 
         fn $x4(w: &[u8], rb: usize, a: [&[$act]; 4], out: &mut [f32]) {
-            // SAFETY: as above.
+            // SAFETY: only reachable through the table that
+            // `neon_dotprod_table` returns after detecting dotprod.
             unsafe { $rows::<4>(w, rb, a, out) }
         }
     )*};
