@@ -214,8 +214,8 @@ fn generic_matches_float_reference_within_activation_quantization_error() {
 
 /// `matmul` (tiles of weight rows, four-token kernels where the table has
 /// them) against per-token `matvec` over two row ranges, as two threads
-/// would split it. Generic and NEON use the same arithmetic in both paths
-/// (exact); the AVX-512 tables pair their two-block matvec kernels with
+/// would split it. Generic and the NEON tables (with and without dotprod)
+/// use the same arithmetic in both paths (exact); the AVX-512 tables pair their two-block matvec kernels with
 /// AVX2's four-token kernels, and the AVX2 and AVX-512 panel kernels (from
 /// 4 tokens) accumulate 8 or 16 rows per register (reduction-order
 /// tolerance).
@@ -223,7 +223,7 @@ fn generic_matches_float_reference_within_activation_quantization_error() {
 fn matmul_matches_matvec_per_token_and_row_ranges_split_cleanly() {
     let mut rng = Rng(5);
     for k in Kernels::available() {
-        let exact = matches!(k.name(), "generic" | "neon");
+        let exact = matches!(k.name(), "generic" | "neon" | "neon-dotprod");
         for ty in TYPES {
             for n_tok in [1usize, 4, 5, 9] {
                 let n_cols = cols_for(ty, 3);

@@ -2,8 +2,9 @@
 //! weight rows with activations quantized once per row (Q8_0/Q8_1 or Q8_K,
 //! as ggml's `vec_dot_type`), a scalar twin for every kernel
 //! ([`generic`], ports of ggml's `ggml_vec_dot_*_generic`) and SIMD variants
-//! (x86-64: AVX2, AVX-512 with and without VNNI; aarch64: NEON) chosen once
-//! at start-up by run-time CPU detection into a table of function pointers.
+//! (x86-64: AVX2, AVX-512 with and without VNNI; aarch64: NEON, NEON with
+//! dotprod) chosen once at start-up by run-time CPU detection into a table
+//! of function pointers.
 //!
 //! This module knows ggml block layouts and SIMD; it knows nothing of
 //! tensors, graphs or threads: the caller splits output rows across threads
@@ -13,9 +14,9 @@
 //!
 //! | weights | activation | x86-64 | aarch64 |
 //! |---|---|---|---|
-//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register); prefill: AVX2 4-token (8-row panels for Q4_0, Q5_0), AVX-512 16-row panels | NEON |
+//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register); prefill: AVX2 4-token (8-row panels for Q4_0, Q5_0), AVX-512 16-row panels | NEON (dotprod `sdot` where detected); prefill: NEON and dotprod 4-token |
 //! | Q4_1, Q5_1 | Q8 (with `s`) | AVX2 | NEON |
-//! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX2 8-row and AVX-512 16-row panels | NEON |
+//! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX2 8-row and AVX-512 16-row panels | NEON (Q4_K, Q6_K also dotprod `sdot` where detected); prefill (Q4_K, Q6_K): NEON and dotprod 4-token |
 //! | Q2_K, Q3_K, IQ4_XS | Q8_K | AVX2 | NEON |
 //! | F32, F16, BF16 | f32 | AVX2 | NEON |
 //! | f16 KV rows (attention: `axpy_f16`, weighted sums, multi-query dots) | f32 | AVX2, AVX-512 | NEON |
@@ -371,7 +372,8 @@ const MATMUL_TILE: usize = 16;
 /// The most capable instruction set the CPU backend may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IsaCap {
-    /// Whatever the CPU has (AVX-512 VNNI, AVX-512, AVX2, NEON, generic).
+    /// Whatever the CPU has (AVX-512 VNNI, AVX-512, AVX2, NEON with dotprod,
+    /// NEON, generic).
     #[default]
     Best,
     /// AVX-512 without VNNI at most.
@@ -478,9 +480,24 @@ impl Kernels {
         None
     }
 
+    /// NEON kernels with `sdot` integer dots, if this CPU has the dotprod
+    /// extension (aarch64 only).
+    pub fn neon_dotprod() -> Option<Self> {
+        #[cfg(target_arch = "aarch64")]
+        {
+            aarch64::neon_dotprod_table().map(|table| Self {
+                name: "neon-dotprod",
+                table,
+            })
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        None
+    }
+
     /// The best kernels this CPU runs: AVX-512 with VNNI, else AVX-512,
-    /// else AVX2 (x86-64); NEON (aarch64); else generic. `ANEDVD_KERNELS=generic|avx2|avx512`
-    /// caps the choice (an override for A/B runs; [`IsaCap`] is the option).
+    /// else AVX2 (x86-64); NEON with dotprod, else NEON (aarch64); else
+    /// generic. `ANEDVD_KERNELS=generic|avx2|avx512` caps the choice (an
+    /// override for A/B runs; [`IsaCap`] is the option).
     pub fn detect() -> Self {
         Self::capped(IsaCap::from_env().unwrap_or(IsaCap::Best))
     }
@@ -495,6 +512,7 @@ impl Kernels {
                 Self::avx512,
                 Self::avx512_without_vnni,
                 Self::avx2,
+                Self::neon_dotprod,
                 Self::neon,
             ],
         };
@@ -505,13 +523,15 @@ impl Kernels {
     pub fn available() -> Vec<Self> {
         let mut v = vec![Self::generic()];
         v.extend(Self::neon());
+        v.extend(Self::neon_dotprod());
         v.extend(Self::avx2());
         v.extend(Self::avx512_without_vnni());
         v.extend(Self::avx512());
         v
     }
 
-    /// The instruction set's name (`generic`, `avx2`, `avx512`, `avx512vnni`).
+    /// The instruction set's name (`generic`, `avx2`, `avx512`, `avx512vnni`,
+    /// `neon`, `neon-dotprod`).
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -902,9 +922,9 @@ impl Kernels {
     /// `out[(r - rows.start) * n_tok + t] = W[r] · act[t]` with
     /// `n_tok = act.n_rows()` (weight-row-major). Weight rows are taken in
     /// tiles of 16 so each tile is read from memory once for all tokens;
-    /// where the table has four-row kernels (x86: Q4_0, Q5_0, Q8_0, IQ4_NL,
-    /// Q4_K, Q6_K)
-    /// each weight block is also unpacked once per four tokens.
+    /// where the table has four-row kernels (x86 and aarch64: Q4_0, Q5_0,
+    /// Q8_0, IQ4_NL, Q4_K, Q6_K) each weight block is also unpacked once per
+    /// four tokens.
     pub fn matmul(
         &self,
         ty: GgmlType,

@@ -1,8 +1,11 @@
 //! aarch64 kernels: baseline NEON (every aarch64 CPU has it, so no run-time
-//! detection is needed); integer dots with `smull` + `sadalp`. Row dots for
-//! every weight type: `neon.rs` (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and the
-//! shared helpers), `neon_dot.rs` (Q4_1, Q5_1, IQ4_NL, F32, F16, BF16),
-//! `neon_k.rs` (Q2_K, Q3_K, Q5_K, IQ4_XS).
+//! detection is needed; integer dots with `smull` + `sadalp`) and a NEON +
+//! dotprod table (`sdot`), handed out only after
+//! `is_aarch64_feature_detected!("dotprod")`. Row dots for every weight
+//! type: `neon.rs` (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q6_K and the shared
+//! helpers), `neon_dot.rs` (Q4_1, Q5_1, F32, F16, BF16), `neon_k.rs` (Q2_K,
+//! Q3_K, Q5_K, IQ4_XS); four-token prefill kernels in `neon_x4.rs`
+//! (`neon_tokens.rs` generates them and the dotprod ones).
 #![allow(unsafe_code)]
 
 mod neon;
@@ -10,17 +13,19 @@ pub(super) mod neon_act;
 mod neon_attn;
 mod neon_attn_f16;
 mod neon_dot;
+mod neon_dotprod;
 mod neon_k;
 pub(super) mod neon_quant;
+mod neon_tokens;
+mod neon_x4;
 
 use super::Table;
 
 /// The NEON table.
 pub(super) fn neon_table() -> Option<Table> {
-    Some(Table {
+    Some(neon_x4::with_x4(Table {
         q4_1: neon_dot::rows_q4_1,
         q5_1: neon_dot::rows_q5_1,
-        iq4_nl: neon_dot::rows_iq4_nl,
         q2_k: neon_k::rows_q2_k,
         q3_k: neon_k::rows_q3_k,
         q5_k: neon_k::rows_q5_k,
@@ -34,5 +39,13 @@ pub(super) fn neon_table() -> Option<Table> {
         dot_f16_multi: neon_attn_f16::dot_f16_multi,
         wsum_f16_multi: neon_attn_f16::wsum_f16_multi,
         ..neon::TABLE
-    })
+    }))
+}
+
+/// The NEON table with `sdot` kernels, if the CPU has dotprod.
+pub(super) fn neon_dotprod_table() -> Option<Table> {
+    if !std::arch::is_aarch64_feature_detected!("dotprod") {
+        return None;
+    }
+    neon_table().map(neon_dotprod::with_dotprod)
 }

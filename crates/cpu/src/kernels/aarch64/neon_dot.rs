@@ -1,12 +1,13 @@
-//! NEON row dots for Q4_1, Q5_1 and IQ4_NL (Q8 activations) and for the
+//! NEON row dots for Q4_1 and Q5_1 (Q8 activations) and for the
 //! float weights F32, F16 and BF16 (f32 activations), after ggml's NEON
 //! paths. The integer dots are exact, so only the f32 reduction order
 //! differs from the scalar twins; the float dots accumulate with fused
 //! multiply-adds in 32 lanes (the scalar twins sum in f64).
 
-use super::super::generic::{self, f16_at, KVALUES_IQ4NL};
+use super::super::generic::{self, f16_at};
 use super::super::Q8Block;
-use super::neon::{dot16, fifth_bits, ld_i8, ld_u8, legacy_dot, rows};
+use super::neon::{dot16, fifth_bits, ld_i8, ld_u8, rows};
+use super::neon_act::ld_f32;
 use super::neon_attn_f16::ld_f16x8;
 use std::arch::aarch64::*;
 
@@ -21,25 +22,6 @@ pub(super) fn dot32(lo: int8x16_t, hi: int8x16_t, q8: &[i8]) -> int32x4_t {
         ld_i8(&q8[16..]),
     )
 }
-
-/// 16 bytes of IQ4 nibbles as code-book values: low nibbles, high nibbles.
-#[target_feature(enable = "neon")]
-#[inline]
-pub(super) fn iq4_values(v: uint8x16_t) -> (int8x16_t, int8x16_t) {
-    let book = ld_i8(&KVALUES_IQ4NL);
-    (
-        vqtbl1q_s8(book, vandq_u8(v, vdupq_n_u8(0x0f))),
-        vqtbl1q_s8(book, vshrq_n_u8::<4>(v)),
-    )
-}
-
-#[target_feature(enable = "neon")]
-#[inline]
-fn halves_iq4_nl(x: &[u8]) -> (int8x16_t, int8x16_t) {
-    iq4_values(ld_u8(&x[2..]))
-}
-
-legacy_dot!(dot_iq4_nl, 18, halves_iq4_nl);
 
 /// Dot of a row of 32-weight blocks with a min (Q4_1, Q5_1): `d * sum(q *
 /// y) + m * s` per block, the `m * s` terms summed apart as in ggml.
@@ -84,16 +66,6 @@ fn halves_q5_1(x: &[u8]) -> (int8x16_t, int8x16_t) {
 
 min_dot!(dot_q4_1, 20, halves_q4_1);
 min_dot!(dot_q5_1, 24, halves_q5_1);
-
-/// Loads 4 f32 from the start of `s`.
-#[target_feature(enable = "neon")]
-#[inline]
-fn ld_f32(s: &[f32]) -> float32x4_t {
-    let s = &s[..4];
-    // SAFETY: `s` is 4 readable f32; `ld1` needs only element alignment,
-    // which a `&[f32]` has.
-    unsafe { vld1q_f32(s.as_ptr()) }
-}
 
 /// Dot of `n` weights decoded 8 at a time by `$load` (two f32x4) with f32
 /// activations: 8 accumulators over 32 weights, then 8 at a time, then the
@@ -165,7 +137,6 @@ float_dot!(dot_bf16, 2, load_bf16, generic::dot_bf16);
 rows! {
     rows_q4_1, inner_q4_1 => dot_q4_1: Q8Block;
     rows_q5_1, inner_q5_1 => dot_q5_1: Q8Block;
-    rows_iq4_nl, inner_iq4_nl => dot_iq4_nl: Q8Block;
     rows_f32, inner_f32 => dot_f32: f32;
     rows_f16, inner_f16 => dot_f16: f32;
     rows_bf16, inner_bf16 => dot_bf16: f32;

@@ -3,8 +3,8 @@
 //! reduced across lanes and scaled in i32, one f32 multiply-add per block.
 
 use super::super::generic::{f16_at, unpack_k4_scales, unpack_q3k_scales};
-use super::neon::{dot16, ld_i8, ld_u8, rows};
-use super::neon_dot::{dot32, iq4_values};
+use super::neon::{dot16, iq4_values, ld_i8, ld_u8, rows};
+use super::neon_dot::dot32;
 use anedvd_quant::BlockQ8K;
 use std::arch::aarch64::*;
 
