@@ -2,7 +2,7 @@
 //! scalar twins): 16 weights per register, `smull`/`smull2` products summed
 //! pairwise into i32 lanes, one f32 multiply-add per block.
 
-use super::super::generic::{f16_at, unpack_k4_scales};
+use super::super::generic::{f16_at, unpack_k4_scales, KVALUES_IQ4NL};
 use super::super::{Q8Block, Table};
 use anedvd_quant::BlockQ8K;
 use std::arch::aarch64::*;
@@ -10,7 +10,7 @@ use std::arch::aarch64::*;
 /// Loads 16 bytes from the start of `s` (which must hold at least 16).
 #[target_feature(enable = "neon")]
 #[inline]
-fn ld_u8(s: &[u8]) -> uint8x16_t {
+pub(super) fn ld_u8(s: &[u8]) -> uint8x16_t {
     let s = &s[..16];
     // SAFETY: `s` is 16 readable bytes; `ld1` has no alignment requirement.
     unsafe { vld1q_u8(s.as_ptr()) }
@@ -19,7 +19,7 @@ fn ld_u8(s: &[u8]) -> uint8x16_t {
 /// Loads 16 signed bytes from the start of `s`.
 #[target_feature(enable = "neon")]
 #[inline]
-fn ld_i8(s: &[i8]) -> int8x16_t {
+pub(super) fn ld_i8(s: &[i8]) -> int8x16_t {
     let s = &s[..16];
     // SAFETY: `s` is 16 readable bytes; `ld1` has no alignment requirement.
     unsafe { vld1q_s8(s.as_ptr()) }
@@ -51,9 +51,11 @@ macro_rules! legacy_dot {
     };
 }
 
+/// A Q8_0 block's weights 0..16 and 16..32 as signed bytes (the scalar
+/// twin's values; the other `halves_*` likewise for their types).
 #[target_feature(enable = "neon")]
 #[inline]
-fn halves_q8_0(x: &[u8]) -> (int8x16_t, int8x16_t) {
+pub(super) fn halves_q8_0(x: &[u8]) -> (int8x16_t, int8x16_t) {
     (
         vreinterpretq_s8_u8(ld_u8(&x[2..])),
         vreinterpretq_s8_u8(ld_u8(&x[18..])),
@@ -62,7 +64,7 @@ fn halves_q8_0(x: &[u8]) -> (int8x16_t, int8x16_t) {
 
 #[target_feature(enable = "neon")]
 #[inline]
-fn halves_q4_0(x: &[u8]) -> (int8x16_t, int8x16_t) {
+pub(super) fn halves_q4_0(x: &[u8]) -> (int8x16_t, int8x16_t) {
     let v = ld_u8(&x[2..]);
     let eight = vdupq_n_s8(8);
     (
@@ -86,7 +88,7 @@ fn fifth_bits(qh: u32, half: u32) -> uint8x16_t {
 
 #[target_feature(enable = "neon")]
 #[inline]
-fn halves_q5_0(x: &[u8]) -> (int8x16_t, int8x16_t) {
+pub(super) fn halves_q5_0(x: &[u8]) -> (int8x16_t, int8x16_t) {
     let qh = u32::from_le_bytes([x[2], x[3], x[4], x[5]]);
     let v = ld_u8(&x[6..]);
     let sixteen = vdupq_n_s8(16);
@@ -95,6 +97,18 @@ fn halves_q5_0(x: &[u8]) -> (int8x16_t, int8x16_t) {
     (
         vsubq_s8(vreinterpretq_s8_u8(lo), sixteen),
         vsubq_s8(vreinterpretq_s8_u8(hi), sixteen),
+    )
+}
+
+/// IQ4_NL's nibbles looked up in its code book.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(super) fn halves_iq4_nl(x: &[u8]) -> (int8x16_t, int8x16_t) {
+    let v = ld_u8(&x[2..]);
+    let book = ld_i8(&KVALUES_IQ4NL);
+    (
+        vqtbl1q_s8(book, vandq_u8(v, vdupq_n_u8(0x0f))),
+        vqtbl1q_s8(book, vshrq_n_u8::<4>(v)),
     )
 }
 
