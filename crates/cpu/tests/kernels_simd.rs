@@ -217,8 +217,8 @@ fn generic_matches_float_reference_within_activation_quantization_error() {
 /// would split it. Generic and the NEON tables (with and without dotprod)
 /// use the same arithmetic in both paths (exact); the AVX-512 tables pair their two-block matvec kernels with
 /// AVX2's four-token kernels, and the AVX2 and AVX-512 panel kernels (from
-/// 4 tokens) accumulate 8 or 16 rows per register (reduction-order
-/// tolerance).
+/// 4 tokens) accumulate 8 or 16 rows per register, the NEON i8mm ones
+/// 2-row × 2-token tiles (reduction-order tolerance).
 #[test]
 fn matmul_matches_matvec_per_token_and_row_ranges_split_cleanly() {
     let mut rng = Rng(5);

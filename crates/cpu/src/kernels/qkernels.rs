@@ -14,9 +14,9 @@
 //!
 //! | weights | activation | x86-64 | aarch64 |
 //! |---|---|---|---|
-//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register); prefill: AVX2 4-token (8-row panels for Q4_0, Q5_0), AVX-512 16-row panels | NEON (dotprod `sdot` where detected); prefill: NEON and dotprod 4-token |
+//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register); prefill: AVX2 4-token (8-row panels for Q4_0, Q5_0), AVX-512 16-row panels | NEON (dotprod `sdot` where detected); prefill: NEON and dotprod 4-token, i8mm 4-row panels |
 //! | Q4_1, Q5_1 | Q8 (with `s`) | AVX2 | NEON |
-//! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX2 8-row and AVX-512 16-row panels | NEON (Q4_K, Q6_K also dotprod `sdot` where detected); prefill (Q4_K, Q6_K): NEON and dotprod 4-token |
+//! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX2 8-row and AVX-512 16-row panels | NEON (Q4_K, Q6_K also dotprod `sdot` where detected); prefill (Q4_K, Q6_K): NEON and dotprod 4-token, i8mm 4-row panels |
 //! | Q2_K, Q3_K, IQ4_XS | Q8_K | AVX2 | NEON |
 //! | F32, F16, BF16 | f32 | AVX2 | NEON |
 //! | f16 KV rows (attention: `axpy_f16`, weighted sums, multi-query dots) | f32 | AVX2, AVX-512 | NEON |
@@ -30,7 +30,9 @@
 //! to unsigned bytes and interleaved 16 rows (AVX-512) or 8 rows (AVX2) per
 //! 4-weight chunk, so one `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`) with
 //! four broadcast activation bytes advances every row of the panel (lane =
-//! row). On
+//! row). On aarch64 with i8mm the rows stay signed and are interleaved in
+//! pairs per 8 weights, the activations likewise in token pairs, so one
+//! `smmla` advances a 2-row × 2-token tile (`aarch64/neon_panel.rs`). On
 //! AVX-512 VNNI the legacy types (Q8_0, Q4_0, Q5_0, IQ4_NL) and Q4_K are
 //! instead packed once at load into that layout ([`PackedWeights`],
 //! `packed.rs`, `packed_k.rs`; Q4_K keeps its nibbles and 6-bit scales, so
@@ -171,17 +173,26 @@ pub(crate) struct PanelOut<'a> {
 }
 
 /// Scratch for [`PanelQ8`] kernels: the repacked weights and their scales
-/// (only x86-64 has panel kernels today, hence the allowance elsewhere).
+/// (only x86-64 and aarch64 have panel kernels, hence the allowance
+/// elsewhere).
 #[derive(Default)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
 pub(crate) struct PanelScratch {
-    /// Unsigned weight bytes, 16 rows interleaved per block.
+    /// Weight bytes: x86-64 unsigned, 16 (or 8) rows interleaved per
+    /// 4-weight chunk; aarch64 signed, row pairs interleaved per 8 weights.
     pub wq: Vec<u8>,
-    /// Block scales, 16 rows per block.
+    /// Block scales, one per row of a panel (aarch64: per lane of a tile).
     pub ws: Vec<f32>,
-    /// Per-row integer block data (K-quant sub-block scales), 16 rows per
-    /// vector.
+    /// Per-row integer block data (K-quant sub-block scales), one per row
+    /// of a panel (aarch64: per lane of a tile).
     pub wi: Vec<i32>,
+    /// aarch64: one token chunk's activation quants, token pairs
+    /// interleaved per 8 bytes (the `smmla` operand layout).
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    pub aq: Vec<i8>,
 }
 
 thread_local! {
@@ -494,10 +505,24 @@ impl Kernels {
         None
     }
 
+    /// The dotprod kernels plus the i8mm (`smmla`) prefill panels (aarch64
+    /// CPUs with dotprod and i8mm, detected at run time).
+    pub fn neon_i8mm() -> Option<Self> {
+        #[cfg(target_arch = "aarch64")]
+        {
+            aarch64::neon_i8mm_table().map(|table| Self {
+                name: "neon-i8mm",
+                table,
+            })
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        None
+    }
+
     /// The best kernels this CPU runs: AVX-512 with VNNI, else AVX-512,
-    /// else AVX2 (x86-64); NEON with dotprod, else NEON (aarch64); else
-    /// generic. `ANEDVD_KERNELS=generic|avx2|avx512` caps the choice (an
-    /// override for A/B runs; [`IsaCap`] is the option).
+    /// else AVX2 (x86-64); NEON with dotprod and i8mm, else with dotprod,
+    /// else NEON (aarch64); else generic. `ANEDVD_KERNELS=generic|avx2|avx512`
+    /// caps the choice (an override for A/B runs; [`IsaCap`] is the option).
     pub fn detect() -> Self {
         Self::capped(IsaCap::from_env().unwrap_or(IsaCap::Best))
     }
@@ -512,6 +537,7 @@ impl Kernels {
                 Self::avx512,
                 Self::avx512_without_vnni,
                 Self::avx2,
+                Self::neon_i8mm,
                 Self::neon_dotprod,
                 Self::neon,
             ],
@@ -524,6 +550,7 @@ impl Kernels {
         let mut v = vec![Self::generic()];
         v.extend(Self::neon());
         v.extend(Self::neon_dotprod());
+        v.extend(Self::neon_i8mm());
         v.extend(Self::avx2());
         v.extend(Self::avx512_without_vnni());
         v.extend(Self::avx512());
@@ -531,7 +558,7 @@ impl Kernels {
     }
 
     /// The instruction set's name (`generic`, `avx2`, `avx512`, `avx512vnni`,
-    /// `neon`, `neon-dotprod`).
+    /// `neon`, `neon-dotprod`, `neon-i8mm`).
     pub fn name(&self) -> &'static str {
         self.name
     }

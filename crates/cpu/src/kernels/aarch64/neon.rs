@@ -36,6 +36,33 @@ pub(super) fn ld_i16(s: &[i16]) -> int16x8_t {
     unsafe { vld1q_s16(s.as_ptr()) }
 }
 
+/// Loads 4 f32 from the start of `s`.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(super) fn ld_f32(s: &[f32]) -> float32x4_t {
+    let s = &s[..4];
+    // SAFETY: `s` is 4 readable f32; `ld1` needs only the element alignment.
+    unsafe { vld1q_f32(s.as_ptr()) }
+}
+
+/// Stores 4 f32 at the start of `d`.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(super) fn st_f32(d: &mut [f32], v: float32x4_t) {
+    let d = &mut d[..4];
+    // SAFETY: `d` is 4 writable f32; `st1` needs only the element alignment.
+    unsafe { vst1q_f32(d.as_mut_ptr(), v) }
+}
+
+/// Loads 4 i32 from the start of `s`.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(super) fn ld_i32(s: &[i32]) -> int32x4_t {
+    let s = &s[..4];
+    // SAFETY: `s` is 4 readable i32; `ld1` needs only the element alignment.
+    unsafe { vld1q_s32(s.as_ptr()) }
+}
+
 /// `acc + (sums of 4 products of a and b)` (ggml's `ggml_vdotq_s32` fallback).
 #[target_feature(enable = "neon")]
 #[inline]
@@ -62,6 +89,8 @@ macro_rules! legacy_dot {
     };
 }
 
+/// A Q8_0 block's weights 0..16 and 16..32 as signed bytes (the scalar
+/// twin's values; the other `halves_*` likewise for their types).
 #[target_feature(enable = "neon")]
 #[inline]
 pub(super) fn halves_q8_0(x: &[u8]) -> (int8x16_t, int8x16_t) {

@@ -5,26 +5,9 @@
 //! the result does not depend on the ISA. Also the f32 load and store the
 //! other aarch64 kernels share.
 
+use super::neon::{ld_f32, st_f32};
 use anedvd_graph::Activation;
 use std::arch::aarch64::*;
-
-/// Loads 4 f32 from the start of `s`.
-#[target_feature(enable = "neon")]
-#[inline]
-pub(super) fn ld_f32(s: &[f32]) -> float32x4_t {
-    let s = &s[..4];
-    // SAFETY: `s` is 4 readable f32; `ld1` needs only the element alignment.
-    unsafe { vld1q_f32(s.as_ptr()) }
-}
-
-/// Stores 4 f32 at the start of `d`.
-#[target_feature(enable = "neon")]
-#[inline]
-pub(super) fn st_f32(d: &mut [f32], v: float32x4_t) {
-    let d = &mut d[..4];
-    // SAFETY: `d` is 4 writable f32; `st1` needs only the element alignment.
-    unsafe { vst1q_f32(d.as_mut_ptr(), v) }
-}
 
 /// `crate::kernels::exp_fast` on 4 lanes. The clamps keep NaN (`fmax` and
 /// `fmin` return a NaN operand), as `f32::clamp` does.

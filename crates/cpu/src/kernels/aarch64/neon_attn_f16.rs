@@ -8,7 +8,7 @@
 
 use super::super::generic;
 use super::neon::ld_u8;
-use super::neon_act::{ld_f32, st_f32};
+use super::neon::{ld_f32, st_f32};
 use std::arch::aarch64::*;
 use std::arch::asm;
 

@@ -6,8 +6,8 @@
 
 use super::super::generic::{self, f16_at};
 use super::super::Q8Block;
+use super::neon::ld_f32;
 use super::neon::{dot16, fifth_bits, ld_i8, ld_u8, rows};
-use super::neon_act::ld_f32;
 use super::neon_attn_f16::ld_f16x8;
 use std::arch::aarch64::*;
 

@@ -3,20 +3,10 @@
 //! reduced across lanes and scaled in i32, one f32 multiply-add per block.
 
 use super::super::generic::{f16_at, unpack_k4_scales, unpack_q3k_scales};
-use super::neon::{dot16, iq4_values, ld_i8, ld_u8, rows};
+use super::neon::{dot16, iq4_values, ld_i16, ld_i8, ld_u8, rows};
 use super::neon_dot::dot32;
 use anedvd_quant::BlockQ8K;
 use std::arch::aarch64::*;
-
-/// Loads 8 i16 from the start of `s`.
-#[target_feature(enable = "neon")]
-#[inline]
-fn ld_i16(s: &[i16]) -> int16x8_t {
-    let s = &s[..8];
-    // SAFETY: `s` is 8 readable i16; `ld1` needs only element alignment,
-    // which a `&[i16]` has.
-    unsafe { vld1q_s16(s.as_ptr()) }
-}
 
 /// Loads 8 bytes from the start of `s`.
 #[target_feature(enable = "neon")]

@@ -7,7 +7,7 @@
 //! a vector maximum cannot reproduce.
 
 use super::super::Q8Block;
-use super::neon_act::ld_f32;
+use super::neon::ld_f32;
 use anedvd_quant::{f16_to_f32, f32_to_f16, BlockQ8K, QK_K};
 use std::arch::aarch64::*;
 
