@@ -109,10 +109,12 @@ impl BackendArgs {
 #[derive(Debug, Args, Clone)]
 pub struct CpuArgs {
     /// CPU kernels: the most capable instruction set to use, `best` (whatever
-    /// the CPU has: AVX-512 VNNI, AVX-512, AVX2, NEON), `avx512` (AVX-512
-    /// without VNNI), `avx2` or `generic` (scalar). Default: best, or
+    /// the CPU has: AVX-512 VNNI, AVX-512, AVX2; NEON with i8mm, with
+    /// dotprod, plain), `avx512` (AVX-512 without VNNI), `avx2`,
+    /// `neon-dotprod` (no i8mm panels), `neon` or `generic` (scalar). A cap
+    /// for another architecture means generic. Default: best, or
     /// $ANEDVD_KERNELS when set (an A/B override read when this flag is absent).
-    #[arg(long, value_name = "best|avx512|avx2|generic")]
+    #[arg(long, value_name = "best|avx512|avx2|neon-dotprod|neon|generic")]
     pub isa: Option<String>,
     /// Do not repack Q8_0/Q4_0/Q5_0/IQ4_NL weights into the AVX-512 VNNI panel
     /// layout at load (the packed layout is faster; unpacked weights are packed
@@ -144,7 +146,9 @@ impl CpuArgs {
         };
         if let Some(name) = &self.isa {
             let Some(isa) = IsaCap::from_name(name) else {
-                bail!("--isa must be best, avx512, avx2 or generic, not `{name}`");
+                bail!(
+                    "--isa must be best, avx512, avx2, neon-dotprod, neon or generic, not `{name}`"
+                );
             };
             options.isa = isa;
         }

@@ -5,7 +5,7 @@
 //! activation quantization allows.
 
 use anedvd_base::GgmlType;
-use anedvd_cpu::qkernels::{ActFormat, KernelError, Kernels, QuantizedActivation};
+use anedvd_cpu::qkernels::{ActFormat, IsaCap, KernelError, Kernels, QuantizedActivation};
 use anedvd_quant::f32_to_f16;
 
 /// Every weight type with a kernel.
@@ -775,5 +775,42 @@ fn gemm_f32_matches_scalar_bit_for_bit_and_f64() {
         let mut c = vec![0.0; 16];
         let err = isa.gemm_f32(&a, (4, 4), &b, 4, &mut c, 4, (4, 4, 4));
         assert!(matches!(err, Err(KernelError::Shape(_))), "{isa:?}");
+    }
+}
+
+/// Every `--isa` cap picks a table this CPU has, no more capable than the
+/// cap: the NEON caps pick NEON tables on aarch64 and the scalar twins on
+/// x86-64, and the reverse for the x86 caps.
+#[test]
+fn isa_caps_pick_the_most_capable_table_at_or_below_them() {
+    let available: Vec<&str> = Kernels::available().iter().map(|k| k.name()).collect();
+    let best_of = |allowed: &[&'static str]| -> &'static str {
+        allowed
+            .iter()
+            .copied()
+            .find(|n| available.contains(n))
+            .unwrap_or("generic")
+    };
+    for cap in IsaCap::ALL {
+        assert_eq!(IsaCap::from_name(cap.name()), Some(cap));
+        let want = match cap {
+            IsaCap::Best => best_of(&[
+                "avx512vnni",
+                "avx512",
+                "avx2",
+                "neon-i8mm",
+                "neon-dotprod",
+                "neon",
+            ]),
+            IsaCap::Avx512 => best_of(&["avx512", "avx2"]),
+            IsaCap::Avx2 => best_of(&["avx2"]),
+            IsaCap::NeonDotprod => best_of(&["neon-dotprod", "neon"]),
+            IsaCap::Neon => best_of(&["neon"]),
+            IsaCap::Generic => "generic",
+        };
+        assert_eq!(Kernels::capped(cap).name(), want, "cap {}", cap.name());
+    }
+    if cfg!(target_arch = "aarch64") {
+        assert!(available.contains(&"neon"), "{available:?}");
     }
 }

@@ -98,7 +98,7 @@
 //! ```
 //!
 //! Types without a kernel (IQ1/IQ2/IQ3, TQ, MXFP4) keep the `decode_row`
-//! path. `ANEDVD_KERNELS=generic|avx2|avx512` caps the detected ISA for A/B
+//! path. `ANEDVD_KERNELS=generic|avx2|avx512|neon|neon-dotprod` caps the detected ISA for A/B
 //! runs.
 
 #[cfg(target_arch = "aarch64")]
@@ -383,28 +383,41 @@ const MATMUL_TILE: usize = 16;
 /// The most capable instruction set the CPU backend may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IsaCap {
-    /// Whatever the CPU has (AVX-512 VNNI, AVX-512, AVX2, NEON with dotprod,
-    /// NEON, generic).
+    /// Whatever the CPU has (AVX-512 VNNI, AVX-512, AVX2; NEON with i8mm,
+    /// with dotprod, plain).
     #[default]
     Best,
     /// AVX-512 without VNNI at most.
     Avx512,
     /// AVX2 at most.
     Avx2,
+    /// NEON with dotprod (no i8mm panels) at most.
+    NeonDotprod,
+    /// Plain NEON at most.
+    Neon,
     /// The scalar twins only.
     Generic,
 }
 
 impl IsaCap {
-    /// Every cap, most capable first.
-    pub const ALL: [IsaCap; 4] = [IsaCap::Best, IsaCap::Avx512, IsaCap::Avx2, IsaCap::Generic];
+    /// Every cap, most capable first per architecture.
+    pub const ALL: [IsaCap; 6] = [
+        IsaCap::Best,
+        IsaCap::Avx512,
+        IsaCap::Avx2,
+        IsaCap::NeonDotprod,
+        IsaCap::Neon,
+        IsaCap::Generic,
+    ];
 
-    /// `best`, `avx512`, `avx2` or `generic`.
+    /// `best`, `avx512`, `avx2`, `neon-dotprod`, `neon` or `generic`.
     pub fn name(self) -> &'static str {
         match self {
             IsaCap::Best => "best",
             IsaCap::Avx512 => "avx512",
             IsaCap::Avx2 => "avx2",
+            IsaCap::NeonDotprod => "neon-dotprod",
+            IsaCap::Neon => "neon",
             IsaCap::Generic => "generic",
         }
     }
@@ -521,7 +534,8 @@ impl Kernels {
 
     /// The best kernels this CPU runs: AVX-512 with VNNI, else AVX-512,
     /// else AVX2 (x86-64); NEON with dotprod and i8mm, else with dotprod,
-    /// else NEON (aarch64); else generic. `ANEDVD_KERNELS=generic|avx2|avx512`
+    /// else NEON (aarch64); else generic.
+    /// `ANEDVD_KERNELS=generic|avx2|avx512|neon|neon-dotprod`
     /// caps the choice (an override for A/B runs; [`IsaCap`] is the option).
     pub fn detect() -> Self {
         Self::capped(IsaCap::from_env().unwrap_or(IsaCap::Best))
@@ -533,6 +547,8 @@ impl Kernels {
             IsaCap::Generic => &[],
             IsaCap::Avx2 => &[Self::avx2],
             IsaCap::Avx512 => &[Self::avx512_without_vnni, Self::avx2],
+            IsaCap::NeonDotprod => &[Self::neon_dotprod, Self::neon],
+            IsaCap::Neon => &[Self::neon],
             IsaCap::Best => &[
                 Self::avx512,
                 Self::avx512_without_vnni,
