@@ -609,7 +609,9 @@ mod tests {
         let chain = |e: anyhow::Error| format!("{e:#}");
         let e = chain(bench(&["--isa", "avx9", "-r", "1"]).unwrap_err());
         assert!(
-            e.contains("--isa must be best, avx512, avx2 or generic, not `avx9`"),
+            e.contains(
+                "--isa must be best, avx512, avx2, neon-dotprod, neon or generic, not `avx9`"
+            ),
             "{e}"
         );
         let e =
