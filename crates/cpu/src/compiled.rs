@@ -6,6 +6,7 @@ use crate::kernels::gated;
 use crate::matmul::{matmul_group, vector, Acts, Matrix};
 use crate::moe::MoeLayer;
 use crate::norms::{norm_weights, LayerNorms};
+use crate::packing::Packing;
 use crate::qkernels::Kernels;
 use anedvd_base::WeightSource;
 use anedvd_graph::{
@@ -86,11 +87,20 @@ pub struct FfnScratch {
     pub tmp2: Vec<f32>,
 }
 
-/// The matrix `name` for kernels `k`, packed once when `pack` is set (and
-/// its type has a packed layout on `k`).
-pub fn load_matrix(src: &dyn WeightSource, name: &str, k: Kernels, pack: bool) -> Result<Matrix> {
-    let m = Matrix::new(src, name, k)?;
-    if pack {
+/// The matrix `name` for kernels `k`, packed once when `pack` includes its
+/// type (and the type has a packed layout on `k`).
+pub fn load_matrix(
+    src: &dyn WeightSource,
+    name: &str,
+    k: Kernels,
+    pack: Packing,
+) -> Result<Matrix> {
+    pack_matrix(src, Matrix::new(src, name, k)?, pack)
+}
+
+/// `m`, packed when `pack` includes its type.
+pub fn pack_matrix(src: &dyn WeightSource, m: Matrix, pack: Packing) -> Result<Matrix> {
+    if pack.includes(m.dtype) {
         m.packed(src)
     } else {
         Ok(m)
@@ -99,7 +109,12 @@ pub fn load_matrix(src: &dyn WeightSource, name: &str, k: Kernels, pack: bool) -
 
 impl DenseLayer {
     /// Compiles `f` (see [`load_matrix`] for `pack`).
-    pub fn compile(src: &dyn WeightSource, f: &DenseFfn, k: Kernels, pack: bool) -> Result<Self> {
+    pub fn compile(
+        src: &dyn WeightSource,
+        f: &DenseFfn,
+        k: Kernels,
+        pack: Packing,
+    ) -> Result<Self> {
         let DenseFfn {
             n_ff,
             activation,
@@ -189,11 +204,11 @@ pub struct Model {
 }
 
 impl Model {
-    /// Compiles `p` for kernels `k`; `pack` packs the weight types that
-    /// have a packed layout on `k` once, here.
-    pub fn new(p: &DecoderProgram, k: Kernels, pack: bool) -> Result<Self> {
+    /// Compiles `p` for kernels `k`; the weight types `pack` includes that
+    /// have a packed layout on `k` are packed once, here.
+    pub fn new(p: &DecoderProgram, k: Kernels, pack: Packing) -> Result<Self> {
         let src = p.weights.as_ref();
-        let packed = |m: Matrix| if pack { m.packed(src) } else { Ok(m) };
+        let packed = |m: Matrix| pack_matrix(src, m, pack);
         let opt_vec = |name: &Option<String>, len: usize| {
             name.as_deref().map(|n| vector(src, n, len)).transpose()
         };

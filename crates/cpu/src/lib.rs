@@ -29,6 +29,7 @@ pub mod kernels;
 mod matmul;
 pub mod moe;
 pub mod norms;
+pub mod packing;
 #[path = "kernels/qkernels.rs"]
 pub mod qkernels;
 mod session;
@@ -137,7 +138,10 @@ impl Backend for CpuBackend {
 
     fn compile(&self, program: &DecoderProgram) -> Result<Box<dyn Executable>> {
         program.validate()?;
-        let mut model = compiled::Model::new(program, self.kernels, self.pack)?;
+        let model_bytes = program.weights.tensors().iter().map(|t| t.size_bytes).sum();
+        let pack =
+            packing::Packing::for_model(self.pack, model_bytes, packing::last_level_cache_bytes());
+        let mut model = compiled::Model::new(program, self.kernels, pack)?;
         model.swa_full = self.swa_full;
         model.kv_type = self.kv_type;
         Ok(Box::new(CpuExecutable {

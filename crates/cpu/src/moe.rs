@@ -10,9 +10,10 @@
 //! token (decode) runs all of its experts' gate/up products in one parallel
 //! region and all down products in another.
 
-use crate::compiled::{load_matrix, DenseLayer, FfnScratch};
+use crate::compiled::{load_matrix, pack_matrix, DenseLayer, FfnScratch};
 use crate::kernels::{gated, softmax};
 use crate::matmul::{matvec_each, vector, Acts, Matrix, VecJob};
+use crate::packing::Packing;
 use crate::qkernels::Kernels;
 use anedvd_base::WeightSource;
 use anedvd_graph::{ExpertTensors, Gating, MoeFfn, Result, SharedExpert};
@@ -122,7 +123,7 @@ pub fn route(logits: &mut [f32], r: &Routing, out: &mut Vec<(usize, f32)>) {
 impl MoeLayer {
     /// Compiles `m` for kernels `k` (see [`load_matrix`] for `pack`); the
     /// router stays unpacked (it runs in f32 whatever the file stores).
-    pub fn compile(src: &dyn WeightSource, m: &MoeFfn, k: Kernels, pack: bool) -> Result<Self> {
+    pub fn compile(src: &dyn WeightSource, m: &MoeFfn, k: Kernels, pack: Packing) -> Result<Self> {
         let MoeFfn {
             n_expert,
             n_expert_used,
@@ -143,7 +144,7 @@ impl MoeLayer {
             up,
             down,
         };
-        let packed = |m: Matrix| if pack { m.packed(src) } else { Ok(m) };
+        let packed = |m: Matrix| pack_matrix(src, m, pack);
         let experts = match experts {
             ExpertTensors::Stacked { gate, up, down } => (0..*n_expert)
                 .map(|e| {

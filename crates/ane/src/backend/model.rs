@@ -12,6 +12,7 @@ use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
 use anedvd_cpu::moe::{MoeLayer, Shared};
 use anedvd_cpu::norms::{finish_per_layer_inputs, norm_weights, LayerNorms};
+use anedvd_cpu::packing::Packing;
 use anedvd_cpu::qkernels::Kernels;
 use anedvd_cpu::IsaCap;
 use anedvd_graph::{
@@ -264,7 +265,8 @@ impl Model {
                     FfnView::Dense(_) => None,
                     FfnView::Moe(m) => {
                         let kernels = Kernels::capped(host);
-                        let mut routed = MoeLayer::compile(p.weights.as_ref(), m, kernels, false)?;
+                        let mut routed =
+                            MoeLayer::compile(p.weights.as_ref(), m, kernels, Packing::None)?;
                         let shared = routed.shared.take();
                         Some(HostMoe { routed, shared })
                     }
