@@ -116,9 +116,10 @@ pub struct CpuArgs {
     /// $ANEDVD_KERNELS when set (an A/B override read when this flag is absent).
     #[arg(long, value_name = "best|avx512|avx2|neon-dotprod|neon|generic")]
     pub isa: Option<String>,
-    /// Do not repack Q8_0/Q4_0/Q5_0/IQ4_NL weights into the AVX-512 VNNI panel
-    /// layout at load (the packed layout is faster; unpacked weights are packed
-    /// per call). Also set by ANEDVD_PACK=0.
+    /// Do not repack Q8_0/Q4_0/Q5_0/IQ4_NL/Q4_K weights (and Q6_K, when the
+    /// model fits in the last-level cache) into the AVX-512 VNNI panel layout
+    /// at load (the packed layout is faster; unpacked weights are packed per
+    /// prefill call). Also set by ANEDVD_PACK=0.
     #[arg(long)]
     pub no_pack: bool,
     /// Keep every position in the KV caches of sliding-window layers (as
