@@ -31,6 +31,27 @@ fn st_ps(d: &mut [f32], v: __m512) {
 
 /// Dots of each of `n_out` f16 rows with `G` queries of `hd`, rows in
 /// pairs (each query load serves two rows): `out[g * n_out + j]`.
+/// Rows of the KV cache prefetched ahead of the one being read. Gemma 3
+/// 270M decode at depth 32000 (2 threads, Zen 5; `anedvd bench -p 0 -n 128
+/// -d 32000`, alternating runs) went from 72-84 tok/s without to 76-80
+/// with 8 rows, 81-94 with 24 and 80-84 with 48.
+const KV_PREFETCH_ROWS: usize = 24;
+
+/// Prefetches the first `bytes` of `n` rows from row `r` of `w` (rows
+/// `stride` bytes apart): at depth the hardware prefetcher alone left the
+/// f16 row kernels waiting on their loads. Prefetching never faults, so
+/// addresses past the end are harmless.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline]
+fn prefetch_rows(w: &[u8], stride: usize, r: usize, n: usize, bytes: usize) {
+    for k in 0..n {
+        let row = w.as_ptr().wrapping_add((r + k) * stride);
+        for l in (0..bytes).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(l).cast());
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 fn dot_f16_g<const G: usize>(
     w: &[u8],
@@ -48,6 +69,7 @@ fn dot_f16_g<const G: usize>(
     while j + 2 <= n_out {
         let r0 = &w[j * stride..j * stride + 2 * hd];
         let r1 = &w[(j + 1) * stride..(j + 1) * stride + 2 * hd];
+        prefetch_rows(w, stride, j + KV_PREFETCH_ROWS, 2, 2 * hd);
         let mut acc = [[_mm512_setzero_ps(); 2]; G];
         let mut i = 0;
         while i < body {
@@ -124,6 +146,7 @@ fn wsum_f16_g<const G: usize>(
     while i + 32 <= hd {
         let mut acc = [[_mm512_setzero_ps(); 2]; G];
         for j in 0..len {
+            prefetch_rows(&v[2 * i..], stride, j + KV_PREFETCH_ROWS, 1, 64);
             let row = &v[j * stride + 2 * i..j * stride + 2 * i + 64];
             let (k0, k1) = (load_f16x16(row), load_f16x16(&row[32..]));
             for (g, a) in acc.iter_mut().enumerate() {
