@@ -172,6 +172,31 @@ pub(crate) struct PanelOut<'a> {
     pub row_stride: usize,
 }
 
+impl PanelOut<'_> {
+    /// `(n_rows, n_tok)` of a panel product: `w_len` bytes of weight rows
+    /// `rb` bytes apart, each holding at least `row_min` bytes of blocks,
+    /// against `n_act` activation blocks, `nb` per token. `None` (nothing
+    /// to compute) when a shape is empty or ragged, or when `out` is too
+    /// short for the result.
+    pub(crate) fn dims(
+        &self,
+        w_len: usize,
+        rb: usize,
+        row_min: usize,
+        n_act: usize,
+        nb: usize,
+    ) -> Option<(usize, usize)> {
+        if rb == 0 || nb == 0 || rb < row_min {
+            return None;
+        }
+        let (n_rows, n_tok) = (w_len / rb, n_act / nb);
+        let fits = n_rows
+            .checked_mul(n_tok)
+            .is_some_and(|n| self.out.len() >= n);
+        (n_rows > 0 && n_tok > 0 && fits).then_some((n_rows, n_tok))
+    }
+}
+
 /// Scratch for [`PanelQ8`] kernels: the repacked weights and their scales
 /// (only x86-64 and aarch64 have panel kernels, hence the allowance
 /// elsewhere).

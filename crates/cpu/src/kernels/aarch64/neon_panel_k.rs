@@ -311,14 +311,9 @@ fn inner(
     o: &mut PanelOut<'_>,
     sc: &mut PanelScratch,
 ) {
-    if rb == 0 || nb == 0 || rb < nb * kind.bytes() {
+    let Some((n_rows, n_tok)) = o.dims(w.len(), rb, nb * kind.bytes(), a.len(), nb) else {
         return;
-    }
-    let n_rows = w.len() / rb;
-    let n_tok = a.len() / nb;
-    if n_rows == 0 || n_tok == 0 || o.out.len() < n_rows * n_tok {
-        return;
-    }
+    };
     repack(kind, w, rb, n_rows, nb, sc);
     let (ni, nf) = (2 * kind.ints(), 2 * kind.floats());
     for_each_tile(a, nb, n_rows, sc, |sc, p, toks, at| {

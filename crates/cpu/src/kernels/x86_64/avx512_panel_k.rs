@@ -195,14 +195,11 @@ macro_rules! panel_k_kernels {
                         o: &mut PanelOut<'_>,
                         sc: &mut PanelScratch,
                     ) {
-                        if rb == 0 || nb == 0 || rb < nb * $kind.bytes() {
+                        let Some((n_rows, n_tok)) =
+                            o.dims(w.len(), rb, nb * $kind.bytes(), a.len(), nb)
+                        else {
                             return;
-                        }
-                        let n_rows = w.len() / rb;
-                        let n_tok = a.len() / nb;
-                        if n_rows == 0 || n_tok == 0 || o.out.len() < n_rows * n_tok {
-                            return;
-                        }
+                        };
                         repack($kind, w, rb, n_rows, nb, sc);
                         let row = |t: usize| &a[t * nb..(t + 1) * nb];
                         for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
