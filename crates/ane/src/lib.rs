@@ -15,4 +15,5 @@ pub use backend::{
     AneBackend, AneExecutable, AneSimBackend, CompileReport, DriverKind, LowerOptions, Variant,
     DEFAULT_COMPILE_BUDGET,
 };
+pub use lower::sensitivity::KeepFp16;
 pub use lower::{RuntimePath, WeightFormat};

@@ -4,11 +4,14 @@
 
 use anedvd_ane::backend::selftest::{argmax, cosine, max_rel};
 use anedvd_ane::{
-    AneBackend, AneSimBackend, DriverKind, LowerOptions, RuntimePath, Variant, WeightFormat,
+    lower, AneBackend, AneSimBackend, DriverKind, KeepFp16, LowerOptions, RuntimePath, Variant,
+    WeightFormat,
 };
 use anedvd_cpu::CpuBackend;
 use anedvd_graph::{Backend, DecoderProgram, LogitsMode};
+use anedvd_testkit::backends::{TestBackend, RESIDENT_CONTEXT};
 use anedvd_testkit::fixtures::{self, Format};
+use anedvd_testkit::tolerance::{greedy_mismatch, INT8_TIE_MARGIN};
 
 fn options(weights: WeightFormat, variant: Variant, path: RuntimePath) -> LowerOptions {
     LowerOptions {
@@ -63,6 +66,60 @@ fn compressed_weights_keep_their_stated_accuracy() {
             }
         }
     }
+}
+
+/// int8 with the blocks `--ane-keep-fp16 auto` keeps fp16 follows
+/// transformers' greedy tokens on every family, fused and resident (where
+/// that variant holds the family), up to near-ties below
+/// [`INT8_TIE_MARGIN`]; prints each family's largest logit move against
+/// the CPU, the figure that margin is drawn from.
+#[test]
+fn int8_auto_keeps_the_greedy_tokens() {
+    let mut failures = Vec::new();
+    for family in fixtures::ane_families() {
+        let p = fixtures::program(family, Format::GgufF32);
+        let r = fixtures::reference(family);
+        let cpu = last_logits(&CpuBackend::new(1).unwrap(), &p, &r.prompt);
+        let auto = LowerOptions {
+            keep_fp16: KeepFp16::Auto,
+            ..options(WeightFormat::Int8, Variant::Fused, RuntimePath::E5rt)
+        };
+        // measured once for both variants
+        let resolved = lower::resolve_precision(&p, &auto).unwrap();
+        for variant in [Variant::Fused, Variant::Resident] {
+            if variant == Variant::Resident && !TestBackend::AneSim(variant).holds(&p) {
+                continue;
+            }
+            let o = LowerOptions {
+                variant,
+                layers_per_program: 2,
+                context: RESIDENT_CONTEXT,
+                ..resolved
+            };
+            let exe = AneSimBackend::new(o).compile(&p).unwrap();
+            let mut s = exe.new_session(r.prompt.len() + r.greedy.len()).unwrap();
+            let last = s.forward(&r.prompt, LogitsMode::Last).unwrap().to_vec();
+            let moved = last
+                .iter()
+                .zip(&cpu)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            let tag = format!("{family} int8 auto {}", variant.name());
+            println!(
+                "{tag}: {} blocks fp16, max |Δ logit| {moved:.4}, cosine {:.6}",
+                resolved.fp16_blocks.len(),
+                cosine(&last, &cpu)
+            );
+            let mut next = argmax(&last) as u32;
+            let mut greedy = vec![next];
+            while greedy.len() < r.greedy.len() {
+                next = argmax(s.forward(&[next], LogitsMode::Last).unwrap()) as u32;
+                greedy.push(next);
+            }
+            failures.extend(greedy_mismatch(&tag, &greedy, &r, INT8_TIE_MARGIN));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
 /// Compressed weights are checked against the path: palettes have no

@@ -65,7 +65,7 @@ fn the_ranking_predicts_the_simulator() {
         // keep_fp16 resolves to the same blocks
         let o = LowerOptions {
             weights: format,
-            keep_fp16: k as u16,
+            keep_fp16: anedvd_ane::KeepFp16::Count(k as u16),
             ..Default::default()
         };
         assert_eq!(lower::resolve_precision(&p, &o).unwrap().fp16_blocks, top);

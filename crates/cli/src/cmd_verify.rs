@@ -542,7 +542,7 @@ pub fn run_selftest(a: &SelftestArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use anedvd_engine::{LowerOptions, RuntimePath, WeightFormat};
+    use anedvd_engine::{KeepFp16, LowerOptions, RuntimePath, WeightFormat};
     use std::path::PathBuf;
 
     #[test]
@@ -682,7 +682,7 @@ mod tests {
         let r = plan(LowerOptions {
             weights: WeightFormat::Int8,
             path: RuntimePath::E5rt,
-            keep_fp16: 2,
+            keep_fp16: KeepFp16::Count(2),
             ..LowerOptions::default()
         });
         let kept = plan_json(&r)["fp16_blocks"].as_array().map(Vec::len);

@@ -2,8 +2,8 @@
 
 use anedvd_engine::{
     BackendChoice, BackendOptions, BuiltinTemplate, ConfigOverrides, CpuOptions, Engine, IsaCap,
-    KvType, LoadOptions, LoadStage, LowerOptions, RopePairing, RuntimePath, SamplingParams,
-    TemplateOverride, Variant, WeightFormat,
+    KeepFp16, KvType, LoadOptions, LoadStage, LowerOptions, RopePairing, RuntimePath,
+    SamplingParams, TemplateOverride, Variant, WeightFormat,
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -185,9 +185,12 @@ pub struct LoweringArgs {
     /// layer's attention or FFN projections, or the lm_head) that lose the
     /// most when compressed at fp16, measured at load by CPU runs of the
     /// model with one block compressed at a time (`kernels --sensitivity`
-    /// lists the ranking).
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub ane_keep_fp16: u16,
+    /// lists the ranking). `auto` keeps the fewest weights that bring the
+    /// summed measured distance of the blocks left compressed within 2e-4
+    /// (predicted logits cosine ≥ 0.9998); it is what keeps int8's greedy
+    /// tokens on the CPU's (docs/ane-quantization.md)
+    #[arg(long, default_value = "0", value_name = "N|auto", value_parser = KeepFp16::parse)]
+    pub ane_keep_fp16: KeepFp16,
     /// Resident variant: positions each layer's resident KV cache holds
     /// (a power of two); caps the context of a session.
     #[arg(long, default_value_t = 1024, value_name = "T")]

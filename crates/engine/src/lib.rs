@@ -39,7 +39,7 @@ pub mod tool_format;
 pub mod tools;
 
 pub use anedvd_ane::{
-    DriverKind, LowerOptions, RuntimePath, Variant, WeightFormat, DEFAULT_COMPILE_BUDGET,
+    DriverKind, KeepFp16, LowerOptions, RuntimePath, Variant, WeightFormat, DEFAULT_COMPILE_BUDGET,
 };
 pub use anedvd_chat::{
     Content, ContentPart, FunctionCall, Message, RenderOptions, Timestamp, ToolCall,

@@ -42,30 +42,6 @@ fn compare(tag: &str, rows: &[&[f32]], want: &[Vec<f32>], t: Tolerance) -> Optio
     None
 }
 
-/// Checks a greedy continuation against the reference's, allowing the
-/// reference's second token at a near-tie (see [`Tolerance::tie_margin`]),
-/// after which the check ends.
-fn compare_greedy(tag: &str, got: &[u32], r: &fixtures::Reference, t: Tolerance) -> Option<String> {
-    for (step, (&g, &w)) in got.iter().zip(&r.greedy).enumerate() {
-        if g == w {
-            continue;
-        }
-        if let Some(&([_, second], margin)) = r.greedy_top2.get(step) {
-            if margin < t.tie_margin && g == second {
-                println!(
-                    "{tag:32} greedy equal up to a near-tie at step {step} (margin {margin:.4})"
-                );
-                return None;
-            }
-        }
-        return Some(format!(
-            "{tag}: greedy step {step}: {g} != {w}\n  got  {got:?}\n  want {:?}",
-            r.greedy
-        ));
-    }
-    None
-}
-
 /// A backend that does not hold `p` refuses it at compile time, naming
 /// itself and a layer (`Error::Unsupported`), never runs it.
 fn refused_by_name(tag: &str, backend: TestBackend, p: &DecoderProgram) -> Option<String> {
@@ -137,7 +113,7 @@ fn families_match_transformers_on_every_backend() {
                 }
                 failures.extend(compare(&tag, &rows, &r.all, t));
                 if t.greedy {
-                    failures.extend(compare_greedy(&tag, &greedy, &r, t));
+                    failures.extend(tolerance::greedy_mismatch(&tag, &greedy, &r, t.tie_margin));
                 }
             }
         }

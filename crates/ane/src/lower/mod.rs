@@ -173,10 +173,10 @@ pub struct LowerOptions {
     /// Resident variant: positions each layer's resident KV cache holds
     /// (the context of a session; a power of two, softmax's axis).
     pub context: usize,
-    /// Compressed weights: keep this many projection blocks fp16, the most
-    /// sensitive by measurement ([`sensitivity`]), unless `fp16_blocks`
+    /// Compressed weights: which projection blocks stay fp16, chosen by
+    /// measured sensitivity ([`sensitivity`]), unless `fp16_blocks`
     /// already names blocks.
-    pub keep_fp16: u16,
+    pub keep_fp16: sensitivity::KeepFp16,
     /// The blocks stored fp16 whatever `weights` says; `lower` fills it
     /// from `keep_fp16` when empty (and reports it in [`Lowered::options`]).
     pub fp16_blocks: sensitivity::BlockMask,
@@ -193,7 +193,7 @@ impl Default for LowerOptions {
             path: RuntimePath::InMemory,
             layers_per_program: 0,
             context: 1024,
-            keep_fp16: 0,
+            keep_fp16: sensitivity::KeepFp16::Count(0),
             fp16_blocks: sensitivity::BlockMask::default(),
         }
     }
@@ -609,12 +609,13 @@ pub fn dispatch_count(variant: Variant, program: &DecoderProgram, options: &Lowe
 /// Lowering resolves it itself; resolve once before lowering several
 /// variants of one model.
 pub fn resolve_precision(program: &DecoderProgram, options: &LowerOptions) -> Result<LowerOptions> {
-    if options.keep_fp16 == 0 || !options.fp16_blocks.is_empty() {
+    if options.keep_fp16.is_none() || !options.fp16_blocks.is_empty() {
         return Ok(*options);
     }
-    let n = usize::from(options.keep_fp16);
     Ok(LowerOptions {
-        fp16_blocks: sensitivity::most_sensitive(program, options.weights, n)?,
+        fp16_blocks: sensitivity::kept_blocks(program, options.weights, options.keep_fp16)?,
+        // resolved: an `auto` that keeps nothing is not measured again
+        keep_fp16: sensitivity::KeepFp16::Count(0),
         ..*options
     })
 }

@@ -1,5 +1,5 @@
 //! Which projection blocks lose the most when compressed, measured, so the
-//! most sensitive can stay fp16 (`--ane-keep-fp16 N`).
+//! most sensitive can stay fp16 (`--ane-keep-fp16 N|auto`).
 //!
 //! A block is one layer's attention projections (q, k, v, o), one layer's
 //! FFN (gate, up, down) or the lm_head. For each block, the CPU backend
@@ -9,7 +9,9 @@
 //! sequence, and the block's sensitivity is the mean logits cosine
 //! distance from the exact run. Blocks are ranked by it; the
 //! [`LowerOptions::keep_fp16`](super::LowerOptions::keep_fp16) most
-//! sensitive stay fp16 ([`BlockMask`]).
+//! sensitive stay fp16 ([`BlockMask`]), or, with [`KeepFp16::Auto`], the
+//! fewest weights whose keeping brings the predicted distance of what stays
+//! compressed within [`AUTO_DISTANCE`] ([`auto_choice`]).
 //!
 //! The calibration sequence is [`CALIBRATION_TOKENS`] pseudo-random token
 //! ids (the lowering has no tokenizer): it measures how much each block's
@@ -27,6 +29,45 @@ use std::sync::Arc;
 
 /// Calibration tokens per measurement.
 pub const CALIBRATION_TOKENS: usize = 32;
+
+/// [`KeepFp16::Auto`]'s goal: the summed distance of the blocks left
+/// compressed (a prediction of the whole model's `1 − cosine`; small
+/// independent roundings add their squared errors, and `1 − cos` is
+/// quadratic in them). 2e-4 is where the tiny families' int8 greedy tokens
+/// stopped leaving transformers' except at near-ties (docs/ane-quantization.md).
+pub const AUTO_DISTANCE: f64 = 2e-4;
+
+/// Which compressed projection blocks stay fp16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepFp16 {
+    /// The `n` most sensitive (none for 0).
+    Count(u16),
+    /// The fewest weights that bring the rest within [`AUTO_DISTANCE`].
+    Auto,
+}
+
+impl Default for KeepFp16 {
+    fn default() -> Self {
+        KeepFp16::Count(0)
+    }
+}
+
+impl KeepFp16 {
+    /// Parses `N` or `auto` (`--ane-keep-fp16`).
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        if s == "auto" {
+            return Ok(KeepFp16::Auto);
+        }
+        s.parse()
+            .map(KeepFp16::Count)
+            .map_err(|_| format!("`{s}`: expected a number of blocks (0-65535) or `auto`"))
+    }
+
+    /// True when nothing is kept.
+    pub fn is_none(self) -> bool {
+        self == KeepFp16::Count(0)
+    }
+}
 
 /// A group of projections that keeps one precision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -275,19 +316,97 @@ pub fn measure(p: &DecoderProgram, format: WeightFormat) -> Result<Vec<Sensitivi
     Ok(out)
 }
 
-/// The `n` most sensitive blocks of `p` under `format` (none for fp16).
-pub fn most_sensitive(p: &DecoderProgram, format: WeightFormat, n: usize) -> Result<BlockMask> {
+/// The blocks of `p` that `keep` keeps fp16 under `format` (none for fp16).
+pub fn kept_blocks(p: &DecoderProgram, format: WeightFormat, keep: KeepFp16) -> Result<BlockMask> {
     let mut mask = BlockMask::default();
-    if n == 0 || format == WeightFormat::Fp16 {
+    if keep.is_none() || format == WeightFormat::Fp16 {
         return Ok(mask);
     }
-    for s in measure(p, format)?.into_iter().take(n) {
-        if !mask.insert(s.block) {
+    let ranked = measure(p, format)?;
+    let blocks = match keep {
+        KeepFp16::Count(n) => ranked
+            .iter()
+            .take(usize::from(n))
+            .map(|s| s.block)
+            .collect(),
+        KeepFp16::Auto => auto_choice(&ranked, AUTO_DISTANCE),
+    };
+    for block in blocks {
+        if !mask.insert(block) {
             return Err(Error::Options(format!(
                 "{}: --ane-keep-fp16 covers layers below 128",
-                s.block
+                block
             )));
         }
     }
     Ok(mask)
+}
+
+/// The blocks to keep so that the distances of the rest sum to at most
+/// `target`, with few weights kept: while the rest is over, keep the
+/// smallest block that alone brings it within `target` if there is one,
+/// else the block with the most distance per weight. A greedy answer to a
+/// knapsack problem, not the optimum, which the measurement's own noise
+/// would not reward.
+pub fn auto_choice(ranked: &[Sensitivity], target: f64) -> Vec<ProjBlock> {
+    let mut rest: f64 = ranked.iter().map(|s| s.distance).sum();
+    let mut left: Vec<&Sensitivity> = ranked.iter().collect();
+    let mut kept = Vec::new();
+    while rest > target && !left.is_empty() {
+        let enough = (0..left.len())
+            .filter(|&i| rest - left[i].distance <= target)
+            .min_by_key(|&i| left[i].weights);
+        let per_weight = |s: &Sensitivity| s.distance / s.weights.max(1) as f64;
+        let pick = enough.unwrap_or_else(|| {
+            (0..left.len())
+                .max_by(|&a, &b| per_weight(left[a]).total_cmp(&per_weight(left[b])))
+                .unwrap_or(0)
+        });
+        let s = left.swap_remove(pick);
+        rest -= s.distance;
+        kept.push(s.block);
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(block: ProjBlock, distance: f64, weights: u64) -> Sensitivity {
+        Sensitivity {
+            block,
+            distance,
+            weights,
+        }
+    }
+
+    #[test]
+    fn auto_keeps_few_weights_within_the_target() {
+        let (a0, f0, head) = (
+            ProjBlock::Attention(0),
+            ProjBlock::Ffn(0),
+            ProjBlock::LmHead,
+        );
+        // within the target already: nothing kept
+        assert!(auto_choice(&[s(a0, 1e-4, 10), s(f0, 5e-5, 10)], 2e-4).is_empty());
+        // one small block alone suffices: kept, the big one not
+        let r = [s(head, 3e-4, 1000), s(a0, 2.5e-4, 10), s(f0, 1e-5, 10)];
+        assert_eq!(auto_choice(&r, 3.5e-4), vec![a0]);
+        // only the big block suffices: kept alone, not the small ones first
+        let r = [s(head, 4e-4, 1000), s(a0, 1e-4, 10), s(f0, 1e-4, 10)];
+        assert_eq!(auto_choice(&r, 2.5e-4), vec![head]);
+        // no single block suffices: the most distance per weight first,
+        // until one does
+        let r = [s(head, 4e-4, 1000), s(a0, 3e-4, 10), s(f0, 1e-4, 10)];
+        assert_eq!(auto_choice(&r, 1.5e-4), vec![a0, head]);
+    }
+
+    #[test]
+    fn keep_parses_counts_and_auto() {
+        assert_eq!(KeepFp16::parse("auto"), Ok(KeepFp16::Auto));
+        assert_eq!(KeepFp16::parse("3"), Ok(KeepFp16::Count(3)));
+        assert!(KeepFp16::parse("-1").unwrap_err().contains("`auto`"));
+        assert!(KeepFp16::Count(0).is_none() && !KeepFp16::Auto.is_none());
+    }
 }
