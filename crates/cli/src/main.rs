@@ -68,6 +68,14 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Rust starts a program with SIGPIPE ignored, so a `println!` to a
+    // closed stdout (`anedvd kernels | head`) panics. The one-shot commands
+    // take the Unix default instead and end quietly when their reader goes,
+    // as `cat` does. `serve` keeps it ignored: a closed client socket must
+    // fail that write (EPIPE), not end the server.
+    if !matches!(cli.command, Command::Serve(_)) {
+        sigpipe::reset();
+    }
     let result = match &cli.command {
         Command::Run(a) => cmd_run::run(a),
         Command::Chat(a) => cmd_chat::run(a),
