@@ -3,14 +3,16 @@
 //! suite's comparison with transformers: how layers are grouped changes
 //! no bit, a chunk's columns are independent (one prefill = token by token
 //! decode, bit for bit), rolled-back cache rows are never read, sliding
-//! windows past the window, dispatch counts, and clear refusals.
+//! windows past the window, dispatch counts, and clear refusals; for
+//! mixtures of experts too, whose routed experts the host runs between
+//! groups.
 #![allow(clippy::unwrap_used)]
 
 use anedvd_ane::backend::selftest::{argmax, max_rel};
 use anedvd_ane::lower::{self, resident};
 use anedvd_ane::{AneSimBackend, LowerOptions, RuntimePath, Variant};
 use anedvd_cpu::CpuBackend;
-use anedvd_graph::{Backend, DecoderProgram, Executable, LogitsMode};
+use anedvd_graph::{Backend, Block, DecoderProgram, Executable, FeedForward, LogitsMode};
 use anedvd_testkit::fixtures::{self, Format};
 
 /// Logits closer than this on the CPU are a tie either side may break.
@@ -37,31 +39,71 @@ fn prompt(family: &str, n: usize) -> Vec<u32> {
     r.iter().copied().cycle().take(n).collect()
 }
 
+/// The `qwen2_moe` fixture with dense layers between its two mixtures of
+/// experts: dense, moe, dense, dense, moe (a dense layer is a copy of a
+/// mixture whose FFN is its shared expert), so groups of K layers end
+/// early, after each mixture.
+const MIXED: &str = "qwen2_moe mixed";
+
+/// The fixture `name` (or [`MIXED`]) with float weights.
+fn program(name: &str) -> DecoderProgram {
+    if name != MIXED {
+        return fixtures::program(name, Format::GgufF32);
+    }
+    let mut p = fixtures::program("qwen2_moe", Format::GgufF32);
+    let dense = |b: &Block| {
+        let mut b = b.clone();
+        if let FeedForward::Moe(m) = &b.ffn {
+            b.ffn = FeedForward::Dense(m.shared.clone().unwrap().ffn);
+        }
+        b
+    };
+    let (l0, l1) = (p.layers[0].clone(), p.layers[1].clone());
+    p.layers = vec![dense(&l0), l0.clone(), dense(&l1), dense(&l0), l1];
+    p.validate().unwrap();
+    p
+}
+
+/// The fixture whose reference prompt `name`'s tests take.
+fn family(name: &str) -> &str {
+    if name == MIXED {
+        "qwen2_moe"
+    } else {
+        name
+    }
+}
+
 fn all_logits(exe: &dyn Executable, tokens: &[u32], max_seq: usize) -> Vec<f32> {
     let mut s = exe.new_session(max_seq).unwrap();
     s.forward(tokens, LogitsMode::All).unwrap().to_vec()
 }
 
 /// One, two or every layer per program: the residual crosses between
-/// programs as the same fp16 tensor it is inside one, so the logits are
-/// bit-identical; the program count follows ⌈L/K⌉ + 1.
+/// programs as the same fp16 tensor it is inside one (and the host
+/// finishes a mixture of experts wherever the groups end), so the logits
+/// are bit-identical; the program count follows ⌈L/K⌉ + 1 without
+/// mixtures of experts, one per group + 1 with them.
 #[test]
 fn layers_per_program_changes_no_bit() {
-    for family in ["llama", "gemma3", "qwen3"] {
-        let p = fixtures::program(family, Format::GgufF32);
+    for name in ["llama", "gemma3", "qwen3", MIXED] {
+        let (p, family) = (program(name), family(name));
         let tokens = prompt(family, 20);
         let l = p.layers.len();
         let mut first: Option<Vec<f32>> = None;
         for k in [1, 2, 0] {
             let o = options(k, 64, 32);
             let exe = AneSimBackend::new(o).compile_sim(&p).unwrap();
-            let groups = if k == 0 { 1 } else { l.div_ceil(k) };
-            assert_eq!(exe.dispatches_per_token(), groups + 1, "{family} K={k}");
+            let groups = match (name, k) {
+                (MIXED, _) => resident::groups(&p, &o).len(),
+                (_, 0) => 1,
+                _ => l.div_ceil(k),
+            };
+            assert_eq!(exe.dispatches_per_token(), groups + 1, "{name} K={k}");
             assert_eq!(lower::dispatch_count(Variant::Resident, &p, &o), groups + 1);
             let got = all_logits(&exe, &tokens, 64);
             match &first {
                 None => first = Some(got),
-                Some(want) => assert!(got == *want, "{family}: K={k} changed the logits"),
+                Some(want) => assert!(got == *want, "{name}: K={k} changed the logits"),
             }
         }
     }
@@ -72,8 +114,8 @@ fn layers_per_program_changes_no_bit() {
 /// bit-identical; and both follow the CPU backend.
 #[test]
 fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
-    for family in ["qwen2", "gemma3", "smollm3"] {
-        let p = fixtures::program(family, Format::GgufF32);
+    for name in ["qwen2", "gemma3", "smollm3", "qwen3_moe", MIXED] {
+        let (p, family) = (program(name), family(name));
         let tokens = prompt(family, 40);
         let exe = compile(&p, options(2, 64, 32));
         let whole = all_logits(exe.as_ref(), &tokens, 64);
@@ -85,19 +127,19 @@ fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
                     .unwrap(),
             );
         }
-        assert!(whole == stepped, "{family}: decode differs from prefill");
+        assert!(whole == stepped, "{name}: decode differs from prefill");
         let cpu = CpuBackend::new(1).unwrap().compile(&p).unwrap();
         let want = all_logits(cpu.as_ref(), &tokens, 64);
         let v = p.n_vocab;
         for t in 0..tokens.len() {
             let (g, w) = (&whole[t * v..(t + 1) * v], &want[t * v..(t + 1) * v]);
-            assert!(max_rel(g, w) <= 0.02, "{family} row {t}: {}", max_rel(g, w));
+            assert!(max_rel(g, w) <= 0.02, "{name} row {t}: {}", max_rel(g, w));
             // top-1 equal, unless the CPU itself puts ours within a
             // near-tie of its own (smollm3 row 29: 0.007 apart)
             let (a, b) = (argmax(g), argmax(w));
             assert!(
                 a == b || w[b] - w[a] < TIE,
-                "{family} row {t}: {a} vs cpu {b}"
+                "{name} row {t}: {a} vs cpu {b}"
             );
         }
     }
@@ -108,9 +150,15 @@ fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
 /// session's bit for bit.
 #[test]
 fn truncated_rows_are_never_read() {
-    let p = fixtures::program("gemma3", Format::GgufF32);
+    for name in ["gemma3", MIXED] {
+        truncated_rows_of(name);
+    }
+}
+
+fn truncated_rows_of(name: &str) {
+    let p = program(name);
     let exe = compile(&p, options(0, 64, 32));
-    let tokens = prompt("gemma3", 24);
+    let tokens = prompt(family(name), 24);
     let fresh = all_logits(exe.as_ref(), &tokens, 64);
     let mut s = exe.new_session(64).unwrap();
     s.forward(&tokens[..12], LogitsMode::None).unwrap();
@@ -132,8 +180,8 @@ fn truncated_rows_are_never_read() {
         .to_vec();
     let tail = s.forward(&tokens[12..], LogitsMode::All).unwrap().to_vec();
     let v = p.n_vocab;
-    assert!(head == fresh[..12 * v], "prefix");
-    assert!(tail == fresh[12 * v..], "after truncation");
+    assert!(head == fresh[..12 * v], "{name}: prefix");
+    assert!(tail == fresh[12 * v..], "{name}: after truncation");
 }
 
 /// Gemma 3's sliding layers (the fixture's smallest window) at
@@ -192,6 +240,86 @@ fn refusals_say_why() {
     );
     let views = lower::layer_views(&lfm2, "ane-sim").unwrap();
     assert_eq!(resident::refusal(&views).map(|r| r.2), Some(0));
+    // mixtures of experts are held; lfm2_moe's short convolutions are not
+    for family in ["qwen2_moe", "qwen3_moe"] {
+        let p = fixtures::program(family, Format::GgufF32);
+        let views = lower::layer_views(&p, "ane-sim").unwrap();
+        assert_eq!(resident::refusal(&views), None, "{family}");
+    }
+    let lfm2_moe = fixtures::program("lfm2_moe", Format::GgufF32);
+    let views = lower::layer_views(&lfm2_moe, "ane-sim").unwrap();
+    let refused = resident::refusal(&views);
+    assert_eq!(refused.map(|r| r.0), Some("mixer"), "{refused:?}");
+}
+
+/// A group ends after each mixture of experts (the host runs its routed
+/// experts before the next group), whatever K, and such a group's program
+/// returns the FFN-normed residual (and the shared expert's output) as
+/// further ports.
+#[test]
+fn groups_end_after_each_mixture_of_experts() {
+    use anedvd_ane::lower::PortRole;
+    let p = program(MIXED);
+    // dense, moe, dense, dense, moe
+    let want: [(usize, &[std::ops::Range<usize>]); 4] = [
+        (1, &[0..1, 1..2, 2..3, 3..4, 4..5]),
+        (2, &[0..2, 2..4, 4..5]),
+        (3, &[0..2, 2..5]),
+        (0, &[0..2, 2..5]),
+    ];
+    for (k, groups) in want {
+        let o = options(k, 64, 32);
+        assert_eq!(resident::groups(&p, &o), groups, "K={k}");
+        assert_eq!(
+            lower::dispatch_count(Variant::Resident, &p, &o),
+            groups.len() + 1
+        );
+    }
+    for family in ["qwen2_moe", "qwen3_moe"] {
+        let p = fixtures::program(family, Format::GgufF32);
+        let one_each: Vec<_> = (0..p.layers.len()).map(|i| i..i + 1).collect();
+        assert_eq!(resident::groups(&p, &options(0, 64, 32)), one_each);
+    }
+    let l = lower::lower(&p, &options(2, 64, 32)).unwrap();
+    let names: Vec<&str> = l.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "blk.0-1.resident",
+            "blk.2-3.resident",
+            "blk.4.resident",
+            "lm_head"
+        ]
+    );
+    let to_host = |k: usize| -> Vec<PortRole> {
+        l.kernels[k]
+            .outputs
+            .iter()
+            .map(|p| p.role)
+            .filter(|r| !matches!(r, PortRole::Cache { .. }))
+            .collect()
+    };
+    let (moe1, moe4) = (
+        [
+            PortRole::MoeInput { layer: 1 },
+            PortRole::SharedExpert { layer: 1 },
+        ],
+        [
+            PortRole::MoeInput { layer: 4 },
+            PortRole::SharedExpert { layer: 4 },
+        ],
+    );
+    assert_eq!(to_host(0), moe1);
+    assert_eq!(to_host(1), []);
+    assert_eq!(to_host(2), moe4);
+    // without a shared expert, the normed residual only
+    let q3 = fixtures::program("qwen3_moe", Format::GgufF32);
+    let l = lower::lower(&q3, &options(2, 64, 32)).unwrap();
+    let roles: Vec<PortRole> = l.kernels[0].outputs.iter().map(|p| p.role).collect();
+    assert_eq!(roles.last(), Some(&PortRole::MoeInput { layer: 0 }));
+    assert!(!roles
+        .iter()
+        .any(|r| matches!(r, PortRole::SharedExpert { .. })));
 }
 
 /// Without `--ane-layers-per-program` the groups fill up to
@@ -247,13 +375,14 @@ fn compressed_weights_keep_their_stated_accuracy() {
 
 /// Through the runtime's simulated e5rt driver each session's caches stay
 /// in its own programs' buffers (cache outputs aliased onto the inputs;
-/// never copied out): logits bit-identical to the direct simulator's, for
-/// two sessions advanced in turn.
+/// never copied out), while the host reads a mixture of experts' outputs:
+/// logits bit-identical to the direct simulator's, for two sessions
+/// advanced in turn.
 #[test]
 fn caches_stay_resident_on_the_e5rt_runtime() {
     use anedvd_ane::{AneBackend, DriverKind};
-    for family in ["llama", "gemma3"] {
-        let p = fixtures::program(family, Format::GgufF32);
+    for name in ["llama", "gemma3", MIXED, "qwen3_moe"] {
+        let (p, family) = (program(name), family(name));
         let o = options(2, 64, 32);
         let direct = compile(&p, o);
         let runtime = AneBackend::new(o, DriverKind::Sim).compile(&p).unwrap();
@@ -272,7 +401,7 @@ fn caches_stay_resident_on_the_e5rt_runtime() {
         }
         assert!(
             runs[0] == runs[1],
-            "{family}: the runtime's resident caches differ"
+            "{name}: the runtime's resident caches differ"
         );
     }
 }

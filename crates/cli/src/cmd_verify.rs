@@ -678,6 +678,27 @@ mod tests {
         assert_eq!(e5rt["unavailable"][0]["variant"], "resident");
         assert_eq!(e5rt["unavailable"][0]["path"], "inmem");
         assert!(find(&inmem, "fused", "e5rt").is_some());
+        // a group ends after each mixture of experts: one per layer + 1
+        let moe = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/models/qwen2_moe/model-f32.gguf");
+        let r = kernels::plan(
+            &moe,
+            &Default::default(),
+            &LowerOptions {
+                path: RuntimePath::E5rt,
+                ..LowerOptions::default()
+            },
+            &CostModel::default(),
+        )
+        .unwrap();
+        let moe = find(&plan_json(&r), "resident", "e5rt").unwrap();
+        assert_eq!(
+            moe["dispatches_per_decode_token"].as_u64(),
+            Some(r.layers as u64 + 1)
+        );
+        assert!(moe["programs"][0]["computes"]
+            .as_str()
+            .is_some_and(|c| c.contains("experts on the host")));
         // the most sensitive blocks kept fp16 are listed and cost bytes
         let r = plan(LowerOptions {
             weights: WeightFormat::Int8,

@@ -56,8 +56,9 @@ impl TestBackend {
     }
 
     /// Whether it runs `p`: the resident variant refuses short
-    /// convolutions, mixtures of experts, shared K/V and per-layer inputs
-    /// (by name, at compile time); every other backend runs every family.
+    /// convolutions, shared K/V and per-layer inputs (by name, at compile
+    /// time; it holds mixtures of experts); every other backend runs every
+    /// family.
     pub fn holds(self, p: &DecoderProgram) -> bool {
         match self {
             TestBackend::AneSim(Variant::Resident)

@@ -8,7 +8,13 @@
 //! tokens in columns `0..n` (the rest zero, writing nothing). Each program
 //! takes the caches its layers hold and returns them updated; on hardware
 //! those outputs are aliased onto the inputs (no copy), here the session
-//! keeps the returned tensors. Then `lm_head` gives every vocabulary slice.
+//! keeps the returned tensors. A group that ends with a mixture of experts
+//! returns the residual after that layer's mixer with its FFN-normed rows
+//! and shared expert's output: the host finishes the layer on the chunk's
+//! columns as the fused variant's host does (`super::session::finish_moe`:
+//! router, routed experts, the shared expert's gate, post-FFN norm,
+//! residual add, layer scale) and hands the residual to the next group.
+//! Then `lm_head` gives every vocabulary slice.
 //!
 //! Stale cache rows need no clearing while every value is finite: a query
 //! sees only keys at or before its own position (the others are masked to
@@ -20,7 +26,7 @@
 //! NaN, so such a forward fails instead of running on.
 
 use super::model::{mil_err, HostMixer, Model, SimKernel};
-use super::session::run_chunks;
+use super::session::{finish_moe, run_chunks, Scratch};
 use crate::lower::resident::MASKED;
 use crate::lower::{KernelKind, Port, PortRole};
 use anedvd_cpu::attention::{first_visible, RopeTables};
@@ -39,6 +45,8 @@ pub(crate) struct ResidentSession {
     pos: usize,
     caches: Caches,
     rope_tables: RopeTables,
+    /// The routed experts' scratch.
+    scratch: Scratch,
     logits: Vec<f32>,
     dump_dir: Option<PathBuf>,
 }
@@ -99,6 +107,7 @@ impl ResidentSession {
             pos: 0,
             caches,
             rope_tables: RopeTables::default(),
+            scratch: Scratch::default(),
             logits: Vec::new(),
             dump_dir: None,
         })
@@ -175,22 +184,34 @@ impl ResidentSession {
                         }
                     }
                     PortRole::Cache { .. } => continue,
-                    PortRole::Logits { .. } => return Err(bad_port(k, &port.name)),
+                    PortRole::Logits { .. }
+                    | PortRole::MoeInput { .. }
+                    | PortRole::SharedExpert { .. } => return Err(bad_port(k, &port.name)),
                 };
                 inputs.push((port, values));
             }
-            x = match &mut self.caches {
+            // the outputs the host reads besides the residual: a mixture
+            // of experts' FFN-normed rows and shared expert
+            let to_host: Vec<&Port> = k.ports.1.iter().filter(|p| for_host(p)).collect();
+            let extra;
+            (x, extra) = match &mut self.caches {
                 Caches::Host(caches) => run_host(&m, k, (&x, d, w), &inputs, caches)?,
                 Caches::Resident { set } => {
                     let named = std::iter::once(("x".to_string(), x))
                         .chain(inputs.into_iter().map(|(p, v)| (p.name.clone(), v)))
                         .collect();
-                    let out = m.run_on_worker((*set, g, k), named, vec![k.output.clone()])?;
-                    out.into_iter()
-                        .next()
-                        .ok_or_else(|| bad_port(k, "the residual"))?
+                    let names = std::iter::once(k.output.clone())
+                        .chain(to_host.iter().map(|p| p.name.clone()))
+                        .collect();
+                    let mut out = m.run_on_worker((*set, g, k), named, names)?.into_iter();
+                    let y = out.next().ok_or_else(|| bad_port(k, "the residual"))?;
+                    (y, out.collect())
                 }
             };
+            if extra.len() != to_host.len() {
+                return Err(bad_port(k, "count"));
+            }
+            self.finish_experts(k, &mut x, to_host.into_iter().zip(extra), n)?;
             if let (KernelKind::Resident { first, layers }, true) = (k.kind, dump.is_some()) {
                 // the residual after the group's last layer, unscaled
                 let li = Some(first + layers - 1);
@@ -204,6 +225,40 @@ impl ResidentSession {
         let logits = self.logits_of(&x, cols.clone())?;
         Dump::put_opt(dump, None, names::RESULT_OUTPUT, &logits, cols.len());
         Ok(logits)
+    }
+
+    /// Finishes the mixture of experts group `k` ended with, if any, on the
+    /// chunk's `n` columns of the scaled residual `x` (`[D, W]`) from the
+    /// group's outputs for the host, `parts` (`[D, W]` each).
+    fn finish_experts<'k>(
+        &mut self,
+        k: &SimKernel,
+        x: &mut [f32],
+        parts: impl Iterator<Item = (&'k Port, Vec<f32>)>,
+        n: usize,
+    ) -> Result<()> {
+        let (d, w) = (self.model.n_embd, self.model.options.width);
+        let rows = |v: &[f32]| rows_of(v, d, w, n, 1.0);
+        let (mut layer, mut h, mut shared) = (None, None, None);
+        for (port, v) in parts {
+            match port.role {
+                PortRole::MoeInput { layer: i } => (layer, h) = (Some(i), Some(rows(&v))),
+                PortRole::SharedExpert { .. } => shared = Some(rows(&v)),
+                _ => return Err(bad_port(k, &port.name)),
+            }
+        }
+        let (Some(i), Some(h)) = (layer, h) else {
+            return Ok(());
+        };
+        let mut xr = rows(x);
+        let m = &self.model;
+        finish_moe(m, &mut self.scratch, i, &mut xr, &h, shared.as_deref())?;
+        for (j, row) in xr.chunks_exact(d).enumerate() {
+            for (c, v) in row.iter().enumerate() {
+                x[c * w + j] = *v;
+            }
+        }
+        Ok(())
     }
 
     /// The cos (or sin) of layer `a`'s RoPE, `[1, n_rot/2, 1, W]`, at the
@@ -302,14 +357,15 @@ fn first_rows(k: &SimKernel) -> usize {
 
 /// Runs group `k` on the simulator with the host's caches: `x` (`[D, W]`
 /// columns) and `inputs`, the caches passed in and replaced by the
-/// program's cache outputs. Returns the next residual.
+/// program's cache outputs. Returns the next residual and the other
+/// outputs in port order.
 fn run_host(
     m: &Model,
     k: &SimKernel,
     (x, d, w): (&[f32], usize, usize),
     inputs: &[(&Port, Vec<f32>)],
     caches: &mut [[Tensor; 2]],
-) -> Result<Vec<f32>> {
+) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
     let f16 = |shape: &[usize], v: &[f32]| Tensor::f16(shape, v).map_err(mil_err(&k.name));
     let mut named = vec![("x", f16(&[1, d, 1, w], x)?)];
     for (port, values) in inputs {
@@ -329,15 +385,27 @@ fn run_host(
     }
     let mut out = out.into_iter();
     let (_, y) = out.next().ok_or_else(|| bad_port(k, "the residual"))?;
+    let mut extra = Vec::new();
     for ((name, tensor), port) in out.zip(&k.ports.1) {
         match port.role {
-            PortRole::Cache { layer, value } if name == port.name => {
+            _ if name != port.name => return Err(bad_port(k, &name)),
+            PortRole::Cache { layer, value } => {
                 caches[layer][usize::from(value)] = tensor;
             }
+            _ if for_host(port) => extra.push(tensor.to_f32()),
             _ => return Err(bad_port(k, &name)),
         }
     }
-    Ok(y.to_f32())
+    Ok((y.to_f32(), extra))
+}
+
+/// Whether the host reads output `p` (besides the residual): a mixture of
+/// experts' FFN-normed rows and shared expert output.
+fn for_host(p: &Port) -> bool {
+    matches!(
+        p.role,
+        PortRole::MoeInput { .. } | PortRole::SharedExpert { .. }
+    )
 }
 
 /// Rows `0..n` of the `[D, W]` columns `x`, times `s`.

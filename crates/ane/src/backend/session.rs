@@ -336,10 +336,11 @@ pub(crate) fn run_rows(
                     x[t * d..(t + 1) * d].copy_from_slice(&out[t * w..t * w + d]);
                     qkv.extend_from_slice(&out[t * w + d..(t + 1) * w]);
                 }
-                if let Some(moe) = &m.layers[i].moe {
+                if m.layers[i].moe.is_some() {
                     // `qkv` holds `[normed; shared expert?]`: the host
-                    // finishes the FFN and the residual, then the next
-                    // layer starts from its entry program.
+                    // finishes the FFN and the residual of each segment's
+                    // rows, then the next layer starts from its entry
+                    // program.
                     let rest = w - d;
                     let (mut hn, mut shared) = (Vec::with_capacity(n * d), Vec::new());
                     for row in qkv.chunks_exact(rest) {
@@ -347,13 +348,13 @@ pub(crate) fn run_rows(
                         shared.extend_from_slice(&row[d..]);
                     }
                     let shared = (rest > d).then_some(&shared[..]);
-                    let mut f = experts(scratch, moe, &hn, shared)?;
-                    if let Some(g) = &m.layers[i].norms.post_ffn {
-                        f = norm(&f, g, m.eps);
-                    }
-                    x.iter_mut().zip(&f).for_each(|(r, f)| *r += f / s);
-                    if let Some(k) = m.layers[i].scale {
-                        x.iter_mut().for_each(|v| *v *= k);
+                    for span in &spans {
+                        let xs = &mut x[span.start * d..span.end * d];
+                        let (hs, sh) = (
+                            rows(&hn, n, span.clone()),
+                            shared.map(|y| rows(y, n, span.clone())),
+                        );
+                        finish_moe(m, scratch, i, xs, hs, sh)?;
                     }
                     qkv.clear();
                     if i + 1 < m.layers.len() {
@@ -408,6 +409,39 @@ pub(crate) fn run_rows(
     }
     Dump::put_opt(dump, None, names::RESULT_OUTPUT, &logits, rows);
     Ok(logits)
+}
+
+/// Finishes mixture-of-experts layer `i` on rows of one sequence, where
+/// an ANE program (fused or resident) stopped: `x` holds the rows of the
+/// residual after the mixer (scaled: `x / s`), `h` their FFN-normed rows
+/// and `shared` the shared expert's output, if any. Runs the router and
+/// the routed experts, gates the shared expert ([`host_ffn`]), applies the
+/// post-FFN norm, adds the result to `x` (`/ s`) and applies the layer's
+/// scale, if any.
+pub(crate) fn finish_moe(
+    m: &Model,
+    scratch: &mut Scratch,
+    i: usize,
+    x: &mut [f32],
+    h: &[f32],
+    shared: Option<&[f32]>,
+) -> Result<()> {
+    let l = &m.layers[i];
+    let Some(moe) = &l.moe else {
+        let what = format!("layer {i} is no mixture of experts");
+        return Err(anedvd_graph::Error::InvalidProgram(what));
+    };
+    let n = x.len() / m.n_embd.max(1);
+    let mut f = host_ffn(m, scratch, moe, h, shared, n)?;
+    if let Some(g) = &l.norms.post_ffn {
+        f = norm(&f, g, m.eps);
+    }
+    let s = m.options.residual_scale;
+    x.iter_mut().zip(&f).for_each(|(r, f)| *r += f / s);
+    if let Some(k) = l.scale {
+        x.iter_mut().for_each(|v| *v *= k);
+    }
+    Ok(())
 }
 
 /// A mixture of experts on `n` normed rows `h`: the routed experts here,

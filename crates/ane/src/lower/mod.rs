@@ -30,7 +30,10 @@
 //! (the CPU backend's `MoeLayer`, experts read in place), which also
 //! applies the shared expert's sigmoid gate. In the fused variant such a
 //! layer's program returns `[residual; FFN-normed residual; shared
-//! output]` and the next layer starts from its own `blk.{i+1}.entry`.
+//! output]` and the next layer starts from its own `blk.{i+1}.entry`; in
+//! the resident variant a layer group ends with such a layer, returning
+//! the residual and the other two as ports, and the next group starts
+//! from the residual the host finished.
 //!
 //! Gemma 4: a `ple` program (first, both variants) projects the scaled
 //! embedding for every layer's per-layer input (the host norms it and adds
@@ -113,7 +116,9 @@ pub enum Variant {
     Fused,
     /// Whole layers — norms, q/k norm, RoPE, attention and the KV cache —
     /// inside, several layers per program, the caches resident across
-    /// steps (outputs aliased onto inputs): ⌈L/K⌉ + 1 programs
+    /// steps (outputs aliased onto inputs): one program per layer group
+    /// (⌈L/K⌉ for K layers per program; a group also ends after each
+    /// mixture of experts, whose routed experts run on the host) + 1
     /// ([`resident`]). e5rt path only.
     Resident,
 }
@@ -249,7 +254,11 @@ pub enum KernelKind {
     },
     /// Resident: layers `first..first + layers` whole, from the scaled
     /// residual `x` to the next one, with the ports of [`Kernel::inputs`]
-    /// and [`Kernel::outputs`] (position tables, caches).
+    /// and [`Kernel::outputs`] (position tables, caches). When the last
+    /// layer is a mixture of experts the program stops before its routed
+    /// experts: the first output is that layer's residual after the mixer,
+    /// and [`PortRole::MoeInput`] (and [`PortRole::SharedExpert`]) carry
+    /// what the host finishes the layer with.
     Resident {
         /// First layer.
         first: usize,
@@ -330,6 +339,20 @@ pub enum PortRole {
     Write,
     /// `[1, 1, T]`: 0 at the positions the chunk writes, 1 elsewhere.
     Keep,
+    /// `[1, D, 1, W]`, an output: layer `layer`'s FFN-normed residual,
+    /// which the host's router and routed experts take. A program ends
+    /// after a mixture of experts: its first output is then that layer's
+    /// residual after the mixer, and the host finishes the layer.
+    MoeInput {
+        /// Layer index (the program's last).
+        layer: usize,
+    },
+    /// `[1, D, 1, W]`, an output: layer `layer`'s shared expert on the
+    /// FFN-normed residual, before its sigmoid gate (the host applies it).
+    SharedExpert {
+        /// Layer index (the program's last).
+        layer: usize,
+    },
     /// `[KVH, hd, T]`: layer `layer`'s K (`value` false) or V cache. An
     /// input, and an output aliased onto that input.
     Cache {
@@ -576,6 +599,7 @@ fn split_norms(norms: &NormPlacement) -> (&str, Option<&str>, &str, Option<&str>
 /// split `3·layers + slices` less one per mixture of experts without a
 /// shared expert; fused `1 + layers + slices` plus one `entry` after each
 /// mixture of experts but the last layer; resident one per layer group
+/// ([`resident::groups`]: a group also ends after each mixture of experts)
 /// plus the lm_head.
 pub fn dispatch_count(variant: Variant, program: &DecoderProgram, options: &LowerOptions) -> usize {
     let slices = program.n_vocab.div_ceil(options.vocab_slice.max(1));

@@ -24,9 +24,19 @@
 //!     `k_lI_next = k_lI · keep + k · write` (the masked one-hot write of
 //!     §d; an exact product: one non-zero term per element) and likewise
 //!     `v_lI_next`, which the runtime aliases onto the inputs.
+//! * A mixture of experts ends its group ([`groups`]): the program stops
+//!   after that layer's mixer residual, FFN norm and shared expert, as the
+//!   fused variant's does. Its first output is then the residual after the
+//!   mixer, and two more outputs carry the FFN-normed residual
+//!   (`l{i}_ffn_norm`, [`PortRole::MoeInput`]) and the shared expert's
+//!   output ([`PortRole::SharedExpert`], only with one), all
+//!   `[1, D, 1, W]`: the host runs the router and the routed experts, gates
+//!   the shared expert, applies the post-FFN norm, the residual add (`/ s`)
+//!   and any layer scale, and hands the residual to the next group.
 //! * `lm_head`: the final norm and every vocabulary slice, one output each.
 //!
-//! So a decode token takes ⌈L/K⌉ + 1 dispatches for K layers per program.
+//! So a decode token takes one dispatch per group + 1: ⌈L/K⌉ + 1 for K
+//! layers per program, more where mixtures of experts cut the groups short.
 //!
 //! Layouts. Scores are one batched matmul per KV head group: q goes from
 //! `[1, H·hd, 1, W]` to `[KVH, G·W, hd]` (G = H/KVH query heads per KV
@@ -40,8 +50,8 @@
 //!
 //! Only the e5rt path binds ports of different sizes, so this variant is
 //! e5rt only; the in-memory path keeps the fused variant's host attention.
-//! Layers it cannot hold are refused by name: short convolutions, mixtures
-//! of experts, Gemma 4's per-layer inputs and shared K/V.
+//! Layers it cannot hold are refused by name: short convolutions, Gemma
+//! 4's per-layer inputs and shared K/V.
 
 use super::emit::Emitter;
 use super::kernels::{
@@ -50,7 +60,7 @@ use super::kernels::{
 use super::sensitivity::ProjBlock;
 use super::tensors::vector;
 use super::{
-    Error, FfnView, Kernel, KernelKind, LayerView, LowerOptions, MixerView, Port, PortRole, Result,
+    Error, Kernel, KernelKind, LayerView, LowerOptions, MixerView, Port, PortRole, Result,
     RuntimePath,
 };
 use anedvd_graph::{Attention, Block, DecoderProgram, FeedForward, Mixer, Rope, RopePairing};
@@ -74,26 +84,37 @@ pub const MAX_POSITION_INPUT: usize = 1 << 22;
 pub const MASKED: f32 = -30000.0;
 
 /// The layer ranges of the programs: `layers_per_program` at a time, or
-/// (0) as many as fit [`MAX_PROGRAM_WEIGHT_BYTES`] in `options.weights`.
+/// (0) as many as fit [`MAX_PROGRAM_WEIGHT_BYTES`] in `options.weights`;
+/// either way a group ends after each mixture of experts, whose routed
+/// experts run on the host.
 pub fn groups(p: &DecoderProgram, options: &LowerOptions) -> Vec<Range<usize>> {
     let n = p.layers.len();
     let k = options.layers_per_program;
-    if k > 0 {
-        return (0..n).step_by(k).map(|s| s..(s + k).min(n)).collect();
-    }
     let bits = |block| u64::from(options.fp16_blocks.format(block, options.weights).bits());
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
     for (i, b) in p.layers.iter().enumerate() {
-        let (mixer, ffn) = layer_weights(p, b);
-        let add = (mixer.saturating_mul(bits(ProjBlock::Attention(i)))
-            + ffn.saturating_mul(bits(ProjBlock::Ffn(i))))
-            / 8;
-        if i > start && bytes.saturating_add(add) > MAX_PROGRAM_WEIGHT_BYTES {
+        let add = if k > 0 {
+            0
+        } else {
+            let (mixer, ffn) = layer_weights(p, b);
+            (mixer.saturating_mul(bits(ProjBlock::Attention(i)))
+                + ffn.saturating_mul(bits(ProjBlock::Ffn(i))))
+                / 8
+        };
+        let full = match k {
+            0 => bytes.saturating_add(add) > MAX_PROGRAM_WEIGHT_BYTES,
+            k => i - start == k,
+        };
+        if i > start && full {
             out.push(start..i);
             (start, bytes) = (i, 0);
         }
         bytes = bytes.saturating_add(add);
+        if matches!(b.ffn, FeedForward::Moe(_)) {
+            out.push(start..i + 1);
+            (start, bytes) = (i + 1, 0);
+        }
     }
     if start < n {
         out.push(start..n);
@@ -117,8 +138,7 @@ fn layer_weights(p: &DecoderProgram, b: &Block) -> (u64, u64) {
 
 /// The first part of `p` this variant cannot hold, as `(part, what,
 /// layer)` for [`anedvd_graph::Error::unsupported`]: a short convolution,
-/// a mixture of experts, K/V shared from another layer, Gemma 4's
-/// per-layer inputs.
+/// K/V shared from another layer, Gemma 4's per-layer inputs.
 pub fn refusal(views: &[LayerView<'_>]) -> Option<(&'static str, &'static str, usize)> {
     views.iter().enumerate().find_map(|(i, l)| {
         let what = match (l.mixer, l.ffn) {
@@ -126,7 +146,6 @@ pub fn refusal(views: &[LayerView<'_>]) -> Option<(&'static str, &'static str, u
             (MixerView::Attention(a), _) if a.kv_source.is_some() => {
                 ("mixer", "attention sharing K/V in the resident variant")
             }
-            (_, FfnView::Moe(_)) => ("feed-forward", "moe in the resident variant"),
             _ if l.per_layer.is_some() => ("per-layer input", "gemma4 in the resident variant"),
             _ => return None,
         };
@@ -299,6 +318,10 @@ fn group(
     };
     let mut outputs = Vec::new();
     for i in range.clone() {
+        if views[i].ffn.on_host() && i + 1 != range.end {
+            let msg = format!("layer {i}: a mixture of experts must end its layer group");
+            return Err(Error::Options(msg));
+        }
         x = layer(
             &mut e,
             p,
@@ -347,6 +370,9 @@ fn permute_rows(m: &mut [f32], rows: Range<usize>, cols: usize, order: &[usize])
 }
 
 /// One whole layer on the scaled residual `x`; pushes its cache outputs.
+/// A mixture of experts stops before its routed experts: returns the
+/// residual after the mixer and pushes the FFN-normed residual and the
+/// shared expert's output for the host.
 #[allow(clippy::too_many_arguments)]
 fn layer(
     e: &mut Emitter,
@@ -480,8 +506,18 @@ fn layer(
         eps,
         o.residual_scale,
     )?;
-    let f =
-        emit_ffn(e, p, (i, l), &hn)?.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
+    let f = emit_ffn(e, p, (i, l), &hn)?;
+    if l.ffn.on_host() {
+        let port = |v: Var, role| {
+            let name = v.name().to_string();
+            let shape = vec![1, d, 1, w];
+            (Port { name, shape, role }, v)
+        };
+        outputs.push(port(hn, PortRole::MoeInput { layer: i }));
+        outputs.extend(f.map(|f| port(f, PortRole::SharedExpert { layer: i })));
+        return Ok(hres);
+    }
+    let f = f.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
     let mut y = emit_ffn_residual(e, p, o, (i, l), &hres, &f)?;
     if let Some(name) = l.layer_scale {
         let k = e.b.fp16(

@@ -181,6 +181,14 @@ pub fn plan(
                     KernelKind::LmHead { .. } if !k.outputs.is_empty() => {
                         "final norm + every lm_head slice"
                     }
+                    // a resident group ending with a mixture of experts
+                    KernelKind::Resident { .. }
+                        if k.outputs
+                            .iter()
+                            .any(|p| matches!(p.role, lower::PortRole::MoeInput { .. })) =>
+                    {
+                        "whole layers, KV cache resident; last layer's experts on the host"
+                    }
                     kind => kind_label(kind),
                 },
                 in_channels: k.in_channels,
