@@ -1,9 +1,10 @@
-//! The resident variant (whole layers, attention and the KV cache inside
-//! the programs) on the tiny family checkpoints, beyond the conformance
-//! suite's comparison with transformers: how layers are grouped changes
-//! no bit, a chunk's columns are independent (one prefill = token by token
-//! decode, bit for bit), rolled-back cache rows are never read, sliding
-//! windows past the window, dispatch counts, and clear refusals.
+//! The resident variant (whole layers, attention and the KV cache, or a
+//! short convolution and its cache, inside the programs) on the tiny family
+//! checkpoints, beyond the conformance suite's comparison with
+//! transformers: how layers are grouped changes no bit, a chunk's columns
+//! are independent (one prefill = token by token decode, bit for bit),
+//! rolled-back cache rows are never read, sliding windows past the window,
+//! dispatch counts, and clear refusals.
 #![allow(clippy::unwrap_used)]
 
 use anedvd_ane::backend::selftest::{argmax, max_rel};
@@ -47,7 +48,7 @@ fn all_logits(exe: &dyn Executable, tokens: &[u32], max_seq: usize) -> Vec<f32> 
 /// bit-identical; the program count follows ⌈L/K⌉ + 1.
 #[test]
 fn layers_per_program_changes_no_bit() {
-    for family in ["llama", "gemma3", "qwen3"] {
+    for family in ["llama", "gemma3", "qwen3", "lfm2"] {
         let p = fixtures::program(family, Format::GgufF32);
         let tokens = prompt(family, 20);
         let l = p.layers.len();
@@ -72,7 +73,7 @@ fn layers_per_program_changes_no_bit() {
 /// bit-identical; and both follow the CPU backend.
 #[test]
 fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
-    for family in ["qwen2", "gemma3", "smollm3"] {
+    for family in ["qwen2", "gemma3", "smollm3", "lfm2"] {
         let p = fixtures::program(family, Format::GgufF32);
         let tokens = prompt(family, 40);
         let exe = compile(&p, options(2, 64, 32));
@@ -103,14 +104,20 @@ fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
     }
 }
 
-/// Rows written past a truncation stay in the caches; nothing reads them:
-/// after other tokens, a truncation and a rerun, the logits equal a fresh
-/// session's bit for bit.
+/// Rows written past a truncation stay in the caches (K/V, and a short
+/// convolution's `u`); nothing reads them: after other tokens, a
+/// truncation and a rerun, the logits equal a fresh session's bit for bit.
 #[test]
 fn truncated_rows_are_never_read() {
-    let p = fixtures::program("gemma3", Format::GgufF32);
+    for family in ["gemma3", "lfm2"] {
+        truncated_rows_are_never_read_in(family);
+    }
+}
+
+fn truncated_rows_are_never_read_in(family: &str) {
+    let p = fixtures::program(family, Format::GgufF32);
     let exe = compile(&p, options(0, 64, 32));
-    let tokens = prompt("gemma3", 24);
+    let tokens = prompt(family, 24);
     let fresh = all_logits(exe.as_ref(), &tokens, 64);
     let mut s = exe.new_session(64).unwrap();
     s.forward(&tokens[..12], LogitsMode::None).unwrap();
@@ -132,8 +139,8 @@ fn truncated_rows_are_never_read() {
         .to_vec();
     let tail = s.forward(&tokens[12..], LogitsMode::All).unwrap().to_vec();
     let v = p.n_vocab;
-    assert!(head == fresh[..12 * v], "prefix");
-    assert!(tail == fresh[12 * v..], "after truncation");
+    assert!(head == fresh[..12 * v], "{family}: prefix");
+    assert!(tail == fresh[12 * v..], "{family}: after truncation");
 }
 
 /// Gemma 3's sliding layers (the fixture's smallest window) at
@@ -181,17 +188,29 @@ fn refusals_say_why() {
     let e = exe.new_session(65).err().unwrap().to_string();
     assert!(e.contains("hold 64 positions"), "{e}");
     assert_eq!(exe.n_ctx_train(), 64.min(p.n_ctx_train));
+    // what it does not hold, by part and first layer (lfm2_moe's short
+    // convolutions before its first mixture are held)
+    for (family, what, layer) in [
+        ("qwen2_moe", "feed-forward moe", 0),
+        ("lfm2_moe", "feed-forward moe", 2),
+        ("gemma4", "per-layer input gemma4", 0),
+    ] {
+        let q = fixtures::program(family, Format::GgufF32);
+        let e = AneSimBackend::new(options(0, 64, 32))
+            .compile(&q)
+            .err()
+            .unwrap();
+        let want = format!(
+            "backend ane-sim does not support {what} in the resident variant (layer {layer})"
+        );
+        assert_eq!(e.to_string(), want, "{family}");
+        let views = lower::layer_views(&q, "ane-sim").unwrap();
+        assert!(resident::refusal(&views).is_some(), "{family}");
+    }
+    // short convolutions are held
     let lfm2 = fixtures::program("lfm2", Format::GgufF32);
-    let e = AneSimBackend::new(options(0, 64, 32))
-        .compile(&lfm2)
-        .err()
-        .unwrap();
-    assert_eq!(
-        e.to_string(),
-        "backend ane-sim does not support mixer short_conv in the resident variant (layer 0)"
-    );
     let views = lower::layer_views(&lfm2, "ane-sim").unwrap();
-    assert_eq!(resident::refusal(&views).map(|r| r.2), Some(0));
+    assert_eq!(resident::refusal(&views), None);
 }
 
 /// Without `--ane-layers-per-program` the groups fill up to
@@ -252,7 +271,7 @@ fn compressed_weights_keep_their_stated_accuracy() {
 #[test]
 fn caches_stay_resident_on_the_e5rt_runtime() {
     use anedvd_ane::{AneBackend, DriverKind};
-    for family in ["llama", "gemma3"] {
+    for family in ["llama", "gemma3", "lfm2"] {
         let p = fixtures::program(family, Format::GgufF32);
         let o = options(2, 64, 32);
         let direct = compile(&p, o);

@@ -55,9 +55,10 @@ impl TestBackend {
         !matches!(self, TestBackend::Cpu)
     }
 
-    /// Whether it runs `p`: the resident variant refuses short
-    /// convolutions, mixtures of experts, shared K/V and per-layer inputs
-    /// (by name, at compile time); every other backend runs every family.
+    /// Whether it runs `p`: the resident variant refuses mixtures of
+    /// experts, shared K/V and per-layer inputs (by name, at compile time;
+    /// it holds attention and short convolutions); every other backend
+    /// runs every family.
     pub fn holds(self, p: &DecoderProgram) -> bool {
         match self {
             TestBackend::AneSim(Variant::Resident)
