@@ -26,13 +26,14 @@ WIDTH=32
 FIXTURES=tests/fixtures/models
 # "family: text its refusal must contain", one per line.
 EXPECTED_REFUSALS=""
-# The resident variant (e5rt; attention and the KV cache inside, two layers
-# per program, caches of 64 positions) holds attention layers with a dense
-# FFN or a mixture of experts (a group ends after each, the routed experts
-# on the host): these families are refused by name ("… in the resident
+# The resident variant (e5rt; attention and the KV cache, or a short
+# convolution and its cache, inside, two layers per program, caches of 64
+# positions) holds attention and short-convolution layers with a dense FFN
+# or a mixture of experts (a group ends after each, the routed experts on
+# the host): these families are refused by name ("… in the resident
 # variant").
 RESIDENT_ARGS="--ane-layers-per-program 2 --ane-context 64"
-RESIDENT_REFUSED="gemma4 gemma4_keqv lfm2 lfm2_moe"
+RESIDENT_REFUSED="gemma4 gemma4_keqv"
 
 if [ ! -x "$ANEDVD" ]; then
   echo "check-mil-coremltools: $ANEDVD is not an executable (build it: cargo build -p anedvd)" >&2

@@ -1,5 +1,5 @@
-//! The resident variant (whole layers, attention and the KV cache inside
-//! the programs) on the tiny family checkpoints, beyond the conformance
+//! The resident variant (whole layers, attention and the KV cache, or a
+//! short convolution and its cache, inside the programs) on the tiny family checkpoints, beyond the conformance
 //! suite's comparison with transformers: how layers are grouped changes
 //! no bit, a chunk's columns are independent (one prefill = token by token
 //! decode, bit for bit), rolled-back cache rows are never read, sliding
@@ -85,7 +85,7 @@ fn all_logits(exe: &dyn Executable, tokens: &[u32], max_seq: usize) -> Vec<f32> 
 /// mixtures of experts, one per group + 1 with them.
 #[test]
 fn layers_per_program_changes_no_bit() {
-    for name in ["llama", "gemma3", "qwen3", MIXED] {
+    for name in ["llama", "gemma3", "qwen3", "lfm2", MIXED, "lfm2_moe"] {
         let (p, family) = (program(name), family(name));
         let tokens = prompt(family, 20);
         let l = p.layers.len();
@@ -94,7 +94,7 @@ fn layers_per_program_changes_no_bit() {
             let o = options(k, 64, 32);
             let exe = AneSimBackend::new(o).compile_sim(&p).unwrap();
             let groups = match (name, k) {
-                (MIXED, _) => resident::groups(&p, &o).len(),
+                (MIXED | "lfm2_moe", _) => resident::groups(&p, &o).len(),
                 (_, 0) => 1,
                 _ => l.div_ceil(k),
             };
@@ -114,7 +114,15 @@ fn layers_per_program_changes_no_bit() {
 /// bit-identical; and both follow the CPU backend.
 #[test]
 fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
-    for name in ["qwen2", "gemma3", "smollm3", "qwen3_moe", MIXED] {
+    for name in [
+        "qwen2",
+        "gemma3",
+        "smollm3",
+        "lfm2",
+        "qwen3_moe",
+        MIXED,
+        "lfm2_moe",
+    ] {
         let (p, family) = (program(name), family(name));
         let tokens = prompt(family, 40);
         let exe = compile(&p, options(2, 64, 32));
@@ -150,7 +158,7 @@ fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
 /// session's bit for bit.
 #[test]
 fn truncated_rows_are_never_read() {
-    for name in ["gemma3", MIXED] {
+    for name in ["gemma3", "lfm2", MIXED, "lfm2_moe"] {
         truncated_rows_of(name);
     }
 }
@@ -229,27 +237,21 @@ fn refusals_say_why() {
     let e = exe.new_session(65).err().unwrap().to_string();
     assert!(e.contains("hold 64 positions"), "{e}");
     assert_eq!(exe.n_ctx_train(), 64.min(p.n_ctx_train));
-    let lfm2 = fixtures::program("lfm2", Format::GgufF32);
+    let g4 = fixtures::program("gemma4", Format::GgufF32);
     let e = AneSimBackend::new(options(0, 64, 32))
-        .compile(&lfm2)
+        .compile(&g4)
         .err()
         .unwrap();
     assert_eq!(
         e.to_string(),
-        "backend ane-sim does not support mixer short_conv in the resident variant (layer 0)"
+        "backend ane-sim does not support per-layer input gemma4 in the resident variant (layer 0)"
     );
-    let views = lower::layer_views(&lfm2, "ane-sim").unwrap();
-    assert_eq!(resident::refusal(&views).map(|r| r.2), Some(0));
-    // mixtures of experts are held; lfm2_moe's short convolutions are not
-    for family in ["qwen2_moe", "qwen3_moe"] {
+    // short convolutions and mixtures of experts are held
+    for family in ["lfm2", "qwen2_moe", "qwen3_moe", "lfm2_moe"] {
         let p = fixtures::program(family, Format::GgufF32);
         let views = lower::layer_views(&p, "ane-sim").unwrap();
         assert_eq!(resident::refusal(&views), None, "{family}");
     }
-    let lfm2_moe = fixtures::program("lfm2_moe", Format::GgufF32);
-    let views = lower::layer_views(&lfm2_moe, "ane-sim").unwrap();
-    let refused = resident::refusal(&views);
-    assert_eq!(refused.map(|r| r.0), Some("mixer"), "{refused:?}");
 }
 
 /// A group ends after each mixture of experts (the host runs its routed
@@ -381,7 +383,7 @@ fn compressed_weights_keep_their_stated_accuracy() {
 #[test]
 fn caches_stay_resident_on_the_e5rt_runtime() {
     use anedvd_ane::{AneBackend, DriverKind};
-    for name in ["llama", "gemma3", MIXED, "qwen3_moe"] {
+    for name in ["llama", "gemma3", "lfm2", MIXED, "qwen3_moe", "lfm2_moe"] {
         let (p, family) = (program(name), family(name));
         let o = options(2, 64, 32);
         let direct = compile(&p, o);

@@ -55,10 +55,10 @@ impl TestBackend {
         !matches!(self, TestBackend::Cpu)
     }
 
-    /// Whether it runs `p`: the resident variant refuses short
-    /// convolutions, shared K/V and per-layer inputs (by name, at compile
-    /// time; it holds mixtures of experts); every other backend runs every
-    /// family.
+    /// Whether it runs `p`: the resident variant refuses shared K/V and
+    /// per-layer inputs (by name, at compile time; it holds attention,
+    /// short convolutions and mixtures of experts); every other backend
+    /// runs every family.
     pub fn holds(self, p: &DecoderProgram) -> bool {
         match self {
             TestBackend::AneSim(Variant::Resident)

@@ -6,7 +6,7 @@ use super::session::AneSession;
 use super::worker::{CompileReport, DriverKind, Opened, PortedSource, Worker};
 use super::Error;
 use crate::lower::{
-    self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Port, PortRole, Variant,
+    self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Port, Variant,
 };
 use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
@@ -490,7 +490,7 @@ impl Model {
 fn cache_aliases(inputs: &[Port], outputs: &[Port]) -> Vec<(String, String)> {
     outputs
         .iter()
-        .filter(|o| matches!(o.role, PortRole::Cache { .. }))
+        .filter(|o| o.role.is_cache())
         .filter_map(|o| {
             let i = inputs.iter().find(|i| i.role == o.role)?;
             Some((o.name.clone(), i.name.clone()))

@@ -4,26 +4,30 @@
 //! Per chunk of ≤ W tokens at positions `pos0..pos0 + n` the host makes
 //! the inputs every `blk.*.resident` program shares (`crate::lower::resident`):
 //! the one-hot `write` and its `keep`, the cos/sin of each RoPE (the CPU
-//! backend's own tables) and the mask of each window, all with the chunk's
-//! tokens in columns `0..n` (the rest zero, writing nothing). Each program
-//! takes the caches its layers hold and returns them updated; on hardware
-//! those outputs are aliased onto the inputs (no copy), here the session
-//! keeps the returned tensors. A group that ends with a mixture of experts
-//! returns the residual after that layer's mixer with its FFN-normed rows
-//! and shared expert's output: the host finishes the layer on the chunk's
-//! columns as the fused variant's host does (`super::session::finish_moe`:
-//! router, routed experts, the shared expert's gate, post-FFN norm,
-//! residual add, layer scale) and hands the residual to the next group.
-//! Then `lm_head` gives every vocabulary slice.
+//! backend's own tables), the mask of each window and, for short
+//! convolutions, the one-hot read of the `K - 1` positions before the
+//! chunk, all with the chunk's tokens in columns `0..n` (the rest zero,
+//! writing nothing). Each program takes the caches its layers hold and
+//! returns them updated; on hardware those outputs are aliased onto the
+//! inputs (no copy), here the session keeps the returned tensors. A group
+//! that ends with a mixture of experts returns the residual after that
+//! layer's mixer with its FFN-normed rows and shared expert's output: the
+//! host finishes the layer on the chunk's columns as the fused variant's
+//! host does (`super::session::finish_moe`: router, routed experts, the
+//! shared expert's gate, post-FFN norm, residual add, layer scale) and
+//! hands the residual to the next group. Then `lm_head` gives every
+//! vocabulary slice.
 //!
 //! Stale cache rows need no clearing while every value is finite: a query
 //! sees only keys at or before its own position (the others are masked to
-//! a weight of exactly 0), and a chunk writes its positions before
-//! attending, so rows past the session's position (after a truncation, or
-//! a failed forward) are overwritten before anything reads them. A
-//! non-finite row would not be: masked keys still pass through the
-//! matmuls (0 · inf is NaN), and the simulator refuses an op that makes a
-//! NaN, so such a forward fails instead of running on.
+//! a weight of exactly 0), a short convolution reads only the positions
+//! before the chunk (its own columns come from the chunk), and a chunk
+//! writes its positions before attending, so rows past the session's
+//! position (after a truncation, or a failed forward) are overwritten
+//! before anything reads them. A non-finite row would not be: masked keys
+//! (and the rows a conv does not read) still pass through the matmuls
+//! (0 · inf is NaN), and the simulator refuses an op that makes a NaN, so
+//! such a forward fails instead of running on.
 
 use super::model::{mil_err, HostMixer, Model, SimKernel};
 use super::session::{finish_moe, run_chunks, Scratch};
@@ -51,11 +55,13 @@ pub(crate) struct ResidentSession {
     dump_dir: Option<PathBuf>,
 }
 
-/// Where a session's KV caches live.
+/// Where a session's caches live.
 enum Caches {
-    /// On the simulator, the session holds them: `[K, V]` per layer,
-    /// `[KVH, hd, T]` fp16, passed in and taken back each dispatch.
-    Host(Vec<[Tensor; 2]>),
+    /// On the simulator, the session holds them, by role: every cache port
+    /// of the programs (`[KVH, hd, T]` K and V per attention layer, `[1, D,
+    /// T]` per short convolution), fp16, passed in and taken back each
+    /// dispatch.
+    Host(Vec<(PortRole, Tensor)>),
     /// On a runtime, in the buffers of the session's own set of programs,
     /// each cache output aliased onto its input: they never cross.
     Resident {
@@ -90,13 +96,16 @@ impl ResidentSession {
                 set: w.open_ported(model.ported.clone())?,
             },
             None => Caches::Host(
-                (0..model.layers.len())
-                    .map(|i| {
-                        let a = model.attention(i)?;
-                        let shape = [a.n_head_kv, a.head_dim, t];
-                        let zeros = vec![0f32; shape.iter().product()];
-                        let z = Tensor::f16(&shape, &zeros).map_err(mil_err("cache"))?;
-                        Ok([z.clone(), z])
+                model
+                    .kernels
+                    .iter()
+                    .filter(|k| matches!(k.kind, KernelKind::Resident { .. }))
+                    .flat_map(|k| &k.ports.0)
+                    .filter(|port| port.role.is_cache())
+                    .map(|port| {
+                        let zeros = vec![0f32; port.shape.iter().product()];
+                        let z = Tensor::f16(&port.shape, &zeros).map_err(mil_err(&port.name))?;
+                        Ok((port.role, z))
                     })
                     .collect::<Result<Vec<_>>>()?,
             ),
@@ -150,6 +159,7 @@ impl ResidentSession {
         // each distinct RoPE's and window's columns, made once per chunk
         let mut ropes: Vec<(Rope, bool, Vec<f32>)> = Vec::new();
         let mut masks: Vec<(Option<usize>, Vec<f32>)> = Vec::new();
+        let mut prevs: Vec<(usize, Vec<f32>)> = Vec::new();
         for (g, k) in groups.enumerate() {
             // every input but the caches, which the programs hold or the
             // host passes below
@@ -183,7 +193,18 @@ impl ResidentSession {
                             }
                         }
                     }
-                    PortRole::Cache { .. } => continue,
+                    PortRole::ConvPrev { layer } => {
+                        let k1 = m.conv_kernel(layer)?.saturating_sub(1);
+                        match prevs.iter().find(|(x, _)| *x == k1) {
+                            Some((_, v)) => v.clone(),
+                            None => {
+                                let v = conv_prev(k1, pos0, t);
+                                prevs.push((k1, v.clone()));
+                                v
+                            }
+                        }
+                    }
+                    PortRole::Cache { .. } | PortRole::ConvCache { .. } => continue,
                     PortRole::Logits { .. }
                     | PortRole::MoeInput { .. }
                     | PortRole::SharedExpert { .. } => return Err(bad_port(k, &port.name)),
@@ -364,20 +385,19 @@ fn run_host(
     k: &SimKernel,
     (x, d, w): (&[f32], usize, usize),
     inputs: &[(&Port, Vec<f32>)],
-    caches: &mut [[Tensor; 2]],
+    caches: &mut [(PortRole, Tensor)],
 ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
     let f16 = |shape: &[usize], v: &[f32]| Tensor::f16(shape, v).map_err(mil_err(&k.name));
     let mut named = vec![("x", f16(&[1, d, 1, w], x)?)];
     for (port, values) in inputs {
         named.push((port.name.as_str(), f16(&port.shape, values)?));
     }
-    for port in &k.ports.0 {
-        if let PortRole::Cache { layer, value } = port.role {
-            named.push((
-                port.name.as_str(),
-                caches[layer][usize::from(value)].clone(),
-            ));
-        }
+    for port in k.ports.0.iter().filter(|p| p.role.is_cache()) {
+        let (_, cache) = caches
+            .iter()
+            .find(|(role, _)| *role == port.role)
+            .ok_or_else(|| bad_port(k, &port.name))?;
+        named.push((port.name.as_str(), cache.clone()));
     }
     let out = m.run_ports(k, &named)?;
     if out.len() != 1 + k.ports.1.len() {
@@ -387,11 +407,9 @@ fn run_host(
     let (_, y) = out.next().ok_or_else(|| bad_port(k, "the residual"))?;
     let mut extra = Vec::new();
     for ((name, tensor), port) in out.zip(&k.ports.1) {
-        match port.role {
+        match caches.iter_mut().find(|(role, _)| *role == port.role) {
             _ if name != port.name => return Err(bad_port(k, &name)),
-            PortRole::Cache { layer, value } => {
-                caches[layer][usize::from(value)] = tensor;
-            }
+            Some((_, cache)) if port.role.is_cache() => *cache = tensor,
             _ if for_host(port) => extra.push(tensor.to_f32()),
             _ => return Err(bad_port(k, &name)),
         }
@@ -427,6 +445,18 @@ fn mask(window: Option<usize>, positions: &[usize], w: usize, t: usize) -> Vec<f
             if !seen.contains(&key) {
                 *v = MASKED;
             }
+        }
+    }
+    out
+}
+
+/// `[1, K - 1, T]` (`k1 = K - 1`): 1 at (k, p₀ − k1 + k) where that
+/// position is ≥ 0, the `K - 1` positions before the chunk's first `pos0`.
+fn conv_prev(k1: usize, pos0: usize, t: usize) -> Vec<f32> {
+    let mut out = vec![0f32; k1 * t];
+    for k in 0..k1 {
+        if let Some(p) = (pos0 + k).checked_sub(k1) {
+            out[k * t + p] = 1.0;
         }
     }
     out
@@ -489,11 +519,43 @@ impl Session for ResidentSession {
 }
 
 impl Model {
-    /// Layer `i`'s attention (every layer of a resident lowering has one).
+    /// Layer `i`'s attention.
     pub fn attention(&self, i: usize) -> Result<&Attention> {
         match self.layers.get(i).map(|l| &l.mixer) {
             Some(HostMixer::Attention(a)) => Ok(a),
             _ => Err(Error::InvalidProgram(format!("layer {i} has no attention"))),
         }
+    }
+
+    /// Layer `i`'s short-convolution taps `K`.
+    pub fn conv_kernel(&self, i: usize) -> Result<usize> {
+        match self.layers.get(i).map(|l| &l.mixer) {
+            Some(HostMixer::ShortConv { kernel, .. }) => Ok(*kernel),
+            _ => Err(Error::InvalidProgram(format!(
+                "layer {i} has no short convolution"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conv_prev_selects_the_positions_before_the_chunk() {
+        let ones = |v: &[f32], t: usize| -> Vec<(usize, usize)> {
+            (v.iter().enumerate())
+                .filter(|(_, x)| **x == 1.0)
+                .map(|(i, _)| (i / t, i % t))
+                .collect()
+        };
+        // a first chunk reads nothing: the causal zero padding
+        assert!(ones(&conv_prev(2, 0, 8), 8).is_empty());
+        // position 1: tap 0 would be position -1
+        assert_eq!(ones(&conv_prev(2, 1, 8), 8), [(1, 0)]);
+        assert_eq!(ones(&conv_prev(2, 5, 8), 8), [(0, 3), (1, 4)]);
+        assert_eq!(ones(&conv_prev(3, 8, 16), 16), [(0, 5), (1, 6), (2, 7)]);
+        assert!(conv_prev(0, 5, 8).is_empty());
     }
 }

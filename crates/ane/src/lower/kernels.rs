@@ -103,7 +103,7 @@ pub(super) fn finish_ports(
 
 /// Emits layer `i`'s mixer norm (if `with_norm`) and input projection
 /// (`[q; k; v]`, or a short conv's `[B; C; X]`).
-fn emit_qkv(
+pub(super) fn emit_qkv(
     e: &mut Emitter,
     p: &DecoderProgram,
     o: &LowerOptions,
@@ -202,17 +202,7 @@ fn emit_conv_out(
     let u = part(e, "conv_u", 0)?;
     let gate_c = part(e, "conv_c", 1)?;
     let carry = part(e, "conv_carry", 2)?;
-    // Stored `[hidden][K]` (HF `[hidden, 1, K]`): the `[D, 1, 1, K]`
-    // depthwise weight as it is.
-    let taps = super::tensors::elements(p.weights.as_ref(), &c.conv, c.kernel * d)?;
-    let off = e.pack.matrix(&taps);
-    let wv = e.b.const_blob(
-        &format!("l{i}_conv_w"),
-        anedvd_mil::ir::DType::Fp16,
-        &[d, 1, 1, c.kernel],
-        WEIGHT_PATH,
-        off,
-    )?;
+    let wv = conv_weight(e, p, i, c)?;
     let opts = ConvOpts {
         pad: [0, 0, c.kernel - 1, 0],
         pad_type: "custom",
@@ -222,8 +212,40 @@ fn emit_conv_out(
     let v0 = e.b.conv_with(&format!("l{i}_conv"), &u, &wv, &opts)?;
     let v = e.b.add(&format!("l{i}_conv_v"), &v0, &carry)?;
     let y = e.b.mul(&format!("l{i}_conv_y"), &gate_c, &v)?;
+    emit_conv_proj(e, p, i, c, &y)
+}
+
+/// Layer `i`'s depthwise conv weight `[D, 1, 1, K]` (fp16 in every weight
+/// format): stored `[hidden][K]` (HF `[hidden, 1, K]`), used as it is.
+pub(super) fn conv_weight(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    i: usize,
+    c: &ShortConv,
+) -> Result<Var> {
+    let d = p.n_embd;
+    let taps = super::tensors::elements(p.weights.as_ref(), &c.conv, c.kernel * d)?;
+    let off = e.pack.matrix(&taps);
+    Ok(e.b.const_blob(
+        &format!("l{i}_conv_w"),
+        anedvd_mil::ir::DType::Fp16,
+        &[d, 1, 1, c.kernel],
+        WEIGHT_PATH,
+        off,
+    )?)
+}
+
+/// Layer `i`'s `out_proj` of the gated convolution `y`.
+pub(super) fn emit_conv_proj(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    i: usize,
+    c: &ShortConv,
+    y: &Var,
+) -> Result<Var> {
+    let d = p.n_embd;
     let wo = matrix(p, &c.out_proj, d)?;
-    e.projection(&format!("l{i}_conv_out"), &y, &wo, d, None)
+    e.projection(&format!("l{i}_conv_out"), y, &wo, d, None)
 }
 
 /// `blk.i.attn_out`: the output side of layer `i`'s mixer.
@@ -378,7 +400,21 @@ pub(super) fn emit_mixer_residual(
     ctx: &Var,
     x: &Var,
 ) -> Result<Var> {
-    let mut a = emit_attn_out(e, p, (i, l), ctx)?;
+    let a = emit_attn_out(e, p, (i, l), ctx)?;
+    emit_mixer_out_residual(e, p, o, (i, l), &a, x)
+}
+
+/// The scaled residual after layer `i`'s mixer output `a` (after its
+/// output projection): post-mixer norm, `x + a / s`.
+pub(super) fn emit_mixer_out_residual(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l): (usize, &LayerView<'_>),
+    a: &Var,
+    x: &Var,
+) -> Result<Var> {
+    let mut a = a.clone();
     if let Some(g) = optional_norm(p, l.post_attn_norm)? {
         a = e.rms_norm(&format!("l{i}_post_attn_norm"), &a, &g, p.norm.eps, 1.0)?;
     }

@@ -361,6 +361,21 @@ pub enum PortRole {
         /// V rather than K.
         value: bool,
     },
+    /// `[1, D, T]`: layer `layer`'s short-convolution inputs `u = B ⊙ X`,
+    /// one column per position. An input, and an output aliased onto that
+    /// input, like [`PortRole::Cache`].
+    ConvCache {
+        /// Layer index.
+        layer: usize,
+    },
+    /// `[1, T, K - 1]`: one-hot, 1 at (p₀ − (K−1) + k, k) for the `K - 1`
+    /// positions before the chunk's first (p₀) that are ≥ 0, zero
+    /// elsewhere: it reads those positions' `u` out of a conv cache. Layers
+    /// with an equal `K` share it.
+    ConvPrev {
+        /// The first layer of the program with this `K`.
+        layer: usize,
+    },
     /// `[1, rows, 1, W]`: logits rows `first..first + rows`.
     Logits {
         /// First vocabulary row.
@@ -368,6 +383,14 @@ pub enum PortRole {
         /// Rows.
         rows: usize,
     },
+}
+
+impl PortRole {
+    /// Whether it is a cache: an input whose updated value is an output
+    /// aliased onto it (K, V or a short convolution's `u`).
+    pub fn is_cache(&self) -> bool {
+        matches!(self, PortRole::Cache { .. } | PortRole::ConvCache { .. })
+    }
 }
 
 /// The lowered decoder.
@@ -410,7 +433,8 @@ pub enum MixerView<'a> {
     /// history and the carry of the previous `K-1` rows (see
     /// `anedvd_cpu::conv::ConvHistory::carry`); out: `[u; C; carry]` →
     /// depthwise causal conv over the chunk (zero left padding) + carry,
-    /// `· C`, `out_proj`.
+    /// `· C`, `out_proj`. (The resident variant runs all of it inside its
+    /// program, `u` in a resident cache: [`resident`].)
     ShortConv(&'a ShortConv),
 }
 

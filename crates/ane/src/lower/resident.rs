@@ -1,5 +1,6 @@
 //! The resident variant: several whole layers per program, attention and
-//! the KV cache inside, the caches resident across steps.
+//! the KV cache (or a short convolution and its cache) inside, the caches
+//! resident across steps.
 //!
 //! ANEForge's decode programs (ane-evidence.md §d) run a chunk of layers
 //! with the KV cache as program state: every cache is an input and an
@@ -13,7 +14,10 @@
 //!   norms (and Gemma 4's weightless v norm), RoPE, the cache write, scores
 //!   (with the soft-cap), the mask, softmax, the weighted sum of values,
 //!   the output projection and the rest of the fused layer (post norms,
-//!   residual adds, FFN). Its further ports ([`PortRole`]):
+//!   residual adds, FFN); a short convolution's layer runs norm, `in_proj`,
+//!   `u = B ⊙ X`, its cache write, the read of the `K - 1` positions
+//!   before the chunk, the depthwise conv, `· C` and `out_proj` (below).
+//!   Its further ports ([`PortRole`]):
 //!   - per distinct RoPE `rope_lI_cos`, `rope_lI_sin` `[1, n_rot/2, 1, W]`
 //!     (the host's own cos/sin tables at each column's position), per
 //!     distinct window `mask_lI` `[1, 1, W, T]` (0 where column j sees key
@@ -23,7 +27,11 @@
 //!   - per layer the caches `k_lI`, `v_lI` `[KVH, hd, T]`, and as outputs
 //!     `k_lI_next = k_lI · keep + k · write` (the masked one-hot write of
 //!     §d; an exact product: one non-zero term per element) and likewise
-//!     `v_lI_next`, which the runtime aliases onto the inputs.
+//!     `v_lI_next`, which the runtime aliases onto the inputs;
+//!   - per short convolution the cache `conv_lI` `[1, D, T]` (`u` at each
+//!     position) with its output `conv_lI_next`, written like K/V, and per
+//!     distinct `K` `conv_prev_lI` `[1, K-1, T]` (one-hot at (k, p₀ −
+//!     (K−1) + k) where that position is ≥ 0, p₀ the chunk's first).
 //! * A mixture of experts ends its group ([`groups`]): the program stops
 //!   after that layer's mixer residual, FFN norm and shared expert, as the
 //!   fused variant's does. Its first output is then the residual after the
@@ -48,14 +56,27 @@
 //! product unchanged. Softmax is the native op over T (e5rt: reachable,
 //! `anedvd ops --op softmax`), so T is a power of two.
 //!
+//! Short convolutions. `next · conv_prevᵀ` (`[1, D, T]` by `[1, T, K-1]`)
+//! reads the `K - 1` positions before the chunk back out of the updated
+//! cache, exactly (one non-zero term per element; zero before position 0,
+//! the causal padding); concatenated before the chunk's own `u` columns
+//! (which are contiguous positions) they make `[1, D, 1, K-1+W]`, and the
+//! depthwise conv with no padding gives column j the taps of positions
+//! p_j − (K−1) ..= p_j. Only the `K - 1` previous columns go through the
+//! cache: `D·T·(K−1)` multiply-adds per layer rather than `D·T·W` per tap
+//! for reading every tap out of it, and one small position input. As with
+//! K/V, a chunk reads only rows before its first position (and its own,
+//! from `u`), so stale rows need no clearing and truncation no snapshot.
+//!
 //! Only the e5rt path binds ports of different sizes, so this variant is
 //! e5rt only; the in-memory path keeps the fused variant's host attention.
-//! Layers it cannot hold are refused by name: short convolutions, Gemma
+//! Layers it cannot hold are refused by name: Gemma
 //! 4's per-layer inputs and shared K/V.
 
 use super::emit::Emitter;
 use super::kernels::{
-    emit_ffn, emit_ffn_residual, emit_logits, emit_mixer_residual, finish_ports, norm, qkv_weights,
+    conv_weight, emit_conv_proj, emit_ffn, emit_ffn_residual, emit_logits, emit_mixer_out_residual,
+    emit_mixer_residual, emit_qkv, finish_ports, norm, qkv_weights,
 };
 use super::sensitivity::ProjBlock;
 use super::tensors::vector;
@@ -63,8 +84,10 @@ use super::{
     Error, Kernel, KernelKind, LayerView, LowerOptions, MixerView, Port, PortRole, Result,
     RuntimePath,
 };
-use anedvd_graph::{Attention, Block, DecoderProgram, FeedForward, Mixer, Rope, RopePairing};
-use anedvd_mil::builder::Var;
+use anedvd_graph::{
+    Attention, Block, DecoderProgram, FeedForward, Mixer, Rope, RopePairing, ShortConv,
+};
+use anedvd_mil::builder::{ConvOpts, Var};
 use anedvd_mil::ir::DType;
 use std::ops::Range;
 
@@ -137,12 +160,11 @@ fn layer_weights(p: &DecoderProgram, b: &Block) -> (u64, u64) {
 }
 
 /// The first part of `p` this variant cannot hold, as `(part, what,
-/// layer)` for [`anedvd_graph::Error::unsupported`]: a short convolution,
+/// layer)` for [`anedvd_graph::Error::unsupported`]:
 /// K/V shared from another layer, Gemma 4's per-layer inputs.
 pub fn refusal(views: &[LayerView<'_>]) -> Option<(&'static str, &'static str, usize)> {
     views.iter().enumerate().find_map(|(i, l)| {
         let what = match (l.mixer, l.ffn) {
-            (MixerView::ShortConv(_), _) => ("mixer", "short_conv in the resident variant"),
             (MixerView::Attention(a), _) if a.kv_source.is_some() => {
                 ("mixer", "attention sharing K/V in the resident variant")
             }
@@ -153,19 +175,15 @@ pub fn refusal(views: &[LayerView<'_>]) -> Option<(&'static str, &'static str, u
     })
 }
 
-/// The attention of every layer, or the refusal of [`refusal`].
-fn attentions<'a>(views: &[LayerView<'a>]) -> Result<Vec<&'a Attention>> {
-    if let Some((part, what, layer)) = refusal(views) {
-        let e = anedvd_graph::Error::unsupported("ane", part, what, layer);
-        return Err(Error::Unsupported(e));
+/// The refusal of [`refusal`], if any.
+fn check_views(views: &[LayerView<'_>]) -> Result<()> {
+    match refusal(views) {
+        Some((part, what, layer)) => {
+            let e = anedvd_graph::Error::unsupported("ane", part, what, layer);
+            Err(Error::Unsupported(e))
+        }
+        None => Ok(()),
     }
-    Ok(views
-        .iter()
-        .filter_map(|l| match l.mixer {
-            MixerView::Attention(a) => Some(a),
-            MixerView::ShortConv(_) => None,
-        })
-        .collect())
 }
 
 /// The resident variant's own options: the e5rt path, a context that is
@@ -204,10 +222,10 @@ pub fn lower(p: &DecoderProgram, views: &[LayerView<'_>], o: &LowerOptions) -> R
         let e = anedvd_graph::Error::unsupported("ane", "per-layer input", what, 0);
         return Err(Error::Unsupported(e));
     }
-    let attns = attentions(views)?;
+    check_views(views)?;
     let mut kernels = Vec::new();
     for g in groups(p, o) {
-        kernels.push(group(p, o, views, &attns, g)?);
+        kernels.push(group(p, o, views, g)?);
     }
     kernels.push(lm_head(p, o)?);
     Ok(kernels)
@@ -218,6 +236,8 @@ struct Shared {
     inputs: Vec<Port>,
     ropes: Vec<(Rope, Var, Var)>,
     masks: Vec<(Option<usize>, Var)>,
+    /// The conv-history selections by `K - 1`.
+    prevs: Vec<(usize, Var)>,
     write: Var,
     keep: Var,
 }
@@ -293,6 +313,18 @@ impl Shared {
         self.masks.push((window, m.clone()));
         Ok(m)
     }
+
+    /// Layer `i`'s selection of the `k1 = K - 1` positions before the
+    /// chunk, `[1, K - 1, T]` (declared by the first layer with its `K`).
+    fn conv_prev(&mut self, e: &mut Emitter, i: usize, k1: usize, t: usize) -> Result<Var> {
+        if let Some((_, v)) = self.prevs.iter().find(|(k, _)| *k == k1) {
+            return Ok(v.clone());
+        }
+        let role = PortRole::ConvPrev { layer: i };
+        let v = self.declare(e, &format!("conv_prev_l{i}"), &[1, k1, t], role)?;
+        self.prevs.push((k1, v.clone()));
+        Ok(v)
+    }
 }
 
 /// `blk.A-B.resident`: layers `range` from the scaled residual to the next.
@@ -300,7 +332,6 @@ fn group(
     p: &DecoderProgram,
     o: &LowerOptions,
     views: &[LayerView<'_>],
-    attns: &[&Attention],
     range: Range<usize>,
 ) -> Result<Kernel> {
     let (d, w, t) = (p.n_embd, o.width, o.context);
@@ -313,6 +344,7 @@ fn group(
         inputs,
         ropes: Vec::new(),
         masks: Vec::new(),
+        prevs: Vec::new(),
         write,
         keep,
     };
@@ -322,15 +354,7 @@ fn group(
             let msg = format!("layer {i}: a mixture of experts must end its layer group");
             return Err(Error::Options(msg));
         }
-        x = layer(
-            &mut e,
-            p,
-            o,
-            (i, &views[i], attns[i]),
-            &x,
-            &mut sh,
-            &mut outputs,
-        )?;
+        x = layer(&mut e, p, o, (i, &views[i]), &x, &mut sh, &mut outputs)?;
     }
     let name = match range.len() {
         1 => format!("blk.{}.resident", range.start),
@@ -373,8 +397,127 @@ fn permute_rows(m: &mut [f32], rows: Range<usize>, cols: usize, order: &[usize])
 /// A mixture of experts stops before its routed experts: returns the
 /// residual after the mixer and pushes the FFN-normed residual and the
 /// shared expert's output for the host.
-#[allow(clippy::too_many_arguments)]
 fn layer(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l): (usize, &LayerView<'_>),
+    x: &Var,
+    sh: &mut Shared,
+    outputs: &mut Vec<(Port, Var)>,
+) -> Result<Var> {
+    let hres = match l.mixer {
+        MixerView::Attention(a) => {
+            let ctx = attention(e, p, o, (i, l, a), x, sh, outputs)?;
+            emit_mixer_residual(e, p, o, (i, l), &ctx, x)?
+        }
+        MixerView::ShortConv(c) => {
+            let y = short_conv(e, p, o, (i, l, c), x, sh, outputs)?;
+            emit_mixer_out_residual(e, p, o, (i, l), &y, x)?
+        }
+    };
+    let hn = e.rms_norm(
+        &format!("l{i}_ffn_norm"),
+        &hres,
+        &norm(p, l.ffn_norm)?,
+        p.norm.eps,
+        o.residual_scale,
+    )?;
+    let f = emit_ffn(e, p, (i, l), &hn)?;
+    if l.ffn.on_host() {
+        let (d, w) = (p.n_embd, o.width);
+        let port = |v: Var, role| {
+            let name = v.name().to_string();
+            let shape = vec![1, d, 1, w];
+            (Port { name, shape, role }, v)
+        };
+        outputs.push(port(hn, PortRole::MoeInput { layer: i }));
+        outputs.extend(f.map(|f| port(f, PortRole::SharedExpert { layer: i })));
+        return Ok(hres);
+    }
+    let f = f.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
+    let mut y = emit_ffn_residual(e, p, o, (i, l), &hres, &f)?;
+    if let Some(name) = l.layer_scale {
+        let k = e.b.fp16(
+            &format!("l{i}_scale_k"),
+            f64::from(super::layer_scale(p, name)?),
+        )?;
+        y = e.b.mul(&format!("l{i}_scaled"), &y, &k)?;
+    }
+    Ok(y)
+}
+
+/// Layer `i`'s short convolution on the scaled residual `x`, to its output
+/// projection; pushes its cache output. `[B; C; X] = in_proj(norm(x))`,
+/// `u = B ⊙ X` into the cache `conv_lI` (`next = cache · keep + u ·
+/// write`, as K/V), the `K - 1` positions before the chunk read back out
+/// of `next` (`next · prevᵀ`, one non-zero term per element: exact; zero
+/// before position 0), then the depthwise conv over `[those; u]` with no
+/// padding (column j sees positions p_j − (K−1) ..= p_j), `· C`,
+/// `out_proj`. Rows at or past the chunk's first position are never read
+/// (only multiplied by the selection's zeros): the chunk's own columns
+/// come from `u`.
+fn short_conv(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l, c): (usize, &LayerView<'_>, &ShortConv),
+    x: &Var,
+    sh: &mut Shared,
+    outputs: &mut Vec<(Port, Var)>,
+) -> Result<Var> {
+    let (d, w, t) = (p.n_embd, o.width, o.context);
+    let bcx = emit_qkv(e, p, o, (i, l), x, true)?;
+    let part = |e: &mut Emitter, name: &str, k: usize| -> Result<Var> {
+        Ok(e.b.slice_by_size(
+            &format!("l{i}_conv_{name}"),
+            &bcx,
+            &[0, k * d, 0, 0],
+            &[1, d, 1, w],
+        )?)
+    };
+    let b = part(e, "b", 0)?;
+    let gate_c = part(e, "c", 1)?;
+    let xx = part(e, "x", 2)?;
+    let u = e.b.mul(&format!("l{i}_conv_u"), &b, &xx)?;
+    let name = format!("conv_l{i}");
+    let role = PortRole::ConvCache { layer: i };
+    let cache = sh.declare(e, &name, &[1, d, t], role)?;
+    let cols = e.b.reshape(&format!("l{i}_conv_u_cols"), &u, &[1, d, w])?;
+    let placed =
+        e.b.matmul(&format!("l{i}_conv_placed"), &cols, &sh.write, false, false)?;
+    let kept = e.b.mul(&format!("l{i}_conv_kept"), &cache, &sh.keep)?;
+    let next = e.b.add(&format!("{name}_next"), &kept, &placed)?;
+    let port = Port {
+        name: next.name().to_string(),
+        shape: vec![1, d, t],
+        role,
+    };
+    outputs.push((port, next.clone()));
+    let k1 = c.kernel.saturating_sub(1);
+    let window = if k1 == 0 {
+        u
+    } else {
+        let sel = sh.conv_prev(e, i, k1, t)?;
+        let prev =
+            e.b.matmul(&format!("l{i}_conv_prev_mat"), &next, &sel, false, true)?;
+        let prev =
+            e.b.reshape(&format!("l{i}_conv_prev"), &prev, &[1, d, 1, k1])?;
+        e.b.concat(&format!("l{i}_conv_window"), &[&prev, &u], 3)?
+    };
+    let wv = conv_weight(e, p, i, c)?;
+    let opts = ConvOpts {
+        groups: d,
+        ..ConvOpts::default()
+    };
+    let v = e.b.conv_with(&format!("l{i}_conv"), &window, &wv, &opts)?;
+    let y = e.b.mul(&format!("l{i}_conv_y"), &gate_c, &v)?;
+    emit_conv_proj(e, p, i, c, &y)
+}
+
+/// Layer `i`'s attention on the scaled residual `x`, to its context
+/// `[1, q_dim, 1, W]`; pushes its cache outputs.
+fn attention(
     e: &mut Emitter,
     p: &DecoderProgram,
     o: &LowerOptions,
@@ -497,36 +640,7 @@ fn layer(
         e.b.matmul(&format!("l{i}_ctx_mat"), &p3, &caches[1], false, true)?;
     let c4 = e.b.reshape(&format!("l{i}_ctx_g"), &c3, &[nkv, g, w, hd])?;
     let ct = e.b.transpose(&format!("l{i}_ctx_t"), &c4, &[0, 1, 3, 2])?;
-    let ctx = e.b.reshape(&format!("l{i}_ctx"), &ct, &[1, qd, 1, w])?;
-    let hres = emit_mixer_residual(e, p, o, (i, l), &ctx, x)?;
-    let hn = e.rms_norm(
-        &format!("l{i}_ffn_norm"),
-        &hres,
-        &norm(p, l.ffn_norm)?,
-        eps,
-        o.residual_scale,
-    )?;
-    let f = emit_ffn(e, p, (i, l), &hn)?;
-    if l.ffn.on_host() {
-        let port = |v: Var, role| {
-            let name = v.name().to_string();
-            let shape = vec![1, d, 1, w];
-            (Port { name, shape, role }, v)
-        };
-        outputs.push(port(hn, PortRole::MoeInput { layer: i }));
-        outputs.extend(f.map(|f| port(f, PortRole::SharedExpert { layer: i })));
-        return Ok(hres);
-    }
-    let f = f.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
-    let mut y = emit_ffn_residual(e, p, o, (i, l), &hres, &f)?;
-    if let Some(name) = l.layer_scale {
-        let k = e.b.fp16(
-            &format!("l{i}_scale_k"),
-            f64::from(super::layer_scale(p, name)?),
-        )?;
-        y = e.b.mul(&format!("l{i}_scaled"), &y, &k)?;
-    }
-    Ok(y)
+    Ok(e.b.reshape(&format!("l{i}_ctx"), &ct, &[1, qd, 1, w])?)
 }
 
 /// Half-split RoPE of `x: [heads, hd, 1, W]` over its first `n_rot`
