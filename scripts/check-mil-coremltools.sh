@@ -28,9 +28,10 @@ FIXTURES=tests/fixtures/models
 EXPECTED_REFUSALS=""
 # The resident variant (e5rt; attention and the KV cache inside, two layers
 # per program, caches of 64 positions) holds attention layers with a dense
-# FFN: these families are refused by name ("… in the resident variant").
+# FFN (Gemma 4's per-layer inputs and shared K/V included): these families
+# are refused by name ("… in the resident variant").
 RESIDENT_ARGS="--ane-layers-per-program 2 --ane-context 64"
-RESIDENT_REFUSED="gemma4 gemma4_keqv lfm2 lfm2_moe qwen2_moe qwen3_moe"
+RESIDENT_REFUSED="lfm2 lfm2_moe qwen2_moe qwen3_moe"
 
 if [ ! -x "$ANEDVD" ]; then
   echo "check-mil-coremltools: $ANEDVD is not an executable (build it: cargo build -p anedvd)" >&2

@@ -56,13 +56,14 @@ impl TestBackend {
     }
 
     /// Whether it runs `p`: the resident variant refuses short
-    /// convolutions, mixtures of experts, shared K/V and per-layer inputs
-    /// (by name, at compile time); every other backend runs every family.
+    /// convolutions and mixtures of experts (by name, at compile time);
+    /// every other backend runs every family.
     pub fn holds(self, p: &DecoderProgram) -> bool {
         match self {
             TestBackend::AneSim(Variant::Resident)
-            | TestBackend::AneSimDriver(Variant::Resident) => layer_views(p, "ane-sim")
-                .is_ok_and(|v| resident::refusal(&v).is_none() && p.per_layer_embd.is_none()),
+            | TestBackend::AneSimDriver(Variant::Resident) => {
+                layer_views(p, "ane-sim").is_ok_and(|v| resident::refusal(&v).is_none())
+            }
             _ => true,
         }
     }

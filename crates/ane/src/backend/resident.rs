@@ -10,6 +10,15 @@
 //! those outputs are aliased onto the inputs (no copy), here the session
 //! keeps the returned tensors. Then `lm_head` gives every vocabulary slice.
 //!
+//! Gemma 4: first the `ple` program and the host make every layer's
+//! per-layer input (`Model::per_layer_inputs`, as in the fused variant),
+//! which each group takes as its layers' `ple_lI` ports. A layer reading
+//! another's K/V keeps no cache: a program whose layer reads a cache an
+//! earlier program keeps takes it as an input — here the session passes
+//! that layer's tensor as the earlier program returned it; on a runtime
+//! the input is bound to the earlier program's buffer when the session's
+//! set opens (`PortedSource::bound`).
+//!
 //! Stale cache rows need no clearing while every value is finite: a query
 //! sees only keys at or before its own position (the others are masked to
 //! a weight of exactly 0), and a chunk writes its positions before
@@ -46,8 +55,9 @@ pub(crate) struct ResidentSession {
 /// Where a session's KV caches live.
 enum Caches {
     /// On the simulator, the session holds them: `[K, V]` per layer,
-    /// `[KVH, hd, T]` fp16, passed in and taken back each dispatch.
-    Host(Vec<[Tensor; 2]>),
+    /// `[KVH, hd, T]` fp16, passed in and taken back each dispatch (none
+    /// for a layer reading another's).
+    Host(Vec<Option<[Tensor; 2]>>),
     /// On a runtime, in the buffers of the session's own set of programs,
     /// each cache output aliased onto its input: they never cross.
     Resident {
@@ -85,10 +95,13 @@ impl ResidentSession {
                 (0..model.layers.len())
                     .map(|i| {
                         let a = model.attention(i)?;
+                        if a.kv_source.is_some() {
+                            return Ok(None);
+                        }
                         let shape = [a.n_head_kv, a.head_dim, t];
                         let zeros = vec![0f32; shape.iter().product()];
                         let z = Tensor::f16(&shape, &zeros).map_err(mil_err("cache"))?;
-                        Ok([z.clone(), z])
+                        Ok(Some([z.clone(), z]))
                     })
                     .collect::<Result<Vec<_>>>()?,
             ),
@@ -117,13 +130,15 @@ impl ResidentSession {
         let (n, d, w, t) = (tokens.len(), m.n_embd, m.options.width, m.options.context);
         let s = m.options.residual_scale;
         let mut x = vec![0f32; d * w];
-        let mut row = vec![0f32; d];
-        for (j, &tok) in tokens.iter().enumerate() {
-            m.embed(tok, &mut row)?;
+        let mut rows = vec![0f32; n * d];
+        for (j, (&tok, row)) in tokens.iter().zip(rows.chunks_exact_mut(d)).enumerate() {
+            m.embed(tok, row)?;
             for (c, v) in row.iter().enumerate() {
                 x[c * w + j] = v / s;
             }
         }
+        // Gemma 4: every layer's per-layer input, `n × (L · P)`
+        let ple = m.per_layer_inputs(tokens, &rows)?;
         if dump.is_some() {
             Dump::put_opt(dump, None, "inp_embd", &rows_of(&x, d, w, n, s), n);
         }
@@ -174,6 +189,20 @@ impl ResidentSession {
                             }
                         }
                     }
+                    PortRole::PerLayer { layer } => match (&ple, &m.ple) {
+                        (Some(e), Some(h)) => {
+                            let (pw, lw) = (h.width, h.width * m.layers.len());
+                            let mut cols = vec![0f32; pw * w];
+                            for (j, row) in e.chunks_exact(lw).take(n).enumerate() {
+                                let e_l = &row[layer * pw..(layer + 1) * pw];
+                                for (c, v) in e_l.iter().enumerate() {
+                                    cols[c * w + j] = *v;
+                                }
+                            }
+                            cols
+                        }
+                        _ => return Err(bad_port(k, &port.name)),
+                    },
                     PortRole::Cache { .. } => continue,
                     PortRole::Logits { .. } => return Err(bad_port(k, &port.name)),
                 };
@@ -301,14 +330,15 @@ fn first_rows(k: &SimKernel) -> usize {
 }
 
 /// Runs group `k` on the simulator with the host's caches: `x` (`[D, W]`
-/// columns) and `inputs`, the caches passed in and replaced by the
-/// program's cache outputs. Returns the next residual.
+/// columns) and `inputs`, the caches passed in (a cache an earlier group
+/// keeps as it left it) and replaced by the program's cache outputs.
+/// Returns the next residual.
 fn run_host(
     m: &Model,
     k: &SimKernel,
     (x, d, w): (&[f32], usize, usize),
     inputs: &[(&Port, Vec<f32>)],
-    caches: &mut [[Tensor; 2]],
+    caches: &mut [Option<[Tensor; 2]>],
 ) -> Result<Vec<f32>> {
     let f16 = |shape: &[usize], v: &[f32]| Tensor::f16(shape, v).map_err(mil_err(&k.name));
     let mut named = vec![("x", f16(&[1, d, 1, w], x)?)];
@@ -317,10 +347,10 @@ fn run_host(
     }
     for port in &k.ports.0 {
         if let PortRole::Cache { layer, value } = port.role {
-            named.push((
-                port.name.as_str(),
-                caches[layer][usize::from(value)].clone(),
-            ));
+            let Some(Some(cache)) = caches.get(layer) else {
+                return Err(bad_port(k, &port.name));
+            };
+            named.push((port.name.as_str(), cache[usize::from(value)].clone()));
         }
     }
     let out = m.run_ports(k, &named)?;
@@ -330,10 +360,11 @@ fn run_host(
     let mut out = out.into_iter();
     let (_, y) = out.next().ok_or_else(|| bad_port(k, "the residual"))?;
     for ((name, tensor), port) in out.zip(&k.ports.1) {
-        match port.role {
-            PortRole::Cache { layer, value } if name == port.name => {
-                caches[layer][usize::from(value)] = tensor;
-            }
+        let PortRole::Cache { layer, value } = port.role else {
+            return Err(bad_port(k, &name));
+        };
+        match caches.get_mut(layer) {
+            Some(Some(cache)) if name == port.name => cache[usize::from(value)] = tensor,
             _ => return Err(bad_port(k, &name)),
         }
     }

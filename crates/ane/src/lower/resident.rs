@@ -23,10 +23,30 @@
 //!   - per layer the caches `k_lI`, `v_lI` `[KVH, hd, T]`, and as outputs
 //!     `k_lI_next = k_lI · keep + k · write` (the masked one-hot write of
 //!     §d; an exact product: one non-zero term per element) and likewise
-//!     `v_lI_next`, which the runtime aliases onto the inputs.
+//!     `v_lI_next`, which the runtime aliases onto the inputs;
+//!   - Gemma 4: per layer its per-layer input `ple_lI` `[1, P, 1, W]`.
 //! * `lm_head`: the final norm and every vocabulary slice, one output each.
 //!
-//! So a decode token takes ⌈L/K⌉ + 1 dispatches for K layers per program.
+//! So a decode token takes ⌈L/K⌉ + 1 dispatches for K layers per program
+//! (Gemma 4: + 1, below).
+//!
+//! Gemma 4. Its per-layer inputs come as in the fused variant: the `ple`
+//! program (first, one more dispatch per token) projects the scaled
+//! embedding for every layer, the host norms that and adds the token
+//! table's rows (`Model::per_layer_inputs`), and hands each layer its `e_l`
+//! as the port `ple_lI`; the layer's branch `proj(act(gate · x) ⊙ e_l)`,
+//! its norm and the layer scale run inside, as they do in the fused layer
+//! (`kernels::emit_layer_end`). A layer reading layer J's K/V (`kv_source`)
+//! projects q only, norms and rotates it, and attends over J's caches as
+//! J's layer left them in this step (after the chunk's write): the vars
+//! themselves when J is in the same program, else the inputs `k_lJ`,
+//! `v_lJ` (role [`PortRole::Cache`], no output), which the runtime binds to
+//! the buffers of J's program (`E5rtRuntime::bind_from`; binding one
+//! buffer to ports of two programs is UNVERIFIED on hardware) and the
+//! simulator session fills with J's cache. Per-layer head dims, Gemma 4's
+//! proportional RoPE (its unrotated pairs have frequency 0: cos 1, sin 0),
+//! the value norm and `attention_k_eq_v` (`wv` names `wk`) need nothing
+//! more; the final logit soft-cap is the host's, as for Gemma 2/3.
 //!
 //! Layouts. Scores are one batched matmul per KV head group: q goes from
 //! `[1, H·hd, 1, W]` to `[KVH, G·W, hd]` (G = H/KVH query heads per KV
@@ -40,12 +60,13 @@
 //!
 //! Only the e5rt path binds ports of different sizes, so this variant is
 //! e5rt only; the in-memory path keeps the fused variant's host attention.
-//! Layers it cannot hold are refused by name: short convolutions, mixtures
-//! of experts, Gemma 4's per-layer inputs and shared K/V.
+//! Layers it cannot hold are refused by name: short convolutions and
+//! mixtures of experts.
 
 use super::emit::Emitter;
 use super::kernels::{
-    emit_ffn, emit_ffn_residual, emit_logits, emit_mixer_residual, finish_ports, norm, qkv_weights,
+    emit_ffn, emit_ffn_residual, emit_layer_end, emit_logits, emit_mixer_residual, finish_ports,
+    norm, qkv_weights,
 };
 use super::sensitivity::ProjBlock;
 use super::tensors::vector;
@@ -105,6 +126,8 @@ pub fn groups(p: &DecoderProgram, options: &LowerOptions) -> Vec<Range<usize>> {
 fn layer_weights(p: &DecoderProgram, b: &Block) -> (u64, u64) {
     let d = p.n_embd as u64;
     let mixer = match &b.mixer {
+        // a layer reading another's K/V projects q only
+        Mixer::Attention(a) if a.kv_source.is_some() => d * (2 * a.q_dim()) as u64,
         Mixer::Attention(a) => d * (2 * a.q_dim() + 2 * a.kv_dim()) as u64,
         Mixer::ShortConv(_) => 4 * d * d,
     };
@@ -117,17 +140,27 @@ fn layer_weights(p: &DecoderProgram, b: &Block) -> (u64, u64) {
 
 /// The first part of `p` this variant cannot hold, as `(part, what,
 /// layer)` for [`anedvd_graph::Error::unsupported`]: a short convolution,
-/// a mixture of experts, K/V shared from another layer, Gemma 4's
-/// per-layer inputs.
+/// a mixture of experts, or K/V shared with a layer whose RoPE pairs its
+/// elements otherwise (their rows are permuted differently; no model
+/// does that).
 pub fn refusal(views: &[LayerView<'_>]) -> Option<(&'static str, &'static str, usize)> {
+    let source_order = |j: usize| match views.get(j).map(|v| v.mixer) {
+        Some(MixerView::Attention(s)) => Some(rope_order(s)),
+        _ => None,
+    };
     views.iter().enumerate().find_map(|(i, l)| {
         let what = match (l.mixer, l.ffn) {
             (MixerView::ShortConv(_), _) => ("mixer", "short_conv in the resident variant"),
-            (MixerView::Attention(a), _) if a.kv_source.is_some() => {
-                ("mixer", "attention sharing K/V in the resident variant")
+            (MixerView::Attention(a), _)
+                if a.kv_source
+                    .is_some_and(|j| source_order(j) != Some(rope_order(a))) =>
+            {
+                (
+                    "mixer",
+                    "attention sharing K/V across RoPE pairings in the resident variant",
+                )
             }
             (_, FfnView::Moe(_)) => ("feed-forward", "moe in the resident variant"),
-            _ if l.per_layer.is_some() => ("per-layer input", "gemma4 in the resident variant"),
             _ => return None,
         };
         Some((what.0, what.1, i))
@@ -177,14 +210,10 @@ pub fn check_options(o: &LowerOptions) -> Result<()> {
     Ok(())
 }
 
-/// Lowers every layer group and the lm_head.
+/// Lowers every layer group and the lm_head (Gemma 4's `ple` program,
+/// which comes first, is [`super::lower_views`]' as in every variant).
 pub fn lower(p: &DecoderProgram, views: &[LayerView<'_>], o: &LowerOptions) -> Result<Vec<Kernel>> {
     check_options(o)?;
-    if p.per_layer_embd.is_some() {
-        let what = "gemma4 in the resident variant";
-        let e = anedvd_graph::Error::unsupported("ane", "per-layer input", what, 0);
-        return Err(Error::Unsupported(e));
-    }
     let attns = attentions(views)?;
     let mut kernels = Vec::new();
     for g in groups(p, o) {
@@ -201,6 +230,9 @@ struct Shared {
     masks: Vec<(Option<usize>, Var)>,
     write: Var,
     keep: Var,
+    /// Each layer's K and V caches after this step's write, as the
+    /// program has them (for layers reading them: Gemma 4's `kv_source`).
+    caches: Vec<(usize, [Var; 2])>,
 }
 
 /// Declares the fp16 input `name` and records its port.
@@ -274,6 +306,24 @@ impl Shared {
         self.masks.push((window, m.clone()));
         Ok(m)
     }
+
+    /// Layer `j`'s K and V caches after this step's write, for a layer
+    /// reading them: the program's own when `j` is inside, else the inputs
+    /// `k_lJ`, `v_lJ` of `shape` (role [`PortRole::Cache`] without an
+    /// output), bound to the buffers of the program holding `j`.
+    fn source_caches(&mut self, e: &mut Emitter, j: usize, shape: &[usize]) -> Result<[Var; 2]> {
+        if let Some((_, c)) = self.caches.iter().find(|(l, _)| *l == j) {
+            return Ok(c.clone());
+        }
+        let mut cache = |value: bool| {
+            let kv = if value { "v" } else { "k" };
+            let role = PortRole::Cache { layer: j, value };
+            self.declare(e, &format!("{kv}_l{j}"), shape, role)
+        };
+        let c = [cache(false)?, cache(true)?];
+        self.caches.push((j, c.clone()));
+        Ok(c)
+    }
 }
 
 /// `blk.A-B.resident`: layers `range` from the scaled residual to the next.
@@ -296,6 +346,7 @@ fn group(
         masks: Vec::new(),
         write,
         keep,
+        caches: Vec::new(),
     };
     let mut outputs = Vec::new();
     for i in range.clone() {
@@ -334,6 +385,15 @@ fn half_split_order(head_dim: usize, n_rot: usize) -> Vec<usize> {
         .collect()
 }
 
+/// The permutation [`half_split_order`] of layer `a`'s q/k rows, if its
+/// RoPE pairs adjacent elements.
+fn rope_order(a: &Attention) -> Option<Vec<usize>> {
+    match &a.rope {
+        Some(r) if r.pairing == RopePairing::Norm => Some(half_split_order(a.head_dim, r.n_rot)),
+        _ => None,
+    }
+}
+
 /// Permutes the `cols`-wide rows `rows` (heads of `order.len()` rows) by `order`.
 fn permute_rows(m: &mut [f32], rows: Range<usize>, cols: usize, order: &[usize]) {
     let hd = order.len();
@@ -346,7 +406,8 @@ fn permute_rows(m: &mut [f32], rows: Range<usize>, cols: usize, order: &[usize])
     }
 }
 
-/// One whole layer on the scaled residual `x`; pushes its cache outputs.
+/// One whole layer on the scaled residual `x`; pushes its cache outputs
+/// (none for a layer reading another's K/V).
 #[allow(clippy::too_many_arguments)]
 fn layer(
     e: &mut Emitter,
@@ -361,10 +422,7 @@ fn layer(
     let (hd, nh, nkv) = (a.head_dim, a.n_head, a.n_head_kv);
     let (qd, kvd, g) = (a.q_dim(), a.kv_dim(), nh / nkv.max(1));
     let eps = p.norm.eps;
-    let order = match &a.rope {
-        Some(r) if r.pairing == RopePairing::Norm => Some(half_split_order(hd, r.n_rot)),
-        _ => None,
-    };
+    let order = rope_order(a);
     let h = e.rms_norm(
         &format!("l{i}_attn_norm"),
         x,
@@ -372,11 +430,13 @@ fn layer(
         eps,
         o.residual_scale,
     )?;
+    // q only for a layer reading another's K/V
     let (mut wqkv, mut bias) = qkv_weights(p, a)?;
+    let rotated = if a.kv_source.is_some() { qd } else { qd + kvd };
     if let Some(ord) = &order {
-        permute_rows(&mut wqkv, 0..qd + kvd, d, ord);
+        permute_rows(&mut wqkv, 0..rotated, d, ord);
         if let Some(b) = bias.as_mut() {
-            permute_rows(b, 0..qd + kvd, 1, ord);
+            permute_rows(b, 0..rotated, 1, ord);
         }
     }
     e.block(ProjBlock::Attention(i));
@@ -384,7 +444,7 @@ fn layer(
         &format!("l{i}_qkv"),
         &h,
         &wqkv,
-        qd + 2 * kvd,
+        l.mixer.in_width(d),
         bias.as_deref(),
     )?;
     let part =
@@ -398,8 +458,14 @@ fn layer(
             Ok(e.b.reshape(&format!("l{i}_{name}"), &s, &[heads, hd, 1, w])?)
         };
     let mut q = part(e, "q", 0, qd, nh)?;
-    let mut k = part(e, "k", qd, kvd, nkv)?;
-    let mut v = part(e, "v", qd + kvd, kvd, nkv)?;
+    // this layer's own new K and V (none when it reads another's)
+    let mut kv = match a.kv_source {
+        Some(_) => None,
+        None => Some((
+            part(e, "k", qd, kvd, nkv)?,
+            part(e, "v", qd + kvd, kvd, nkv)?,
+        )),
+    };
     let head_gains = |name: &str| -> Result<Vec<f32>> {
         let mut gains = vector(p.weights.as_ref(), name, hd)?;
         gains.iter_mut().for_each(|x| *x += p.norm.weight_offset);
@@ -411,22 +477,29 @@ fn layer(
     if let Some(n) = &a.q_norm {
         q = e.rms_norm(&format!("l{i}_q_norm"), &q, &head_gains(n)?, eps, 1.0)?;
     }
-    if let Some(n) = &a.k_norm {
-        k = e.rms_norm(&format!("l{i}_k_norm"), &k, &head_gains(n)?, eps, 1.0)?;
-    }
-    if a.v_norm {
-        v = e.rms_norm(&format!("l{i}_v_norm"), &v, &vec![1.0; hd], eps, 1.0)?;
+    // (a reader's k_norm and v_norm are its source's, applied there)
+    if let Some((k, v)) = kv.as_mut() {
+        if let Some(n) = &a.k_norm {
+            *k = e.rms_norm(&format!("l{i}_k_norm"), k, &head_gains(n)?, eps, 1.0)?;
+        }
+        if a.v_norm {
+            *v = e.rms_norm(&format!("l{i}_v_norm"), v, &vec![1.0; hd], eps, 1.0)?;
+        }
     }
     if let Some(r) = &a.rope {
         let (c, s) = sh.rope(e, i, r)?;
         q = rope(e, &format!("l{i}_q_rope"), &q, (&c, &s), r.n_rot)?;
-        k = rope(e, &format!("l{i}_k_rope"), &k, (&c, &s), r.n_rot)?;
+        if let Some((k, _)) = kv.as_mut() {
+            *k = rope(e, &format!("l{i}_k_rope"), k, (&c, &s), r.n_rot)?;
+        }
     }
     let scale = e.b.fp16(&format!("l{i}_q_scale_k"), f64::from(a.scale))?;
     let q = e.b.mul(&format!("l{i}_q_scaled"), &q, &scale)?;
-    // the cache write: `cache · keep + new · write`
+    // the cache write: `cache · keep + new · write` (none for a layer
+    // reading another's K/V, which attends over that one's after its write)
     let mut caches = Vec::with_capacity(2);
-    for (value, new) in [(false, &k), (true, &v)] {
+    let own = kv.as_ref().map(|(k, v)| [(false, k), (true, v)]);
+    for (value, new) in own.into_iter().flatten() {
         let kv = if value { "v" } else { "k" };
         let name = format!("{kv}_l{i}");
         let cache = sh.declare(e, &name, &[nkv, hd, t], PortRole::Cache { layer: i, value })?;
@@ -443,6 +516,11 @@ fn layer(
         };
         outputs.push((port, next.clone()));
         caches.push(next);
+    }
+    match (a.kv_source, &caches[..]) {
+        (Some(j), _) => caches = sh.source_caches(e, j, &[nkv, hd, t])?.to_vec(),
+        (None, [k, v]) => sh.caches.push((i, [k.clone(), v.clone()])),
+        (None, _) => return Err(Error::Options(format!("layer {i}: no K/V"))),
     }
     // scores [KVH, G·W, T]
     let q4 =
@@ -482,15 +560,17 @@ fn layer(
     )?;
     let f =
         emit_ffn(e, p, (i, l), &hn)?.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
-    let mut y = emit_ffn_residual(e, p, o, (i, l), &hres, &f)?;
-    if let Some(name) = l.layer_scale {
-        let k = e.b.fp16(
-            &format!("l{i}_scale_k"),
-            f64::from(super::layer_scale(p, name)?),
-        )?;
-        y = e.b.mul(&format!("l{i}_scaled"), &y, &k)?;
-    }
-    Ok(y)
+    let y = emit_ffn_residual(e, p, o, (i, l), &hres, &f)?;
+    // Gemma 4: the per-layer input's branch, then the layer scale
+    let e_l = match l.per_layer {
+        Some(pl) => {
+            let role = PortRole::PerLayer { layer: i };
+            let shape = [1, pl.width, 1, w];
+            Some(sh.declare(e, &format!("ple_l{i}"), &shape, role)?)
+        }
+        None => None,
+    };
+    emit_layer_end(e, p, o, (i, l), &y, e_l.as_ref())
 }
 
 /// Half-split RoPE of `x: [heads, hd, 1, W]` over its first `n_rot`
