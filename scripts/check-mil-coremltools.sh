@@ -28,12 +28,13 @@ FIXTURES=tests/fixtures/models
 EXPECTED_REFUSALS=""
 # The resident variant (e5rt; attention and the KV cache, or a short
 # convolution and its cache, inside, two layers per program, caches of 64
-# positions) holds attention and short-convolution layers with a dense FFN
-# or a mixture of experts (a group ends after each, the routed experts on
-# the host): these families are refused by name ("… in the resident
+# positions) holds every family: attention and short-convolution layers,
+# a dense FFN or a mixture of experts (a group ends after each, the routed
+# experts on the host), Gemma 4's per-layer inputs and shared K/V. A family
+# listed here would be expected refused by name ("… in the resident
 # variant").
 RESIDENT_ARGS="--ane-layers-per-program 2 --ane-context 64"
-RESIDENT_REFUSED="gemma4 gemma4_keqv"
+RESIDENT_REFUSED=""
 
 if [ ! -x "$ANEDVD" ]; then
   echo "check-mil-coremltools: $ANEDVD is not an executable (build it: cargo build -p anedvd)" >&2

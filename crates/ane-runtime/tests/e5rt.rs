@@ -317,6 +317,88 @@ fn aliasing_after_the_first_encode_is_refused() {
     rt.release(p);
 }
 
+/// `y = relu(s)` over `[1, 4, 1, 8]`: reads the accumulator's state.
+fn state_reader() -> ProgramSource {
+    let mut f = FunctionBuilder::new("main");
+    let s = f.input("s", DType::Fp16, &[1, 4, 1, 8]).unwrap();
+    let y = f.relu("y", &s).unwrap();
+    f.output(&y);
+    ProgramSource::new(text(f))
+}
+
+/// A state one program keeps (aliased) is read by a second program whose
+/// input is bound to the same buffer: after each execute of the first, the
+/// second reads the new state, with no host copy; the checks of `alias`
+/// hold (shape, type, before the first execute), and the driver refuses a
+/// port of another layout on a shared buffer.
+#[test]
+fn a_state_is_read_by_a_second_program_bound_to_its_buffer() {
+    let mut rt = runtime();
+    let mut a = rt.prepare(&accumulator()).unwrap();
+    rt.alias(&mut a, "s_next", "s").unwrap();
+    let mut b = rt.prepare(&state_reader()).unwrap();
+    let own = rt.api().live_objects();
+    rt.bind_from(&a, "s_next", &mut b, "s").unwrap();
+    // the reader's own buffer is given back; the state stays the keeper's
+    assert_eq!(rt.api().live_objects(), own - 1);
+    let mut want = [0f32; 32];
+    for step in 0..3 {
+        let x: Vec<f32> = (0..32)
+            .map(|i| (i as f32 - 10.0) * (step + 1) as f32)
+            .collect();
+        rt.write(&mut a, "x", &x).unwrap();
+        rt.execute(&mut a).unwrap();
+        want.iter_mut().zip(&x).for_each(|(w, v)| *w += v);
+        rt.execute(&mut b).unwrap();
+        let relu: Vec<f32> = want.iter().map(|v| v.max(0.0)).collect();
+        assert_eq!(rt.read(&mut b, "y").unwrap(), relu, "step {step}");
+    }
+    // another shape, or after the first execute: refused
+    let mut c = rt.prepare(&relu_8x8()).unwrap();
+    let e = rt
+        .bind_from(&a, "s_next", &mut c, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("shapes or types differ"), "{e}");
+    let e = rt
+        .bind_from(&a, "s_next", &mut b, "s")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("after the first execute"), "{e}");
+    // the reader first: it holds no buffer of the keeper's
+    for p in [c, b, a] {
+        rt.release(p);
+    }
+    assert_eq!(rt.api().live_objects(), 0);
+
+    // the driver: a buffer shared by ports of one layout only
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = E5rtSim::new();
+    let dir = |n: &str| {
+        let p = tmp.path().join(n);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    };
+    let lib = d
+        .compile(&write_model(&dir("acc"), &accumulator()), tmp.path())
+        .unwrap();
+    let f = d.retain_function(lib, MAIN_FUNCTION).unwrap();
+    let op = d.create_operation(f).unwrap();
+    let out = d.retain_output_port(op, "s_next").unwrap();
+    let buf = d.alloc_buffer(128).unwrap();
+    d.bind(out, buf).unwrap();
+    let lib = d
+        .compile(&write_model(&dir("relu"), &relu_8x8()), tmp.path())
+        .unwrap();
+    let f = d.retain_function(lib, MAIN_FUNCTION).unwrap();
+    let other = d.create_operation(f).unwrap();
+    let x = d.retain_input_port(other, "x").unwrap();
+    // 128 bytes hold the [1, 8, 1, 8] port, but the buffer is a [1, 4, 1, 8] one's
+    let e = d.bind(x, buf).unwrap_err();
+    assert_eq!(e5rt_step(&e), Some(E5rtStep::Bind));
+    assert!(e.to_string().contains("one shape and type"), "{e}");
+}
+
 #[test]
 fn aliasing_ports_of_different_shapes_is_refused() {
     let mut rt = runtime();

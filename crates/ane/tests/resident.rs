@@ -5,7 +5,8 @@
 //! decode, bit for bit), rolled-back cache rows are never read, sliding
 //! windows past the window, dispatch counts, and clear refusals; for
 //! mixtures of experts too, whose routed experts the host runs between
-//! groups.
+//! groups, and Gemma 4's per-layer inputs and K/V shared across layers
+//! (within a program and across programs).
 #![allow(clippy::unwrap_used)]
 
 use anedvd_ane::backend::selftest::{argmax, max_rel};
@@ -17,6 +18,23 @@ use anedvd_testkit::fixtures::{self, Format};
 
 /// Logits closer than this on the CPU are a tie either side may break.
 const TIE: f32 = 0.02;
+
+/// The most a logits row may stray from the CPU's (max|Δ| / max|cpu|):
+/// fp16's 0.02, but for Gemma 4's tiny fixtures, which amplify every fp16
+/// rounding (q·k unscaled: `anedvd_testkit::tolerance::against_transformers`)
+/// on prompts past their reference one. Measured at the worst row of
+/// `chunks_and_decode_agree_bit_for_bit_and_follow_cpu`: the fused variant,
+/// which attends on the host in f32, 0.150 (gemma4) and 0.065
+/// (gemma4_keqv); the resident variant, whose scores and softmax are fp16,
+/// 0.184 and 0.057 (0.037 and 0.028 past the window in
+/// `sliding_windows_hold_past_the_window`, fused 0.052 and 0.022).
+fn row_bound(family: &str) -> f64 {
+    if family.starts_with("gemma4") {
+        0.25
+    } else {
+        0.02
+    }
+}
 
 fn options(layers_per_program: usize, context: usize, width: usize) -> LowerOptions {
     LowerOptions {
@@ -81,14 +99,25 @@ fn all_logits(exe: &dyn Executable, tokens: &[u32], max_seq: usize) -> Vec<f32> 
 /// One, two or every layer per program: the residual crosses between
 /// programs as the same fp16 tensor it is inside one (and the host
 /// finishes a mixture of experts wherever the groups end), so the logits
-/// are bit-identical; the program count follows ⌈L/K⌉ + 1 without
-/// mixtures of experts, one per group + 1 with them.
+/// are bit-identical (a cache read across programs is the same tensor its
+/// layer wrote); the program count follows ⌈L/K⌉ + 1 without mixtures of
+/// experts, one per group + 1 with them, plus Gemma 4's `ple`.
 #[test]
 fn layers_per_program_changes_no_bit() {
-    for name in ["llama", "gemma3", "qwen3", "lfm2", MIXED, "lfm2_moe"] {
+    for name in [
+        "llama",
+        "gemma3",
+        "qwen3",
+        "lfm2",
+        MIXED,
+        "lfm2_moe",
+        "gemma4",
+        "gemma4_keqv",
+    ] {
         let (p, family) = (program(name), family(name));
         let tokens = prompt(family, 20);
         let l = p.layers.len();
+        let ple = usize::from(p.per_layer_embd.is_some());
         let mut first: Option<Vec<f32>> = None;
         for k in [1, 2, 0] {
             let o = options(k, 64, 32);
@@ -98,8 +127,9 @@ fn layers_per_program_changes_no_bit() {
                 (_, 0) => 1,
                 _ => l.div_ceil(k),
             };
-            assert_eq!(exe.dispatches_per_token(), groups + 1, "{name} K={k}");
-            assert_eq!(lower::dispatch_count(Variant::Resident, &p, &o), groups + 1);
+            let want = ple + groups + 1;
+            assert_eq!(exe.dispatches_per_token(), want, "{name} K={k}");
+            assert_eq!(lower::dispatch_count(Variant::Resident, &p, &o), want);
             let got = all_logits(&exe, &tokens, 64);
             match &first {
                 None => first = Some(got),
@@ -122,6 +152,8 @@ fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
         "qwen3_moe",
         MIXED,
         "lfm2_moe",
+        "gemma4",
+        "gemma4_keqv",
     ] {
         let (p, family) = (program(name), family(name));
         let tokens = prompt(family, 40);
@@ -141,7 +173,8 @@ fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
         let v = p.n_vocab;
         for t in 0..tokens.len() {
             let (g, w) = (&whole[t * v..(t + 1) * v], &want[t * v..(t + 1) * v]);
-            assert!(max_rel(g, w) <= 0.02, "{name} row {t}: {}", max_rel(g, w));
+            let r = max_rel(g, w);
+            assert!(r <= row_bound(family), "{name} row {t}: {r}");
             // top-1 equal, unless the CPU itself puts ours within a
             // near-tie of its own (smollm3 row 29: 0.007 apart)
             let (a, b) = (argmax(g), argmax(w));
@@ -158,14 +191,21 @@ fn chunks_and_decode_agree_bit_for_bit_and_follow_cpu() {
 /// session's bit for bit.
 #[test]
 fn truncated_rows_are_never_read() {
-    for name in ["gemma3", "lfm2", MIXED, "lfm2_moe"] {
-        truncated_rows_of(name);
+    for (name, k) in [
+        ("gemma3", 0),
+        ("lfm2", 0),
+        (MIXED, 0),
+        ("lfm2_moe", 0),
+        ("gemma4", 0),
+        ("gemma4", 2),
+    ] {
+        truncated_rows_of(name, k);
     }
 }
 
-fn truncated_rows_of(name: &str) {
+fn truncated_rows_of(name: &str, k: usize) {
     let p = program(name);
-    let exe = compile(&p, options(0, 64, 32));
+    let exe = compile(&p, options(k, 64, 32));
     let tokens = prompt(family(name), 24);
     let fresh = all_logits(exe.as_ref(), &tokens, 64);
     let mut s = exe.new_session(64).unwrap();
@@ -188,25 +228,31 @@ fn truncated_rows_of(name: &str) {
         .to_vec();
     let tail = s.forward(&tokens[12..], LogitsMode::All).unwrap().to_vec();
     let v = p.n_vocab;
-    assert!(head == fresh[..12 * v], "{name}: prefix");
-    assert!(tail == fresh[12 * v..], "{name}: after truncation");
+    assert!(head == fresh[..12 * v], "{name} K={k}: prefix");
+    assert!(tail == fresh[12 * v..], "{name} K={k}: after truncation");
 }
 
-/// Gemma 3's sliding layers (the fixture's smallest window) at
-/// positions past the window follow the CPU backend, which applies the
-/// window itself.
+/// Gemma 3's and Gemma 4's sliding layers (the fixture's smallest
+/// window; Gemma 4's layer 4 reads layer 2's K/V through it) at positions
+/// past the window follow the CPU backend, which applies the window itself.
 #[test]
 fn sliding_windows_hold_past_the_window() {
-    let p = fixtures::program("gemma3", Format::GgufF32);
+    for family in ["gemma3", "gemma4"] {
+        sliding_windows_hold_past_the_window_on(family);
+    }
+}
+
+fn sliding_windows_hold_past_the_window_on(family: &str) {
+    let p = fixtures::program(family, Format::GgufF32);
     let window = p
         .layers
         .iter()
         .filter_map(|b| b.attention().and_then(|a| a.window))
         .min()
-        .expect("the gemma3 fixture has sliding layers");
+        .expect("the fixture has sliding layers");
     let n = (window + 24).min(120);
     assert!(n > window, "window {window}");
-    let tokens = prompt("gemma3", n);
+    let tokens = prompt(family, n);
     let exe = compile(&p, options(0, 128, 64));
     let got = all_logits(exe.as_ref(), &tokens, 128);
     let cpu = CpuBackend::new(1).unwrap().compile(&p).unwrap();
@@ -214,8 +260,9 @@ fn sliding_windows_hold_past_the_window() {
     let v = p.n_vocab;
     for t in window..n {
         let (g, w) = (&got[t * v..(t + 1) * v], &want[t * v..(t + 1) * v]);
-        assert!(max_rel(g, w) <= 0.02, "row {t}: {}", max_rel(g, w));
-        assert_eq!(argmax(g), argmax(w), "row {t}");
+        let r = max_rel(g, w);
+        assert!(r <= row_bound(family), "{family} row {t}: {r}");
+        assert_eq!(argmax(g), argmax(w), "{family} row {t}");
     }
 }
 
@@ -237,21 +284,38 @@ fn refusals_say_why() {
     let e = exe.new_session(65).err().unwrap().to_string();
     assert!(e.contains("hold 64 positions"), "{e}");
     assert_eq!(exe.n_ctx_train(), 64.min(p.n_ctx_train));
-    let g4 = fixtures::program("gemma4", Format::GgufF32);
-    let e = AneSimBackend::new(options(0, 64, 32))
-        .compile(&g4)
-        .err()
-        .unwrap();
-    assert_eq!(
-        e.to_string(),
-        "backend ane-sim does not support per-layer input gemma4 in the resident variant (layer 0)"
-    );
-    // short convolutions and mixtures of experts are held
-    for family in ["lfm2", "qwen2_moe", "qwen3_moe", "lfm2_moe"] {
+    // short convolutions, mixtures of experts and Gemma 4 (per-layer
+    // inputs, shared K/V) are held ...
+    for family in [
+        "lfm2",
+        "qwen2_moe",
+        "qwen3_moe",
+        "lfm2_moe",
+        "gemma4",
+        "gemma4_keqv",
+    ] {
         let p = fixtures::program(family, Format::GgufF32);
         let views = lower::layer_views(&p, "ane-sim").unwrap();
         assert_eq!(resident::refusal(&views), None, "{family}");
     }
+    // ... but not a layer reading K/V whose rows its RoPE orders otherwise
+    let mut gemma4 = fixtures::program("gemma4", Format::GgufF32);
+    let reader = (gemma4.layers.iter())
+        .position(|b| b.attention().is_some_and(|a| a.kv_source.is_some()))
+        .unwrap();
+    let a = gemma4.layers[reader].attention_mut().unwrap();
+    a.rope.as_mut().unwrap().pairing = anedvd_graph::RopePairing::Norm;
+    let e = AneSimBackend::new(options(0, 64, 32))
+        .compile(&gemma4)
+        .err()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "backend ane-sim does not support mixer attention sharing K/V across RoPE pairings \
+             in the resident variant (layer {reader})"
+        )
+    );
 }
 
 /// A group ends after each mixture of experts (the host runs its routed
@@ -350,6 +414,9 @@ fn compressed_weights_keep_their_stated_accuracy() {
         if !resident.holds(&p) {
             continue;
         }
+        // Gemma 4's tiny fixtures: their own looser limits, no top-1
+        // (as in the fused variant's test, tests/quantized.rs)
+        let gemma4 = family.starts_with("gemma4");
         let r = fixtures::reference(family);
         let cpu = CpuBackend::new(1).unwrap().compile(&p).unwrap();
         let mut cs = cpu.new_session(64).unwrap();
@@ -362,7 +429,10 @@ fn compressed_weights_keep_their_stated_accuracy() {
             let exe = compile(&p, o);
             let mut s = exe.new_session(64).unwrap();
             let got = s.forward(&r.prompt, LogitsMode::Last).unwrap().to_vec();
-            let (min_cos, max) = lower::quantize::accuracy(weights);
+            let (min_cos, max) = match gemma4 {
+                true => lower::quantize::accuracy_gemma4(weights),
+                false => lower::quantize::accuracy(weights),
+            };
             let (c, m) = (
                 anedvd_ane::backend::selftest::cosine(&got, &want),
                 max_rel(&got, &want),
@@ -370,20 +440,32 @@ fn compressed_weights_keep_their_stated_accuracy() {
             let what = format!("{family} {}: cosine {c:.6}, max rel {m:.4}", weights.name());
             println!("{what}");
             assert!(c >= min_cos && m <= max, "{what}");
-            assert_eq!(argmax(&got), argmax(&want), "{what}");
+            if !gemma4 {
+                assert_eq!(argmax(&got), argmax(&want), "{what}");
+            }
         }
     }
 }
 
 /// Through the runtime's simulated e5rt driver each session's caches stay
 /// in its own programs' buffers (cache outputs aliased onto the inputs;
+/// Gemma 4's shared K/V read by a later program bound to the same buffer;
 /// never copied out), while the host reads a mixture of experts' outputs:
 /// logits bit-identical to the direct simulator's, for two sessions
 /// advanced in turn.
 #[test]
 fn caches_stay_resident_on_the_e5rt_runtime() {
     use anedvd_ane::{AneBackend, DriverKind};
-    for name in ["llama", "gemma3", "lfm2", MIXED, "qwen3_moe", "lfm2_moe"] {
+    for name in [
+        "llama",
+        "gemma3",
+        "lfm2",
+        MIXED,
+        "qwen3_moe",
+        "lfm2_moe",
+        "gemma4",
+        "gemma4_keqv",
+    ] {
         let (p, family) = (program(name), family(name));
         let o = options(2, 64, 32);
         let direct = compile(&p, o);

@@ -129,11 +129,12 @@ fn unrouted(backend: TestBackend, format: Format) -> Tolerance {
 pub const FP16_TIE_MARGIN: f64 = 0.02;
 
 /// int8 weights (`--ane-weights int8 --ane-keep-fp16 auto`) move these
-/// fixtures' last logits by 0.05-0.18 at most (the largest |Δ| over the
-/// vocabulary against the CPU on the reference prompts, median 0.11,
-/// printed by `int8_auto_keeps_the_greedy_tokens`), so a reference top-2
-/// margin below 0.1 is a near-tie int8 cannot be held to.
-pub const INT8_TIE_MARGIN: f64 = 0.1;
+/// fixtures' last logits by 0.05-0.185 at most (the largest |Δ| over the
+/// vocabulary against the CPU on the reference prompts, printed by
+/// `int8_auto_keeps_the_greedy_tokens`), and a gap between two tokens by up
+/// to twice that; a reference top-2 margin below 0.15 is a near-tie int8
+/// cannot be held to (the largest one met: gemma4 resident, step 9, 0.134).
+pub const INT8_TIE_MARGIN: f64 = 0.15;
 
 /// Checks a greedy continuation `got` against the reference's, allowing
 /// the reference's second token at a near-tie (a top-2 margin below

@@ -8,7 +8,10 @@
 //! [`E5rtRuntime::execute`] (as ANEForge does), so [`E5rtRuntime::alias`]
 //! can still rebind an input port onto an output's buffer: that is how a
 //! state (a KV cache) stays resident — after each execute the input reads
-//! what the output wrote, with no host copy.
+//! what the output wrote, with no host copy. [`E5rtRuntime::bind_from`]
+//! binds an input to another program's output buffer the same way, so a
+//! later program reads a state an earlier one keeps (UNVERIFIED on
+//! hardware: ANEForge aliases within one program only).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -389,12 +392,64 @@ impl<A: E5rtApi> E5rtRuntime<A> {
         let old = inp.buffer;
         p.inputs[in_index].buffer = out.buffer;
         let still_used = p.inputs.iter().chain(&p.outputs).any(|b| b.buffer == old);
-        if !still_used {
+        // (a buffer bound from another program is that program's)
+        if !still_used && p.handles.buffers.contains(&old) {
             p.handles.buffers.retain(|b| *b != old);
             self.api.release_buffer(old);
         }
         p.aliases.retain(|(_, i)| i != input);
         p.aliases.push((output.to_string(), input.to_string()));
+        Ok(())
+    }
+
+    /// Binds input `input` of `p` to the buffer that output `output` of
+    /// another program `from` of this runtime is bound to (an aliased state
+    /// of `from`, say) and releases the input's own: each execute of `p`
+    /// reads what `from` last wrote there, with no host copy. The same call as
+    /// [`E5rtRuntime::alias`] (`e5rt_io_port_bind_buffer_object` of one
+    /// buffer to a second port), across two operations — UNVERIFIED on
+    /// hardware (ane-evidence.md §c/§d show it within one program only).
+    /// Both ports must have the same shape and type, `p` must not be encoded
+    /// yet, and `from` keeps the buffer: release `p` first.
+    pub fn bind_from(
+        &mut self,
+        from: &E5rtProgram,
+        output: &str,
+        p: &mut E5rtProgram,
+        input: &str,
+    ) -> Result<()> {
+        let out = from.outputs[from.output_index(output)?].clone();
+        let in_index = p.input_index(input)?;
+        let inp = p.inputs[in_index].clone();
+        if p.encoded {
+            return Err(Error::Binding {
+                name: input.to_string(),
+                msg: format!(
+                    "cannot bind another program's `{output}` to it after the first execute \
+                     (the operation is encoded); bind before executing"
+                ),
+            });
+        }
+        if out.spec.shape != inp.spec.shape || out.spec.elem != inp.spec.elem {
+            return Err(Error::Binding {
+                name: input.to_string(),
+                msg: format!(
+                    "cannot bind another program's output `{output}` ({:?} {:?}) to it \
+                     ({:?} {:?}): shapes or types differ",
+                    out.spec.elem, out.spec.shape, inp.spec.elem, inp.spec.shape
+                ),
+            });
+        }
+        self.api.bind(inp.port, out.buffer)?;
+        let old = inp.buffer;
+        p.inputs[in_index].buffer = out.buffer;
+        // `from`'s buffer stays `from`'s: `p` never releases it
+        let still_used = p.inputs.iter().chain(&p.outputs).any(|b| b.buffer == old);
+        if !still_used && p.handles.buffers.contains(&old) {
+            p.handles.buffers.retain(|b| *b != old);
+            self.api.release_buffer(old);
+        }
+        p.aliases.retain(|(_, i)| i != input);
         Ok(())
     }
 

@@ -9,6 +9,12 @@
 //!   dense data in the MIL shape; a buffer smaller than its port is refused;
 //! * binding (and so aliasing) is refused once the operation is encoded;
 //!   execute refuses an operation with an unbound port;
+//! * a buffer bound to several ports — an output aliased onto an input, or
+//!   another operation's port (a state one program keeps and a later one
+//!   reads; UNVERIFIED on hardware) — is refused for a port whose shape or
+//!   type differs from a port it is already bound to (the same bytes read
+//!   as another layout), and executing a port whose buffer was released
+//!   fails;
 //! * at most [`PROGRAM_LIMIT`] operations (loaded programs) live at once;
 //! * execute reads every input buffer before writing any output, so an
 //!   output bound to its own input's buffer (aliased state) holds the new
@@ -297,6 +303,21 @@ impl E5rtSim {
         Ok(id)
     }
 
+    /// The ports of every live operation but `port` bound to `buffer`.
+    fn bound_to(&self, buffer: BufferId, port: PortId) -> impl Iterator<Item = &PortSpec> + '_ {
+        let this = self.ports.get(&port).map(|p| (p.op, p.side, p.index));
+        self.operations.iter().flat_map(move |(op, o)| {
+            let inputs = o.inputs.iter().zip(&o.input_buffers).enumerate();
+            let outputs = o.outputs.iter().zip(&o.output_buffers).enumerate();
+            let side = |s: Side| move |(i, x)| ((*op, s, i), x);
+            inputs
+                .map(side(Side::Input))
+                .chain(outputs.map(side(Side::Output)))
+                .filter(move |(at, (_, b))| **b == Some(buffer) && Some(*at) != this)
+                .map(|(_, (spec, _))| spec)
+        })
+    }
+
     /// Runs one encoded operation: gathers every input, then writes every output.
     fn run_operation(&mut self, op: OperationId) -> Result<()> {
         let o = self.operation(op)?;
@@ -494,6 +515,19 @@ impl E5rtApi for E5rtSim {
                     spec.name,
                     spec.bytes(),
                     spec.shape
+                ),
+            ));
+        }
+        if let Some(other) = self
+            .bound_to(buffer, port)
+            .find(|s| s.shape != spec.shape || s.elem != spec.elem)
+        {
+            return Err(refused(
+                E5rtStep::Bind,
+                format!(
+                    "cannot bind port `{}` ({:?} {:?}) to the buffer of port `{}` ({:?} {:?}): \
+                     ports sharing a buffer must have one shape and type",
+                    spec.name, spec.elem, spec.shape, other.name, other.elem, other.shape
                 ),
             ));
         }

@@ -6,7 +6,7 @@ use super::session::AneSession;
 use super::worker::{CompileReport, DriverKind, Opened, PortedSource, Worker};
 use super::Error;
 use crate::lower::{
-    self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Port, Variant,
+    self, tensors, FfnView, KernelKind, LowerOptions, Lowered, MixerView, Port, PortRole, Variant,
 };
 use crate::runtime::{KernelStats, ProgramSource};
 use anedvd_base::WeightSource;
@@ -133,9 +133,11 @@ pub(crate) struct Model {
     pub dispatches: Arc<AtomicU64>,
     /// Resident variant on a runtime: the layer groups each session opens
     /// as its own set (their caches aliased), and the set holding the
-    /// shared lm_head.
+    /// stateless programs every session shares: the lm_head (program 0)
+    /// and Gemma 4's `ple`, whose kernel indices `shared` lists in order.
     pub ported: Vec<PortedSource>,
     pub shared_set: Option<u64>,
+    pub shared: Vec<usize>,
     /// The runtime thread (`Exec::Runtime`); declared last so it is
     /// dropped (and joined) after everything else.
     pub worker: Option<Worker>,
@@ -181,6 +183,8 @@ impl Model {
         let mut kernels = Vec::with_capacity(lowered.kernels.len());
         let mut sources = Vec::new();
         let mut ported = Vec::new();
+        // the cache outputs of the layer groups so far
+        let mut kept = Vec::new();
         for (index, k) in lowered.kernels.into_iter().enumerate() {
             let direct = match exec {
                 Exec::Direct => {
@@ -199,11 +203,18 @@ impl Model {
                 }
                 Exec::Runtime(..) if options.variant == Variant::Resident => {
                     // ported programs: the groups open per session (their
-                    // caches resident), the lm_head once below
-                    ported.push(PortedSource {
+                    // caches resident), the lm_head and `ple` once below
+                    let group = ported
+                        .iter()
+                        .filter(|(_, kind, _)| matches!(kind, KernelKind::Resident { .. }))
+                        .count();
+                    let bound = bound_caches(group, (&k.inputs, &k.outputs), &mut kept)?;
+                    let src = PortedSource {
                         source: ProgramSource::from_program(&k.program, &k.weights),
                         aliases: cache_aliases(&k.inputs, &k.outputs),
-                    });
+                        bound,
+                    };
+                    ported.push((index, k.kind, src));
                     None
                 }
                 Exec::Runtime(..) => {
@@ -235,15 +246,18 @@ impl Model {
             });
         }
         let worker = opened.map(|o| o.prepare(sources)).transpose()?;
-        // the resident lm_head: one set shared by every session
+        // the resident variant's stateless programs (the lm_head first,
+        // then Gemma 4's `ple`): one set every session shares
+        let (mut stateless, groups): (Vec<_>, Vec<_>) = ported
+            .into_iter()
+            .partition(|(_, kind, _)| !matches!(kind, KernelKind::Resident { .. }));
+        stateless.sort_by_key(|(_, kind, _)| !matches!(kind, KernelKind::LmHead { .. }));
+        let ported: Vec<PortedSource> = groups.into_iter().map(|(_, _, s)| s).collect();
+        let shared: Vec<usize> = stateless.iter().map(|(i, _, _)| *i).collect();
         let mut shared_set = None;
-        let head = kernels
-            .iter()
-            .filter(|k| k.direct.is_none())
-            .position(|k| matches!(k.kind, KernelKind::LmHead { .. }));
-        if let (Some(w), Some(i)) = (&worker, head.filter(|i| *i < ported.len())) {
-            // the lm_head is the set every session shares
-            shared_set = Some(w.open_ported(vec![ported.remove(i)])?);
+        if let (Some(w), false) = (&worker, stateless.is_empty()) {
+            let sources = stateless.into_iter().map(|(_, _, s)| s).collect();
+            shared_set = Some(w.open_ported(sources)?);
         }
         let layers = p
             .layers
@@ -325,6 +339,7 @@ impl Model {
             dispatches: Arc::new(AtomicU64::new(0)),
             ported,
             shared_set,
+            shared,
             worker,
         })
     }
@@ -388,7 +403,15 @@ impl Model {
                 }
             }
             (None, Some(worker)) => {
-                let y = worker.run(k.index, &k.name, cols)?;
+                let y = match self.shared_program(k) {
+                    // a resident variant's stateless program (`ple`)
+                    Some(at) => {
+                        let out = vec![k.output.clone()];
+                        let y = worker.run_ported(at, vec![("x".into(), cols)], out)?;
+                        y.into_iter().next().unwrap_or_default()
+                    }
+                    None => worker.run(k.index, &k.name, cols)?,
+                };
                 if y.len() != cout * w {
                     return Err(bad(format!("{} outputs, expected {cout}×{w}", y.len())).into());
                 }
@@ -404,6 +427,13 @@ impl Model {
             }
         }
         Ok(res)
+    }
+
+    /// Where kernel `k` runs in the shared set of ported programs, if it
+    /// is there.
+    fn shared_program<'k>(&self, k: &'k SimKernel) -> Option<(u64, usize, &'k str)> {
+        let at = self.shared.iter().position(|i| *i == k.index)?;
+        Some((self.shared_set?, at, &k.name))
     }
 
     /// Runs kernel `k` on named whole inputs (`x` and its ports), returning
@@ -484,6 +514,34 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// The cache inputs of layer group `g` (its `(inputs, outputs)`) that read
+/// a cache an earlier group keeps (Gemma 4's shared K/V), as `(group, its
+/// output, this input)`; records `g`'s own cache outputs in `kept`.
+fn bound_caches(
+    g: usize,
+    (inputs, outputs): (&[Port], &[Port]),
+    kept: &mut Vec<(PortRole, usize, String)>,
+) -> Result<Vec<(usize, String, String)>> {
+    let mut bound = Vec::new();
+    let own = |role: PortRole| outputs.iter().any(|o| o.role == role);
+    for i in inputs {
+        if !i.role.is_cache() || own(i.role) {
+            continue;
+        }
+        let Some((_, from, out)) = kept.iter().find(|(role, _, _)| *role == i.role) else {
+            let what = format!("no earlier program keeps the cache `{}` reads", i.name);
+            return Err(anedvd_graph::Error::InvalidProgram(what));
+        };
+        bound.push((*from, out.clone(), i.name.clone()));
+    }
+    for o in outputs {
+        if o.role.is_cache() {
+            kept.push((o.role, g, o.name.clone()));
+        }
+    }
+    Ok(bound)
 }
 
 /// Each cache output aliased onto the cache input of the same role.

@@ -18,6 +18,15 @@
 //! hands the residual to the next group. Then `lm_head` gives every
 //! vocabulary slice.
 //!
+//! Gemma 4: first the `ple` program and the host make every layer's
+//! per-layer input (`Model::per_layer_inputs`, as in the fused variant),
+//! which each group takes as its layers' `ple_lI` ports. A layer reading
+//! another's K/V keeps no cache: a program whose layer reads a cache an
+//! earlier program keeps takes it as an input — here the session passes
+//! that layer's tensor as the earlier program returned it; on a runtime
+//! the input is bound to the earlier program's buffer when the session's
+//! set opens (`PortedSource::bound`).
+//!
 //! Stale cache rows need no clearing while every value is finite: a query
 //! sees only keys at or before its own position (the others are masked to
 //! a weight of exactly 0), a short convolution reads only the positions
@@ -57,10 +66,10 @@ pub(crate) struct ResidentSession {
 
 /// Where a session's caches live.
 enum Caches {
-    /// On the simulator, the session holds them, by role: every cache port
-    /// of the programs (`[KVH, hd, T]` K and V per attention layer, `[1, D,
-    /// T]` per short convolution), fp16, passed in and taken back each
-    /// dispatch.
+    /// On the simulator, the session holds them, by role: every cache the
+    /// programs write (`[KVH, hd, T]` K and V per attention layer that has
+    /// its own, `[1, D, T]` per short convolution), fp16, passed in to every
+    /// program that reads it and taken back from the one that writes it.
     Host(Vec<(PortRole, Tensor)>),
     /// On a runtime, in the buffers of the session's own set of programs,
     /// each cache output aliased onto its input: they never cross.
@@ -96,11 +105,13 @@ impl ResidentSession {
                 set: w.open_ported(model.ported.clone())?,
             },
             None => Caches::Host(
+                // each cache once: from the program writing it (a layer
+                // reading another's K/V takes it as an input only)
                 model
                     .kernels
                     .iter()
                     .filter(|k| matches!(k.kind, KernelKind::Resident { .. }))
-                    .flat_map(|k| &k.ports.0)
+                    .flat_map(|k| &k.ports.1)
                     .filter(|port| port.role.is_cache())
                     .map(|port| {
                         let zeros = vec![0f32; port.shape.iter().product()];
@@ -135,13 +146,15 @@ impl ResidentSession {
         let (n, d, w, t) = (tokens.len(), m.n_embd, m.options.width, m.options.context);
         let s = m.options.residual_scale;
         let mut x = vec![0f32; d * w];
-        let mut row = vec![0f32; d];
-        for (j, &tok) in tokens.iter().enumerate() {
-            m.embed(tok, &mut row)?;
+        let mut rows = vec![0f32; n * d];
+        for (j, (&tok, row)) in tokens.iter().zip(rows.chunks_exact_mut(d)).enumerate() {
+            m.embed(tok, row)?;
             for (c, v) in row.iter().enumerate() {
                 x[c * w + j] = v / s;
             }
         }
+        // Gemma 4: every layer's per-layer input, `n × (L · P)`
+        let ple = m.per_layer_inputs(tokens, &rows)?;
         if dump.is_some() {
             Dump::put_opt(dump, None, "inp_embd", &rows_of(&x, d, w, n, s), n);
         }
@@ -204,6 +217,20 @@ impl ResidentSession {
                             }
                         }
                     }
+                    PortRole::PerLayer { layer } => match (&ple, &m.ple) {
+                        (Some(e), Some(h)) => {
+                            let (pw, lw) = (h.width, h.width * m.layers.len());
+                            let mut cols = vec![0f32; pw * w];
+                            for (j, row) in e.chunks_exact(lw).take(n).enumerate() {
+                                let e_l = &row[layer * pw..(layer + 1) * pw];
+                                for (c, v) in e_l.iter().enumerate() {
+                                    cols[c * w + j] = *v;
+                                }
+                            }
+                            cols
+                        }
+                        _ => return Err(bad_port(k, &port.name)),
+                    },
                     PortRole::Cache { .. } | PortRole::ConvCache { .. } => continue,
                     PortRole::Logits { .. }
                     | PortRole::MoeInput { .. }
@@ -377,9 +404,9 @@ fn first_rows(k: &SimKernel) -> usize {
 }
 
 /// Runs group `k` on the simulator with the host's caches: `x` (`[D, W]`
-/// columns) and `inputs`, the caches passed in and replaced by the
-/// program's cache outputs. Returns the next residual and the other
-/// outputs in port order.
+/// columns) and `inputs`, the caches passed in (a cache an earlier group
+/// wrote, as it left it) and replaced by the program's cache outputs.
+/// Returns the next residual and the other outputs in port order.
 fn run_host(
     m: &Model,
     k: &SimKernel,

@@ -162,6 +162,10 @@ enum Job {
 pub(crate) struct PortedSource {
     pub source: ProgramSource,
     pub aliases: Vec<(String, String)>,
+    /// `(program, its output, this program's input)`: inputs bound to the
+    /// buffer of an earlier program of the set (a state that one keeps and
+    /// this one reads: Gemma 4's K/V shared across layers).
+    pub bound: Vec<(usize, String, String)>,
 }
 
 /// The handle an executable keeps: a channel to the thread that owns the runtime.
@@ -224,10 +228,16 @@ struct E5rtSet<A: E5rtApi> {
 impl<A: E5rtApi> Drop for E5rtSet<A> {
     fn drop(&mut self) {
         for (_, set) in std::mem::take(&mut self.ported) {
-            for p in set {
-                self.programs.runtime_mut().release(p);
-            }
+            release_set(self.programs.runtime_mut(), set);
         }
+    }
+}
+
+/// Releases a set's programs last first (ane-evidence.md §c: release in
+/// reverse), so no program outlives the buffers it is bound to.
+fn release_set<A: E5rtApi>(rt: &mut E5rtRuntime<A>, set: Vec<E5rtProgram>) {
+    for p in set.into_iter().rev() {
+        rt.release(p);
     }
 }
 
@@ -306,14 +316,25 @@ impl<A: E5rtApi> ProgramSet for E5rtSet<A> {
                         return Err(e);
                     }
                 }
+                for (from, out, input) in &p.bound {
+                    let bound = match set.get(*from) {
+                        Some(src) => rt.bind_from(src, out, &mut prog, input),
+                        None => Err(runtime::Error::Binding {
+                            name: input.clone(),
+                            msg: format!("no earlier program {from} in the set"),
+                        }),
+                    };
+                    if let Err(e) = bound {
+                        rt.release(prog);
+                        return Err(e);
+                    }
+                }
                 set.push(prog);
             }
             Ok(())
         };
         if let Err(e) = prepared() {
-            for p in set {
-                rt.release(p);
-            }
+            release_set(rt, set);
             return Err(e);
         }
         self.next += 1;
@@ -346,9 +367,7 @@ impl<A: E5rtApi> ProgramSet for E5rtSet<A> {
 
     fn close_ported(&mut self, set: u64) {
         if let Some(programs) = self.ported.remove(&set) {
-            for p in programs {
-                self.programs.runtime_mut().release(p);
-            }
+            release_set(self.programs.runtime_mut(), programs);
         }
     }
 }

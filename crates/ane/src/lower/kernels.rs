@@ -489,22 +489,12 @@ pub fn fused_layer(
         return Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d + pw));
     }
     let f = ffn.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
-    let mut y = emit_ffn_residual(&mut e, p, o, (i, l), &h, &f)?;
-    if let Some(pl) = l.per_layer {
-        let e_l =
-            e.b.slice_by_size(&format!("l{i}_e"), &xin, &[0, qd + d, 0, 0], &[1, pw, 1, w])?;
-        let s = o.residual_scale;
-        let v = emit_per_layer(&mut e, p, i, pl, (&y, &e_l), s)?;
-        let g = norm(p, &pl.norm)?;
-        let v = e.rms_norm(&format!("l{i}_pl_norm"), &v, &g, p.norm.eps, 1.0)?;
-        let v = unscale(&mut e, &format!("l{i}_pl_out_s"), &v, s)?;
-        y = e.b.add(&format!("l{i}_pl_out"), &y, &v)?;
-    }
-    if let Some(name) = l.layer_scale {
-        let c =
-            e.b.fp16(&format!("l{i}_scale_k"), f64::from(layer_scale(p, name)?))?;
-        y = e.b.mul(&format!("l{i}_scaled"), &y, &c)?;
-    }
+    let y = emit_ffn_residual(&mut e, p, o, (i, l), &h, &f)?;
+    let e_l = l.per_layer.map(|_| {
+        let at = [0, qd + d, 0, 0];
+        e.b.slice_by_size(&format!("l{i}_e"), &xin, &at, &[1, pw, 1, w])
+    });
+    let y = emit_layer_end(&mut e, p, o, (i, l), &y, e_l.transpose()?.as_ref())?;
     let out = match next {
         Some(n) => {
             let qkv = emit_qkv(&mut e, p, o, (i + 1, n), &y, true)?;
@@ -518,6 +508,39 @@ pub fn fused_layer(
         ffn_on_host: false,
     };
     Ok(finish(format!("blk.{i}.layer"), kind, e, &out, qd + d + pw))
+}
+
+/// The end of Gemma 4's layer `i` on the scaled residual `y` after its
+/// FFN: the per-layer input's branch `proj(act(gate · y) ⊙ e_l)` normed and
+/// added (`e_l: [1, width, 1, W]`, when the layer has one), then the
+/// layer's residual scale; `y` as it is for other layers. The fused and
+/// resident variants' layer programs end with it.
+pub(super) fn emit_layer_end(
+    e: &mut Emitter,
+    p: &DecoderProgram,
+    o: &LowerOptions,
+    (i, l): (usize, &LayerView<'_>),
+    y: &Var,
+    e_l: Option<&Var>,
+) -> Result<Var> {
+    let mut y = y.clone();
+    if let Some(pl) = l.per_layer {
+        let e_l = e_l.ok_or_else(|| {
+            Error::Options(format!("layer {i}: a per-layer input without its e_l"))
+        })?;
+        let s = o.residual_scale;
+        let v = emit_per_layer(e, p, i, pl, (&y, e_l), s)?;
+        let g = norm(p, &pl.norm)?;
+        let v = e.rms_norm(&format!("l{i}_pl_norm"), &v, &g, p.norm.eps, 1.0)?;
+        let v = unscale(e, &format!("l{i}_pl_out_s"), &v, s)?;
+        y = e.b.add(&format!("l{i}_pl_out"), &y, &v)?;
+    }
+    if let Some(name) = l.layer_scale {
+        let c =
+            e.b.fp16(&format!("l{i}_scale_k"), f64::from(layer_scale(p, name)?))?;
+        y = e.b.mul(&format!("l{i}_scaled"), &y, &c)?;
+    }
+    Ok(y)
 }
 
 /// Slice `s` of the logits, vocabulary rows `rows`, from the normed `h`:

@@ -35,14 +35,16 @@
 //! the residual and the other two as ports, and the next group starts
 //! from the residual the host finished.
 //!
-//! Gemma 4: a `ple` program (first, both variants) projects the scaled
+//! Gemma 4: a `ple` program (first, every variant) projects the scaled
 //! embedding for every layer's per-layer input (the host norms it and adds
 //! the token table's rows); each layer's branch `proj(act(gate·x) ⊙ e_l)`
 //! is `blk.i.ple` (split; the host norms, adds and applies the layer
 //! scale) or runs inside `blk.i.layer` (fused, whose input then packs
-//! `[context; residual; e_l]`, and which also applies the layer scale).
+//! `[context; residual; e_l]`, and which also applies the layer scale;
+//! resident: inside the group program, `e_l` an input port of its own).
 //! A layer reading another's K/V projects q only; the host attends over
-//! the source's cache and applies the value norm.
+//! the source's cache and applies the value norm (resident: the program
+//! attends over the source's cache, [`resident`]).
 //!
 //! Both end with `lm_head.s`, the output projection split into vocabulary
 //! slices of at most [`LowerOptions::vocab_slice`] rows (every dim ≤ 65536,
@@ -118,8 +120,8 @@ pub enum Variant {
     /// inside, several layers per program, the caches resident across
     /// steps (outputs aliased onto inputs): one program per layer group
     /// (⌈L/K⌉ for K layers per program; a group also ends after each
-    /// mixture of experts, whose routed experts run on the host) + 1
-    /// ([`resident`]). e5rt path only.
+    /// mixture of experts, whose routed experts run on the host) + 1, + 1
+    /// for Gemma 4's `ple` ([`resident`]). e5rt path only.
     Resident,
 }
 
@@ -354,7 +356,9 @@ pub enum PortRole {
         layer: usize,
     },
     /// `[KVH, hd, T]`: layer `layer`'s K (`value` false) or V cache. An
-    /// input, and an output aliased onto that input.
+    /// input, and an output aliased onto that input; in a program whose
+    /// layer reads the K/V of layer `layer` in an earlier program (Gemma
+    /// 4), an input only, bound to that program's cache buffer.
     Cache {
         /// Layer index.
         layer: usize,
@@ -374,6 +378,13 @@ pub enum PortRole {
     /// with an equal `K` share it.
     ConvPrev {
         /// The first layer of the program with this `K`.
+        layer: usize,
+    },
+    /// `[1, P, 1, W]`: Gemma 4's per-layer input `e_l` of layer `layer`
+    /// (the host's, from the `ple` program's projection and the token
+    /// table).
+    PerLayer {
+        /// Layer index.
         layer: usize,
     },
     /// `[1, rows, 1, W]`: logits rows `first..first + rows`.
@@ -624,7 +635,8 @@ fn split_norms(norms: &NormPlacement) -> (&str, Option<&str>, &str, Option<&str>
 /// shared expert; fused `1 + layers + slices` plus one `entry` after each
 /// mixture of experts but the last layer; resident one per layer group
 /// ([`resident::groups`]: a group also ends after each mixture of experts)
-/// plus the lm_head.
+/// plus the lm_head. Gemma 4 adds its `ple` program to each (and the
+/// split variant a `blk.i.ple` per layer).
 pub fn dispatch_count(variant: Variant, program: &DecoderProgram, options: &LowerOptions) -> usize {
     let slices = program.n_vocab.div_ceil(options.vocab_slice.max(1));
     let n = program.layers.len();
@@ -648,7 +660,7 @@ pub fn dispatch_count(variant: Variant, program: &DecoderProgram, options: &Lowe
                 .filter(|b| moe(b).is_some());
             ple + 1 + n + entries.count() + slices
         }
-        Variant::Resident => resident::groups(program, options).len() + 1,
+        Variant::Resident => ple + resident::groups(program, options).len() + 1,
     }
 }
 
@@ -705,8 +717,7 @@ pub fn lower_views(
     }
     let options = &resolve_precision(program, options)?;
     let mut kernels = Vec::new();
-    let ple = program.per_layer_embd.as_ref();
-    if let (Some(e), false) = (ple, options.variant == Variant::Resident) {
+    if let Some(e) = &program.per_layer_embd {
         kernels.push(kernels::ple_proj(program, options, e)?);
     }
     match options.variant {
@@ -745,9 +756,10 @@ pub fn lower_views(
         }
         Variant::Resident => {
             // its own lm_head: one program, every slice an output
+            kernels.extend(resident::lower(program, views, options)?);
             return Ok(Lowered {
                 options: *options,
-                kernels: resident::lower(program, views, options)?,
+                kernels,
             });
         }
     }

@@ -31,7 +31,8 @@
 //!   - per short convolution the cache `conv_lI` `[1, D, T]` (`u` at each
 //!     position) with its output `conv_lI_next`, written like K/V, and per
 //!     distinct `K` `conv_prev_lI` `[1, K-1, T]` (one-hot at (k, p₀ −
-//!     (K−1) + k) where that position is ≥ 0, p₀ the chunk's first).
+//!     (K−1) + k) where that position is ≥ 0, p₀ the chunk's first);
+//!   - Gemma 4: per layer its per-layer input `ple_lI` `[1, P, 1, W]`.
 //! * A mixture of experts ends its group ([`groups`]): the program stops
 //!   after that layer's mixer residual, FFN norm and shared expert, as the
 //!   fused variant's does. Its first output is then the residual after the
@@ -44,7 +45,26 @@
 //! * `lm_head`: the final norm and every vocabulary slice, one output each.
 //!
 //! So a decode token takes one dispatch per group + 1: ⌈L/K⌉ + 1 for K
-//! layers per program, more where mixtures of experts cut the groups short.
+//! layers per program, more where mixtures of experts cut the groups short
+//! (Gemma 4: + 1, below).
+//!
+//! Gemma 4. Its per-layer inputs come as in the fused variant: the `ple`
+//! program (first, one more dispatch per token) projects the scaled
+//! embedding for every layer, the host norms that and adds the token
+//! table's rows (`Model::per_layer_inputs`), and hands each layer its `e_l`
+//! as the port `ple_lI`; the layer's branch `proj(act(gate · x) ⊙ e_l)`,
+//! its norm and the layer scale run inside, as they do in the fused layer
+//! (`kernels::emit_layer_end`). A layer reading layer J's K/V (`kv_source`)
+//! projects q only, norms and rotates it, and attends over J's caches as
+//! J's layer left them in this step (after the chunk's write): the vars
+//! themselves when J is in the same program, else the inputs `k_lJ`,
+//! `v_lJ` (role [`PortRole::Cache`], no output), which the runtime binds to
+//! the buffers of J's program (`E5rtRuntime::bind_from`; binding one
+//! buffer to ports of two programs is UNVERIFIED on hardware) and the
+//! simulator session fills with J's cache. Per-layer head dims, Gemma 4's
+//! proportional RoPE (its unrotated pairs have frequency 0: cos 1, sin 0),
+//! the value norm and `attention_k_eq_v` (`wv` names `wk`) need nothing
+//! more; the final logit soft-cap is the host's, as for Gemma 2/3.
 //!
 //! Layouts. Scores are one batched matmul per KV head group: q goes from
 //! `[1, H·hd, 1, W]` to `[KVH, G·W, hd]` (G = H/KVH query heads per KV
@@ -70,13 +90,15 @@
 //!
 //! Only the e5rt path binds ports of different sizes, so this variant is
 //! e5rt only; the in-memory path keeps the fused variant's host attention.
-//! Layers it cannot hold are refused by name: Gemma
-//! 4's per-layer inputs and shared K/V.
+//! It refuses by name what it cannot hold: K/V shared between layers whose
+//! RoPE pairs elements differently (no model does), and a mixture of
+//! experts with a per-layer input (the host finishes such a layer without
+//! one; no model has both).
 
 use super::emit::Emitter;
 use super::kernels::{
-    conv_weight, emit_conv_proj, emit_ffn, emit_ffn_residual, emit_logits, emit_mixer_out_residual,
-    emit_mixer_residual, emit_qkv, finish_ports, norm, qkv_weights,
+    conv_weight, emit_conv_proj, emit_ffn, emit_ffn_residual, emit_layer_end, emit_logits,
+    emit_mixer_out_residual, emit_mixer_residual, emit_qkv, finish_ports, norm, qkv_weights,
 };
 use super::sensitivity::ProjBlock;
 use super::tensors::vector;
@@ -149,6 +171,8 @@ pub fn groups(p: &DecoderProgram, options: &LowerOptions) -> Vec<Range<usize>> {
 fn layer_weights(p: &DecoderProgram, b: &Block) -> (u64, u64) {
     let d = p.n_embd as u64;
     let mixer = match &b.mixer {
+        // a layer reading another's K/V projects q only
+        Mixer::Attention(a) if a.kv_source.is_some() => d * (2 * a.q_dim()) as u64,
         Mixer::Attention(a) => d * (2 * a.q_dim() + 2 * a.kv_dim()) as u64,
         Mixer::ShortConv(_) => 4 * d * d,
     };
@@ -160,15 +184,31 @@ fn layer_weights(p: &DecoderProgram, b: &Block) -> (u64, u64) {
 }
 
 /// The first part of `p` this variant cannot hold, as `(part, what,
-/// layer)` for [`anedvd_graph::Error::unsupported`]:
-/// K/V shared from another layer, Gemma 4's per-layer inputs.
+/// layer)` for [`anedvd_graph::Error::unsupported`]: K/V shared with a
+/// layer whose RoPE pairs its elements otherwise (their rows are permuted
+/// differently; no model does that), or a mixture of experts with a
+/// per-layer input (the host finishes such a layer without it; no model
+/// has both).
 pub fn refusal(views: &[LayerView<'_>]) -> Option<(&'static str, &'static str, usize)> {
+    let source_order = |j: usize| match views.get(j).map(|v| v.mixer) {
+        Some(MixerView::Attention(s)) => Some(rope_order(s)),
+        _ => None,
+    };
     views.iter().enumerate().find_map(|(i, l)| {
         let what = match (l.mixer, l.ffn) {
-            (MixerView::Attention(a), _) if a.kv_source.is_some() => {
-                ("mixer", "attention sharing K/V in the resident variant")
+            (MixerView::Attention(a), _)
+                if a.kv_source
+                    .is_some_and(|j| source_order(j) != Some(rope_order(a))) =>
+            {
+                (
+                    "mixer",
+                    "attention sharing K/V across RoPE pairings in the resident variant",
+                )
             }
-            _ if l.per_layer.is_some() => ("per-layer input", "gemma4 in the resident variant"),
+            _ if l.ffn.on_host() && l.per_layer.is_some() => (
+                "per-layer input",
+                "a mixture of experts with a per-layer input in the resident variant",
+            ),
             _ => return None,
         };
         Some((what.0, what.1, i))
@@ -214,14 +254,10 @@ pub fn check_options(o: &LowerOptions) -> Result<()> {
     Ok(())
 }
 
-/// Lowers every layer group and the lm_head.
+/// Lowers every layer group and the lm_head (Gemma 4's `ple` program,
+/// which comes first, is [`super::lower_views`]' as in every variant).
 pub fn lower(p: &DecoderProgram, views: &[LayerView<'_>], o: &LowerOptions) -> Result<Vec<Kernel>> {
     check_options(o)?;
-    if p.per_layer_embd.is_some() {
-        let what = "gemma4 in the resident variant";
-        let e = anedvd_graph::Error::unsupported("ane", "per-layer input", what, 0);
-        return Err(Error::Unsupported(e));
-    }
     check_views(views)?;
     let mut kernels = Vec::new();
     for g in groups(p, o) {
@@ -238,6 +274,9 @@ struct Shared {
     masks: Vec<(Option<usize>, Var)>,
     /// The conv-history selections by `K - 1`.
     prevs: Vec<(usize, Var)>,
+    /// Each layer's K and V caches after this step's write, as the
+    /// program has them (for layers reading them: Gemma 4's `kv_source`).
+    caches: Vec<(usize, [Var; 2])>,
     write: Var,
     keep: Var,
 }
@@ -325,6 +364,24 @@ impl Shared {
         self.prevs.push((k1, v.clone()));
         Ok(v)
     }
+
+    /// Layer `j`'s K and V caches after this step's write, for a layer
+    /// reading them: the program's own when `j` is inside, else the inputs
+    /// `k_lJ`, `v_lJ` of `shape` (role [`PortRole::Cache`] without an
+    /// output), bound to the buffers of the program holding `j`.
+    fn source_caches(&mut self, e: &mut Emitter, j: usize, shape: &[usize]) -> Result<[Var; 2]> {
+        if let Some((_, c)) = self.caches.iter().find(|(l, _)| *l == j) {
+            return Ok(c.clone());
+        }
+        let mut cache = |value: bool| {
+            let kv = if value { "v" } else { "k" };
+            let role = PortRole::Cache { layer: j, value };
+            self.declare(e, &format!("{kv}_l{j}"), shape, role)
+        };
+        let c = [cache(false)?, cache(true)?];
+        self.caches.push((j, c.clone()));
+        Ok(c)
+    }
 }
 
 /// `blk.A-B.resident`: layers `range` from the scaled residual to the next.
@@ -345,6 +402,7 @@ fn group(
         ropes: Vec::new(),
         masks: Vec::new(),
         prevs: Vec::new(),
+        caches: Vec::new(),
         write,
         keep,
     };
@@ -381,6 +439,15 @@ fn half_split_order(head_dim: usize, n_rot: usize) -> Vec<usize> {
         .collect()
 }
 
+/// The permutation [`half_split_order`] of layer `a`'s q/k rows, if its
+/// RoPE pairs adjacent elements.
+fn rope_order(a: &Attention) -> Option<Vec<usize>> {
+    match &a.rope {
+        Some(r) if r.pairing == RopePairing::Norm => Some(half_split_order(a.head_dim, r.n_rot)),
+        _ => None,
+    }
+}
+
 /// Permutes the `cols`-wide rows `rows` (heads of `order.len()` rows) by `order`.
 fn permute_rows(m: &mut [f32], rows: Range<usize>, cols: usize, order: &[usize]) {
     let hd = order.len();
@@ -393,8 +460,8 @@ fn permute_rows(m: &mut [f32], rows: Range<usize>, cols: usize, order: &[usize])
     }
 }
 
-/// One whole layer on the scaled residual `x`; pushes its cache outputs.
-/// A mixture of experts stops before its routed experts: returns the
+/// One whole layer on the scaled residual `x`; pushes its cache outputs
+/// (none for a layer reading another's K/V). A mixture of experts stops before its routed experts: returns the
 /// residual after the mixer and pushes the FFN-normed residual and the
 /// shared expert's output for the host.
 fn layer(
@@ -436,15 +503,17 @@ fn layer(
         return Ok(hres);
     }
     let f = f.ok_or_else(|| Error::Options(format!("layer {i}: no FFN")))?;
-    let mut y = emit_ffn_residual(e, p, o, (i, l), &hres, &f)?;
-    if let Some(name) = l.layer_scale {
-        let k = e.b.fp16(
-            &format!("l{i}_scale_k"),
-            f64::from(super::layer_scale(p, name)?),
-        )?;
-        y = e.b.mul(&format!("l{i}_scaled"), &y, &k)?;
-    }
-    Ok(y)
+    let y = emit_ffn_residual(e, p, o, (i, l), &hres, &f)?;
+    // Gemma 4: the per-layer input's branch, then the layer scale
+    let e_l = match l.per_layer {
+        Some(pl) => {
+            let role = PortRole::PerLayer { layer: i };
+            let shape = [1, pl.width, 1, o.width];
+            Some(sh.declare(e, &format!("ple_l{i}"), &shape, role)?)
+        }
+        None => None,
+    };
+    emit_layer_end(e, p, o, (i, l), &y, e_l.as_ref())
 }
 
 /// Layer `i`'s short convolution on the scaled residual `x`, to its output
@@ -530,10 +599,7 @@ fn attention(
     let (hd, nh, nkv) = (a.head_dim, a.n_head, a.n_head_kv);
     let (qd, kvd, g) = (a.q_dim(), a.kv_dim(), nh / nkv.max(1));
     let eps = p.norm.eps;
-    let order = match &a.rope {
-        Some(r) if r.pairing == RopePairing::Norm => Some(half_split_order(hd, r.n_rot)),
-        _ => None,
-    };
+    let order = rope_order(a);
     let h = e.rms_norm(
         &format!("l{i}_attn_norm"),
         x,
@@ -541,11 +607,13 @@ fn attention(
         eps,
         o.residual_scale,
     )?;
+    // q only for a layer reading another's K/V
     let (mut wqkv, mut bias) = qkv_weights(p, a)?;
+    let rotated = if a.kv_source.is_some() { qd } else { qd + kvd };
     if let Some(ord) = &order {
-        permute_rows(&mut wqkv, 0..qd + kvd, d, ord);
+        permute_rows(&mut wqkv, 0..rotated, d, ord);
         if let Some(b) = bias.as_mut() {
-            permute_rows(b, 0..qd + kvd, 1, ord);
+            permute_rows(b, 0..rotated, 1, ord);
         }
     }
     e.block(ProjBlock::Attention(i));
@@ -553,7 +621,7 @@ fn attention(
         &format!("l{i}_qkv"),
         &h,
         &wqkv,
-        qd + 2 * kvd,
+        l.mixer.in_width(d),
         bias.as_deref(),
     )?;
     let part =
@@ -567,8 +635,14 @@ fn attention(
             Ok(e.b.reshape(&format!("l{i}_{name}"), &s, &[heads, hd, 1, w])?)
         };
     let mut q = part(e, "q", 0, qd, nh)?;
-    let mut k = part(e, "k", qd, kvd, nkv)?;
-    let mut v = part(e, "v", qd + kvd, kvd, nkv)?;
+    // this layer's own new K and V (none when it reads another's)
+    let mut kv = match a.kv_source {
+        Some(_) => None,
+        None => Some((
+            part(e, "k", qd, kvd, nkv)?,
+            part(e, "v", qd + kvd, kvd, nkv)?,
+        )),
+    };
     let head_gains = |name: &str| -> Result<Vec<f32>> {
         let mut gains = vector(p.weights.as_ref(), name, hd)?;
         gains.iter_mut().for_each(|x| *x += p.norm.weight_offset);
@@ -580,22 +654,29 @@ fn attention(
     if let Some(n) = &a.q_norm {
         q = e.rms_norm(&format!("l{i}_q_norm"), &q, &head_gains(n)?, eps, 1.0)?;
     }
-    if let Some(n) = &a.k_norm {
-        k = e.rms_norm(&format!("l{i}_k_norm"), &k, &head_gains(n)?, eps, 1.0)?;
-    }
-    if a.v_norm {
-        v = e.rms_norm(&format!("l{i}_v_norm"), &v, &vec![1.0; hd], eps, 1.0)?;
+    // (a reader's k_norm and v_norm are its source's, applied there)
+    if let Some((k, v)) = kv.as_mut() {
+        if let Some(n) = &a.k_norm {
+            *k = e.rms_norm(&format!("l{i}_k_norm"), k, &head_gains(n)?, eps, 1.0)?;
+        }
+        if a.v_norm {
+            *v = e.rms_norm(&format!("l{i}_v_norm"), v, &vec![1.0; hd], eps, 1.0)?;
+        }
     }
     if let Some(r) = &a.rope {
         let (c, s) = sh.rope(e, i, r)?;
         q = rope(e, &format!("l{i}_q_rope"), &q, (&c, &s), r.n_rot)?;
-        k = rope(e, &format!("l{i}_k_rope"), &k, (&c, &s), r.n_rot)?;
+        if let Some((k, _)) = kv.as_mut() {
+            *k = rope(e, &format!("l{i}_k_rope"), k, (&c, &s), r.n_rot)?;
+        }
     }
     let scale = e.b.fp16(&format!("l{i}_q_scale_k"), f64::from(a.scale))?;
     let q = e.b.mul(&format!("l{i}_q_scaled"), &q, &scale)?;
-    // the cache write: `cache · keep + new · write`
+    // the cache write: `cache · keep + new · write` (none for a layer
+    // reading another's K/V, which attends over that one's after its write)
     let mut caches = Vec::with_capacity(2);
-    for (value, new) in [(false, &k), (true, &v)] {
+    let own = kv.as_ref().map(|(k, v)| [(false, k), (true, v)]);
+    for (value, new) in own.into_iter().flatten() {
         let kv = if value { "v" } else { "k" };
         let name = format!("{kv}_l{i}");
         let cache = sh.declare(e, &name, &[nkv, hd, t], PortRole::Cache { layer: i, value })?;
@@ -612,6 +693,11 @@ fn attention(
         };
         outputs.push((port, next.clone()));
         caches.push(next);
+    }
+    match (a.kv_source, &caches[..]) {
+        (Some(j), _) => caches = sh.source_caches(e, j, &[nkv, hd, t])?.to_vec(),
+        (None, [k, v]) => sh.caches.push((i, [k.clone(), v.clone()])),
+        (None, _) => return Err(Error::Options(format!("layer {i}: no K/V"))),
     }
     // scores [KVH, G·W, T]
     let q4 =
