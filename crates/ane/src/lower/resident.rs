@@ -365,6 +365,37 @@ impl Shared {
         Ok(v)
     }
 
+    /// The masked one-hot write of the chunk's columns `cols` (`[a, b, W]`)
+    /// into the cache port `name` (`[a, b, T]`, role `role`), `cache · keep
+    /// + cols · write` (§d; exact: one non-zero term per element), with op
+    /// names prefixed `tag`: declares the cache input, pushes the updated
+    /// cache as the output the runtime aliases onto it, and returns it.
+    fn write_cache(
+        &mut self,
+        e: &mut Emitter,
+        outputs: &mut Vec<(Port, Var)>,
+        (name, role): (String, PortRole),
+        tag: &str,
+        cols: &Var,
+    ) -> Result<Var> {
+        let mut shape = cols.shape().to_vec();
+        if let (Some(last), Some(&t)) = (shape.last_mut(), self.write.shape().last()) {
+            *last = t;
+        }
+        let cache = self.declare(e, &name, &shape, role)?;
+        let placed =
+            e.b.matmul(&format!("{tag}_placed"), cols, &self.write, false, false)?;
+        let kept = e.b.mul(&format!("{tag}_kept"), &cache, &self.keep)?;
+        let next = e.b.add(&format!("{name}_next"), &kept, &placed)?;
+        let port = Port {
+            name: next.name().to_string(),
+            shape,
+            role,
+        };
+        outputs.push((port, next.clone()));
+        Ok(next)
+    }
+
     /// Layer `j`'s K and V caches after this step's write, for a layer
     /// reading them: the program's own when `j` is inside, else the inputs
     /// `k_lJ`, `v_lJ` of `shape` (role [`PortRole::Cache`] without an
@@ -549,20 +580,9 @@ fn short_conv(
     let gate_c = part(e, "c", 1)?;
     let xx = part(e, "x", 2)?;
     let u = e.b.mul(&format!("l{i}_conv_u"), &b, &xx)?;
-    let name = format!("conv_l{i}");
-    let role = PortRole::ConvCache { layer: i };
-    let cache = sh.declare(e, &name, &[1, d, t], role)?;
     let cols = e.b.reshape(&format!("l{i}_conv_u_cols"), &u, &[1, d, w])?;
-    let placed =
-        e.b.matmul(&format!("l{i}_conv_placed"), &cols, &sh.write, false, false)?;
-    let kept = e.b.mul(&format!("l{i}_conv_kept"), &cache, &sh.keep)?;
-    let next = e.b.add(&format!("{name}_next"), &kept, &placed)?;
-    let port = Port {
-        name: next.name().to_string(),
-        shape: vec![1, d, t],
-        role,
-    };
-    outputs.push((port, next.clone()));
+    let cache = (format!("conv_l{i}"), PortRole::ConvCache { layer: i });
+    let next = sh.write_cache(e, outputs, cache, &format!("l{i}_conv"), &cols)?;
     let k1 = c.kernel.saturating_sub(1);
     let window = if k1 == 0 {
         u
@@ -678,21 +698,10 @@ fn attention(
     let own = kv.as_ref().map(|(k, v)| [(false, k), (true, v)]);
     for (value, new) in own.into_iter().flatten() {
         let kv = if value { "v" } else { "k" };
-        let name = format!("{kv}_l{i}");
-        let cache = sh.declare(e, &name, &[nkv, hd, t], PortRole::Cache { layer: i, value })?;
         let cols =
             e.b.reshape(&format!("l{i}_{kv}_cols"), new, &[nkv, hd, w])?;
-        let placed =
-            e.b.matmul(&format!("l{i}_{kv}_placed"), &cols, &sh.write, false, false)?;
-        let kept = e.b.mul(&format!("l{i}_{kv}_kept"), &cache, &sh.keep)?;
-        let next = e.b.add(&format!("{name}_next"), &kept, &placed)?;
-        let port = Port {
-            name: next.name().to_string(),
-            shape: vec![nkv, hd, t],
-            role: PortRole::Cache { layer: i, value },
-        };
-        outputs.push((port, next.clone()));
-        caches.push(next);
+        let cache = (format!("{kv}_l{i}"), PortRole::Cache { layer: i, value });
+        caches.push(sh.write_cache(e, outputs, cache, &format!("l{i}_{kv}"), &cols)?);
     }
     match (a.kv_source, &caches[..]) {
         (Some(j), _) => caches = sh.source_caches(e, j, &[nkv, hd, t])?.to_vec(),
