@@ -365,10 +365,10 @@ impl Shared {
         Ok(v)
     }
 
-    /// The masked one-hot write of the chunk's columns `cols` (`[a, b, W]`)
-    /// into the cache port `name` (`[a, b, T]`, role `role`), `cache · keep
-    /// + cols · write` (§d; exact: one non-zero term per element), with op
-    /// names prefixed `tag`: declares the cache input, pushes the updated
+    /// The masked one-hot write (§d) of the chunk's columns `cols`
+    /// (`[a, b, W]`) into the cache port `name` (`[a, b, T]`, role `role`):
+    /// `cache · keep + cols · write`, exact (one non-zero term per element),
+    /// op names prefixed `tag`. Declares the cache input, pushes the updated
     /// cache as the output the runtime aliases onto it, and returns it.
     fn write_cache(
         &mut self,
