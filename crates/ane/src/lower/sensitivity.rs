@@ -1,7 +1,8 @@
 //! Which projection blocks lose the most when compressed, measured, so the
 //! most sensitive can stay fp16 (`--ane-keep-fp16 N|auto`).
 //!
-//! A block is one layer's attention projections (q, k, v, o), one layer's
+//! A block is one layer's mixer projections (attention's q, k, v, o; a
+//! short convolution's in and out projections), one layer's
 //! FFN (gate, up, down) or the lm_head. For each block, the CPU backend
 //! runs the model's exact f32 function (every weight dequantized) with
 //! only that block's weights replaced by what the compressed program
@@ -72,7 +73,8 @@ impl KeepFp16 {
 /// A group of projections that keeps one precision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProjBlock {
-    /// Layer `i`'s q, k, v and output projections.
+    /// Layer `i`'s mixer projections: attention's q, k, v and output, or a
+    /// short convolution's in and out (`blk.i.attn` either way).
     Attention(usize),
     /// Layer `i`'s FFN on the ANE (gate, up, down; a mixture's shared expert).
     Ffn(usize),
@@ -163,17 +165,26 @@ pub struct Sensitivity {
 fn blocks(p: &DecoderProgram) -> Vec<(ProjBlock, Vec<(String, usize)>)> {
     let mut out = Vec::new();
     for (i, b) in p.layers.iter().enumerate() {
-        if let Mixer::Attention(a) = &b.mixer {
-            let mut t = vec![(a.wq.clone(), a.q_dim()), (a.wo.clone(), p.n_embd)];
-            if a.kv_source.is_none() {
-                t.push((a.wk.clone(), a.kv_dim()));
-                // V from K (Gemma 4's attention_k_eq_v) names K's tensor
-                if a.wv != a.wk {
-                    t.push((a.wv.clone(), a.kv_dim()));
+        let mixer = match &b.mixer {
+            Mixer::Attention(a) => {
+                let mut t = vec![(a.wq.clone(), a.q_dim()), (a.wo.clone(), p.n_embd)];
+                if a.kv_source.is_none() {
+                    t.push((a.wk.clone(), a.kv_dim()));
+                    // V from K (Gemma 4's attention_k_eq_v) names K's tensor
+                    if a.wv != a.wk {
+                        t.push((a.wv.clone(), a.kv_dim()));
+                    }
                 }
+                t
             }
-            out.push((ProjBlock::Attention(i), t));
-        }
+            // the emitter tags a short convolution's projections as the
+            // layer's mixer block too (its taps stay fp16)
+            Mixer::ShortConv(c) => vec![
+                (c.in_proj.clone(), 3 * p.n_embd),
+                (c.out_proj.clone(), p.n_embd),
+            ],
+        };
+        out.push((ProjBlock::Attention(i), mixer));
         let ffn = match &b.ffn {
             FeedForward::Dense(f) => Some(f),
             FeedForward::Moe(m) => m.shared.as_ref().map(|s| &s.ffn),
