@@ -51,6 +51,6 @@ pub use api::{
     BUFFER_TYPE_CPU, DEVICE_MASK_ANE, MAIN_FUNCTION, MAX_PORT_BYTES, PROGRAM_LIMIT,
 };
 pub use private::{E5rtPrivate, E5rtProbe};
-pub use program::{E5rtProgram, E5rtRuntime, DEFAULT_PROGRAM_BUDGET};
+pub use program::{E5rtFunction, E5rtProgram, E5rtRuntime, DEFAULT_PROGRAM_BUDGET};
 pub use programs::E5rtPrograms;
 pub use sim::E5rtSim;
