@@ -64,6 +64,9 @@ pub enum E5rtStep {
     Encode,
     /// `e5rt_execution_stream_execute_sync`.
     Execute,
+    /// `e5rt_program_function_release` / `e5rt_program_library_release`
+    /// (refused while something created from the object is live).
+    Release,
 }
 
 impl fmt::Display for E5rtStep {
@@ -79,6 +82,7 @@ impl fmt::Display for E5rtStep {
             E5rtStep::CreateStream => "stream creation",
             E5rtStep::Encode => "encode",
             E5rtStep::Execute => "execute",
+            E5rtStep::Release => "release",
         })
     }
 }

@@ -30,6 +30,19 @@ pub struct KernelStats {
 }
 
 impl KernelStats {
+    /// Adds `other`'s evaluations and times to these (the same program run
+    /// as several operations: one per session).
+    pub fn merge(&mut self, other: &KernelStats) {
+        self.evals += other.evals;
+        self.eval_total += other.eval_total;
+        self.eval_min = match (self.eval_min, other.eval_min) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.io_total += other.io_total;
+        self.retries += other.retries;
+    }
+
     /// Mean evaluate time.
     pub fn eval_mean(&self) -> Option<Duration> {
         u32::try_from(self.evals)

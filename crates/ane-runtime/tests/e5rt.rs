@@ -1,8 +1,9 @@
 //! The e5rt path through the simulated driver: several inputs and outputs of
 //! different sizes, a state aliased output → input accumulating across
 //! executes, every refusal the evidence records (each with its own error),
-//! weights read back from the model directory, release, and the real
-//! driver's refusal where Espresso does not exist.
+//! weights read back from the model directory, one compiled function
+//! serving several programs with their own buffers, release (and its
+//! order), and the real driver's refusal where Espresso does not exist.
 
 #![allow(clippy::unwrap_used)]
 
@@ -407,6 +408,142 @@ fn aliasing_ports_of_different_shapes_is_refused() {
     assert!(e.contains("shapes or types differ"), "{e}");
     assert!(p.aliases().is_empty());
     rt.release(p);
+}
+
+#[test]
+fn one_compiled_function_serves_programs_with_separate_buffers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rt = runtime().with_work_dir(tmp.path());
+    let f = rt.compile(&accumulator()).unwrap();
+    // compiled, nothing loaded yet
+    assert_eq!((rt.compiles(), rt.api().compiles()), (1, 1));
+    assert_eq!(rt.api().loaded_programs(), 0);
+    let (ins, outs) = rt.function_ports(f).unwrap();
+    assert_eq!((ins.len(), outs.len()), (2, 1));
+    let mut a = rt.instantiate(f).unwrap();
+    let mut b = rt.instantiate(f).unwrap();
+    // two operations from one compile
+    assert_eq!(rt.compiles(), 1);
+    assert_eq!(rt.api().compiles(), 1);
+    assert_eq!(rt.api().operations_created(), 2);
+    assert_eq!(rt.api().loaded_programs(), 2);
+    assert_eq!(rt.programs_from(f), Some(2));
+    assert_eq!(a.dir(), b.dir());
+    // each keeps its own state: a accumulates 1s from 0, b 3s from 10
+    for (p, seed) in [(&mut a, 0.0), (&mut b, 10.0)] {
+        rt.alias(p, "s_next", "s").unwrap();
+        rt.write(p, "s", &[seed; 32]).unwrap();
+    }
+    for _ in 0..2 {
+        rt.write(&mut a, "x", &[1.0; 32]).unwrap();
+        rt.execute(&mut a).unwrap();
+        rt.write(&mut b, "x", &[3.0; 32]).unwrap();
+        rt.execute(&mut b).unwrap();
+    }
+    assert_eq!(rt.read(&mut a, "s").unwrap(), [2.0; 32]);
+    assert_eq!(rt.read(&mut b, "s").unwrap(), [16.0; 32]);
+
+    // the function outlives its programs, never the reverse
+    let e = rt.release_function(f).unwrap_err();
+    assert_eq!(e5rt_step(&e), Some(E5rtStep::Release), "{e}");
+    assert!(e.to_string().contains("2 live program(s)"), "{e}");
+    rt.release(a);
+    assert_eq!(rt.programs_from(f), Some(1));
+    assert!(rt.release_function(f).is_err());
+    // releasing a program leaves the function: a new one needs no compile
+    let c = rt.instantiate(f).unwrap();
+    assert_eq!(rt.api().compiles(), 1);
+    rt.release(b);
+    rt.release(c);
+    assert_eq!(rt.programs_from(f), Some(0));
+    let dir = tmp.path().read_dir().unwrap().count();
+    assert_eq!(dir, 1, "the function's model directory stays");
+    rt.release_function(f).unwrap();
+    assert_eq!(tmp.path().read_dir().unwrap().count(), 0);
+    assert_eq!(rt.api().live_objects(), 0);
+    assert!(
+        rt.api().violations().is_empty(),
+        "{:?}",
+        rt.api().violations()
+    );
+
+    // a released function is gone
+    match rt.instantiate(f) {
+        Err(Error::Handle {
+            kind: "function", ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(rt.release_function(f), Err(Error::Handle { .. })));
+    assert_eq!(rt.programs_from(f), None);
+
+    // compiling loads nothing; each program counts against the budget
+    let mut rt = runtime().with_program_budget(1);
+    let f = rt.compile(&relu_8x8()).unwrap();
+    let g = rt.compile(&accumulator()).unwrap();
+    assert_eq!(rt.programs_left(), 1);
+    let p = rt.instantiate(f).unwrap();
+    match rt.instantiate(g) {
+        Err(Error::ProgramBudget {
+            loaded: 1,
+            limit: 1,
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    // the refused instantiate left nothing behind, and the function stays
+    assert_eq!(rt.programs_from(g), Some(0));
+    rt.release(p);
+    let q = rt.instantiate(g).unwrap();
+    rt.release(q);
+    // idle functions (and their libraries) are released with the runtime
+    assert_eq!(rt.functions(), 2);
+    let base = {
+        let p = rt.instantiate(f).unwrap();
+        let base = p.dir().path.parent().unwrap().to_path_buf();
+        rt.release(p);
+        base
+    };
+    assert!(base.exists());
+    drop(rt);
+    assert!(!base.exists());
+}
+
+#[test]
+fn the_simulated_driver_refuses_releasing_what_is_in_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = E5rtSim::new();
+    let lib = d
+        .compile(&write_model(tmp.path(), &relu_8x8()), tmp.path())
+        .unwrap();
+    let f = d.retain_function(lib, MAIN_FUNCTION).unwrap();
+    let op1 = d.create_operation(f).unwrap();
+    let op2 = d.create_operation(f).unwrap();
+    assert_eq!(d.operations_from(f), 2);
+    assert_eq!(d.compiles(), 1);
+    // out of order: the function has live operations, the library a function
+    d.release_function(f);
+    d.release_library(lib);
+    assert_eq!(d.violations().len(), 2);
+    assert!(
+        d.violations()[0].contains("2 operation(s)"),
+        "{:?}",
+        d.violations()
+    );
+    assert!(
+        d.violations()[1].contains("1 function(s)"),
+        "{:?}",
+        d.violations()
+    );
+    // both refused releases left the objects alive: one more operation works
+    let op3 = d.create_operation(f).unwrap();
+    // in order: operations, function, library
+    for op in [op1, op2, op3] {
+        d.release_operation(op);
+    }
+    d.release_function(f);
+    d.release_library(lib);
+    assert_eq!(d.violations().len(), 2);
+    assert_eq!(d.live_objects(), 0);
 }
 
 #[test]

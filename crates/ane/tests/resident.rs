@@ -489,3 +489,86 @@ fn caches_stay_resident_on_the_e5rt_runtime() {
         );
     }
 }
+
+/// On the e5rt runtime the layer-group programs (and the lm_head) are
+/// compiled once, at load, however many sessions open: each session only
+/// instantiates its own operations and buffers (its caches) from them. The
+/// compile report counts those compiles and each open session's programs
+/// against the budget; the kernel stats name every program, summed over
+/// the sessions, closed ones included.
+#[test]
+fn sessions_share_the_programs_compiled_once_at_load() {
+    use anedvd_ane::{AneBackend, DriverKind};
+    let name = "llama";
+    let p = program(name);
+    let exe = AneBackend::new(options(1, 64, 32), DriverKind::Sim)
+        .compile_ane(&p)
+        .unwrap();
+    let names: Vec<String> = exe
+        .kernel_stats()
+        .unwrap()
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    // one group per layer, then the lm_head every session shares
+    let groups = p.layers.len();
+    assert_eq!(names.len(), groups + 1, "{names:?}");
+    let load = exe.compile_report().unwrap();
+    assert_eq!(load.compiles as usize, groups + 1, "{load:?}");
+    // loaded so far: the shared lm_head's operation only
+    assert_eq!(load.compiles_left, load.budget - 1, "{load:?}");
+    let a = prompt(name, 20);
+    let (mut sa, mut sb) = (exe.new_session(64).unwrap(), exe.new_session(64).unwrap());
+    sa.forward(&a, LogitsMode::Last).unwrap();
+    sb.forward(&a, LogitsMode::Last).unwrap();
+    let two = exe.compile_report().unwrap();
+    assert_eq!(two.compiles, load.compiles, "two sessions compiled nothing");
+    assert_eq!(
+        two.compiles_left as usize,
+        load.compiles_left as usize - 2 * groups,
+        "each session loads one operation per group: {two:?}"
+    );
+    // a closed session gives its operations back, not the compiles
+    drop(sb);
+    let mut sc = exe.new_session(64).unwrap();
+    sc.forward(&a, LogitsMode::Last).unwrap();
+    assert_eq!(exe.compile_report().unwrap(), two);
+    drop((sa, sc));
+    let after = exe.compile_report().unwrap();
+    assert_eq!(
+        (after.compiles, after.compiles_left),
+        (load.compiles, load.compiles_left)
+    );
+    // one chunk per prompt: one execute per group per session, the closed
+    // session's included, and one lm_head execute per forward
+    let stats = exe.kernel_stats().unwrap().unwrap();
+    for (n, st) in &stats {
+        assert_eq!(st.evals, 3, "{n}: {stats:?}");
+    }
+}
+
+/// The budget check at load counts the resident programs: a budget that
+/// cannot hold one session's programs is refused when the model loads, not
+/// at the first session; one that holds exactly one session refuses a
+/// second session with the loaded-program budget, naming it.
+#[test]
+fn the_budget_at_load_counts_the_resident_programs() {
+    use anedvd_ane::{AneBackend, DriverKind};
+    let p = program("llama");
+    let needed = p.layers.len() + 1;
+    let o = options(1, 64, 32);
+    let short = AneBackend::new(o, DriverKind::Sim).with_compile_budget(needed as u32 - 1);
+    let e = short.compile_ane(&p).err().map(|e| e.to_string());
+    let e = e.unwrap_or_default();
+    assert!(e.contains(&format!("needs {needed} ANE programs")), "{e}");
+    let exact = AneBackend::new(o, DriverKind::Sim).with_compile_budget(needed as u32);
+    let exe = exact.compile_ane(&p).unwrap();
+    let s = exe.new_session(64).unwrap();
+    let e = exe.new_session(64).err().map(|e| e.to_string());
+    let e = e.unwrap_or_default();
+    let full = format!("program budget exhausted: {needed} of {needed} programs loaded");
+    assert!(e.contains(&full), "{e}");
+    drop(s);
+    exe.new_session(64).unwrap();
+}

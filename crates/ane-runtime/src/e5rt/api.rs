@@ -24,7 +24,8 @@ pub const MAIN_FUNCTION: &str = "main";
 
 /// Loaded programs per process e5rt is reported to hold (ane-evidence.md §c,
 /// "~128 loaded programs per PID"; what exactly counts is UNVERIFIED — the
-/// drivers here count live compute operations).
+/// drivers here count live compute operations, not libraries: see
+/// `E5rtSim`'s `loaded_programs` for why).
 pub const PROGRAM_LIMIT: u32 = 128;
 
 macro_rules! handle {
@@ -82,7 +83,9 @@ pub trait E5rtApi {
     /// Step 5: op options from the function (operation name `main`,
     /// intermediate buffers allocated by e5rt), then
     /// `…_create_precompiled_compute_operation_with_options(&op, opts)`.
-    /// Each live operation is one loaded program ([`PROGRAM_LIMIT`]).
+    /// Each live operation is one loaded program ([`PROGRAM_LIMIT`]); one
+    /// function may serve several operations, each with its own ports, and
+    /// must outlive them.
     fn create_operation(&mut self, function: FunctionId) -> Result<OperationId>;
 
     /// `e5rt_execution_stream_operation_retain_input_port(op, name, &port)`;

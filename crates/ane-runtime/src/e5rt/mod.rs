@@ -6,8 +6,9 @@
 //!
 //! How it differs from the in-memory path ([`crate::Driver`]):
 //! * a program is compiled from a file (`model.mil` + weight files) into a
-//!   library, and its function `main` becomes a precompiled compute
-//!   operation (one loaded program; ~128 per process);
+//!   library once, and its function `main` can become any number of
+//!   precompiled compute operations (each one loaded program, ~128 per
+//!   process, with its own ports and buffers);
 //! * ports are looked up by MIL name and hold **dense** data in the MIL
 //!   shape (no 64-byte row padding); inputs and outputs may be several, of
 //!   different sizes;
@@ -18,8 +19,10 @@
 //! Layers, bottom up: [`E5rtApi`] (one method per call-sequence step, plain
 //! handles), with [`E5rtPrivate`] (Espresso resolved at run time) and
 //! [`E5rtSim`] (the documented behaviour over the MIL simulator);
-//! [`E5rtRuntime`] / [`E5rtProgram`] (prepare from a [`crate::ProgramSource`],
-//! alias, write/read f32 by port name, execute, timing, release);
+//! [`E5rtRuntime`] / [`E5rtFunction`] / [`E5rtProgram`] (compile a
+//! [`crate::ProgramSource`] once, instantiate programs from it, or prepare
+//! both at once; alias, write/read f32 by port name, execute, timing,
+//! release);
 //! [`E5rtPrograms`] (single-input programs by name, what a backend holds).
 //!
 //! ```
@@ -51,6 +54,6 @@ pub use api::{
     BUFFER_TYPE_CPU, DEVICE_MASK_ANE, MAIN_FUNCTION, MAX_PORT_BYTES, PROGRAM_LIMIT,
 };
 pub use private::{E5rtPrivate, E5rtProbe};
-pub use program::{E5rtProgram, E5rtRuntime, DEFAULT_PROGRAM_BUDGET};
+pub use program::{E5rtFunction, E5rtProgram, E5rtRuntime, DEFAULT_PROGRAM_BUDGET};
 pub use programs::E5rtPrograms;
 pub use sim::E5rtSim;

@@ -1,10 +1,21 @@
 //! The layer a backend holds: programs prepared from MIL text, one buffer per
 //! port, aliasing, fp16 conversion, timing and release.
 //!
-//! [`E5rtRuntime::prepare`] writes `model.mil` and the weight files to a
-//! model directory, compiles it, retains `main`, creates the compute
-//! operation, retains every port by its MIL name, binds each to its own
-//! zeroed buffer and creates a stream. Encoding is deferred to the first
+//! Two steps, which [`E5rtRuntime::prepare`] runs together:
+//! * [`E5rtRuntime::compile`] writes `model.mil` and the weight files to a
+//!   model directory, compiles it into a library and retains `main`: an
+//!   [`E5rtFunction`], the runtime's until [`E5rtRuntime::release_function`]
+//!   or the runtime drops;
+//! * [`E5rtRuntime::instantiate`] creates a compute operation from such a
+//!   function, retains every port by its MIL name, binds each to its own
+//!   zeroed buffer and creates a stream: an [`E5rtProgram`], released with
+//!   [`E5rtRuntime::release`] (its operation, ports, buffers, stream — not
+//!   the function).
+//!
+//! So one compiled function serves any number of programs with separate
+//! buffers (the resident variant: each session's KV caches), compiled and
+//! its weights copied once; a function is not released while a program
+//! created from it is live. Encoding is deferred to the first
 //! [`E5rtRuntime::execute`] (as ANEForge does), so [`E5rtRuntime::alias`]
 //! can still rebind an input port onto an output's buffer: that is how a
 //! state (a KV cache) stays resident — after each execute the input reads
@@ -44,11 +55,27 @@ struct BoundPort {
     buffer: BufferId,
 }
 
-/// Every driver object of one program, released in ANEForge's order.
+/// A program compiled once: a library and its retained function `main`,
+/// from which [`E5rtRuntime::instantiate`] creates programs. A handle into
+/// the runtime that compiled it (the runtime releases it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct E5rtFunction(FunctionId);
+
+/// What the runtime keeps of a compiled function.
+#[derive(Debug)]
+struct Compiled {
+    dir: ModelDir,
+    library: LibraryId,
+    inputs: Vec<PortSpec>,
+    outputs: Vec<PortSpec>,
+    /// Programs created from it and not released yet.
+    live: u32,
+}
+
+/// The driver objects one program owns (not its function), released in
+/// ANEForge's order.
 #[derive(Debug, Default)]
 struct Handles {
-    library: Option<LibraryId>,
-    function: Option<FunctionId>,
     operation: Option<OperationId>,
     stream: Option<StreamId>,
     ports: Vec<PortId>,
@@ -69,20 +96,18 @@ impl Handles {
         if let Some(o) = self.operation {
             api.release_operation(o);
         }
-        if let Some(f) = self.function {
-            api.release_function(f);
-        }
-        if let Some(l) = self.library {
-            api.release_library(l);
-        }
     }
 }
 
-/// A compiled, loaded e5rt program with a buffer bound to every port.
-/// Obtained from [`E5rtRuntime::prepare`], returned with [`E5rtRuntime::release`].
+/// A loaded e5rt program (an operation) with a buffer bound to every port.
+/// Obtained from [`E5rtRuntime::prepare`] or [`E5rtRuntime::instantiate`],
+/// returned with [`E5rtRuntime::release`].
 #[derive(Debug)]
 pub struct E5rtProgram {
     dir: ModelDir,
+    function: E5rtFunction,
+    /// Made by [`E5rtRuntime::prepare`]: its function goes with it.
+    owns_function: bool,
     handles: Handles,
     operation: OperationId,
     stream: StreamId,
@@ -120,7 +145,7 @@ impl E5rtProgram {
         self.stats
     }
 
-    /// The model directory the program was compiled from.
+    /// The model directory the program was compiled from (its function's).
     pub fn dir(&self) -> &ModelDir {
         &self.dir
     }
@@ -198,6 +223,7 @@ pub struct E5rtRuntime<A: E5rtApi> {
     budget: u32,
     compiles: u32,
     next_dir: u64,
+    functions: std::collections::BTreeMap<FunctionId, Compiled>,
 }
 
 impl<A: E5rtApi> std::fmt::Debug for E5rtRuntime<A> {
@@ -207,6 +233,7 @@ impl<A: E5rtApi> std::fmt::Debug for E5rtRuntime<A> {
             .field("base", &self.base)
             .field("budget", &self.budget)
             .field("compiles", &self.compiles)
+            .field("functions", &self.functions.len())
             .finish()
     }
 }
@@ -224,6 +251,7 @@ impl<A: E5rtApi> E5rtRuntime<A> {
             budget: DEFAULT_PROGRAM_BUDGET,
             compiles: 0,
             next_dir: 0,
+            functions: std::collections::BTreeMap::new(),
         }
     }
 
@@ -262,14 +290,37 @@ impl<A: E5rtApi> E5rtRuntime<A> {
         self.budget.saturating_sub(self.api.loaded_programs())
     }
 
-    /// Compile calls this runtime issued (one per prepared program).
+    /// Compile calls this runtime issued (one per [`E5rtRuntime::compile`],
+    /// so one per prepared program, none per instantiated one).
     pub fn compiles(&self) -> u32 {
         self.compiles
     }
 
-    /// Writes, compiles and loads `src` (its function `main`), binds every
-    /// port to its own zeroed buffer and creates the stream.
-    pub fn prepare(&mut self, src: &ProgramSource) -> Result<E5rtProgram> {
+    /// Compiled functions alive (prepared programs' included).
+    pub fn functions(&self) -> usize {
+        self.functions.len()
+    }
+
+    /// Programs created from `f` and not released yet (`None`: no such
+    /// function in this runtime).
+    pub fn programs_from(&self, f: E5rtFunction) -> Option<u32> {
+        self.functions.get(&f.0).map(|c| c.live)
+    }
+
+    /// Input and output ports of `f`, in MIL declaration and return order.
+    pub fn function_ports(&self, f: E5rtFunction) -> Result<(&[PortSpec], &[PortSpec])> {
+        let c = self.compiled(f)?;
+        Ok((&c.inputs, &c.outputs))
+    }
+
+    fn compiled(&self, f: E5rtFunction) -> Result<&Compiled> {
+        self.functions.get(&f.0).ok_or(Error::Handle {
+            kind: "function",
+            id: (f.0).0,
+        })
+    }
+
+    fn check_budget(&self) -> Result<()> {
         let loaded = self.api.loaded_programs();
         if loaded >= self.budget {
             return Err(Error::ProgramBudget {
@@ -277,6 +328,35 @@ impl<A: E5rtApi> E5rtRuntime<A> {
                 limit: self.budget,
             });
         }
+        Ok(())
+    }
+
+    /// Writes, compiles and loads `src` (its function `main`), binds every
+    /// port to its own zeroed buffer and creates the stream:
+    /// [`E5rtRuntime::compile`] and [`E5rtRuntime::instantiate`] in one,
+    /// the function released with the program.
+    pub fn prepare(&mut self, src: &ProgramSource) -> Result<E5rtProgram> {
+        // refuse before compiling: the program could not be loaded anyway
+        self.check_budget()?;
+        let f = self.compile(src)?;
+        match self.instantiate(f) {
+            Ok(mut p) => {
+                p.owns_function = true;
+                Ok(p)
+            }
+            Err(e) => {
+                // nothing was created from `f`, so this cannot be refused
+                let _ = self.release_function(f);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes `src` to a model directory, compiles it into a library and
+    /// retains its function `main`, once: [`E5rtRuntime::instantiate`]
+    /// creates programs from it, each with its own buffers. Loads nothing,
+    /// so the program budget is checked when instantiating.
+    pub fn compile(&mut self, src: &ProgramSource) -> Result<E5rtFunction> {
         check_weight_keys(src)?;
         // The caller must know every port's name and shape (e5rt does not
         // report them); they come from the MIL text itself.
@@ -288,13 +368,64 @@ impl<A: E5rtApi> E5rtRuntime<A> {
         let name = format!("{:016x}-{}", src.digest(), self.next_dir);
         self.next_dir += 1;
         let dir = ModelDir::write(&self.base, &name, src)?;
+        match self.compile_dir(&dir) {
+            Ok((library, function)) => {
+                let compiled = Compiled {
+                    dir,
+                    library,
+                    inputs,
+                    outputs,
+                    live: 0,
+                };
+                self.functions.insert(function, compiled);
+                Ok(E5rtFunction(function))
+            }
+            Err(e) => {
+                // Best effort: the error that matters is `e`.
+                let _ = dir.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// Compiles `dir/model.mil` and retains `main`; releases the library
+    /// again when retaining fails.
+    fn compile_dir(&mut self, dir: &ModelDir) -> Result<(LibraryId, FunctionId)> {
+        let cache = dir.path.join("cache");
+        std::fs::create_dir_all(&cache).map_err(|source| Error::Io {
+            path: cache.clone(),
+            source,
+        })?;
+        self.compiles += 1;
+        let library = self.api.compile(&dir.path.join("model.mil"), &cache)?;
+        match self.api.retain_function(library, MAIN_FUNCTION) {
+            Ok(function) => Ok((library, function)),
+            Err(e) => {
+                self.api.release_library(library);
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates a program from `f` (compiled by [`E5rtRuntime::compile`]):
+    /// the compute operation, every port bound to its own zeroed buffer, a
+    /// stream. Compiles nothing; counts against the program budget.
+    pub fn instantiate(&mut self, f: E5rtFunction) -> Result<E5rtProgram> {
+        let c = self.compiled(f)?;
+        let (dir, inputs, outputs) = (c.dir.clone(), c.inputs.clone(), c.outputs.clone());
+        self.check_budget()?;
         let mut handles = Handles::default();
-        match self.build(&dir, &mut handles, inputs, outputs) {
+        match self.build(f.0, &mut handles, inputs, outputs) {
             Ok((operation, stream, inputs, outputs)) => {
+                if let Some(c) = self.functions.get_mut(&f.0) {
+                    c.live += 1;
+                }
                 let largest = inputs.iter().chain(&outputs).map(|p| p.spec.bytes());
                 let scratch = Vec::with_capacity(largest.max().unwrap_or(0));
                 Ok(E5rtProgram {
                     dir,
+                    function: f,
+                    owns_function: false,
                     handles,
                     operation,
                     stream,
@@ -308,34 +439,22 @@ impl<A: E5rtApi> E5rtRuntime<A> {
             }
             Err(e) => {
                 handles.release(&mut self.api);
-                // Best effort: the error that matters is `e`.
-                let _ = dir.remove();
                 Err(e)
             }
         }
     }
 
-    /// The calls of [`E5rtRuntime::prepare`]; every object made is recorded
-    /// in `h` so a failure part-way releases exactly what exists.
+    /// The calls of [`E5rtRuntime::instantiate`]; every object made is
+    /// recorded in `h` so a failure part-way releases exactly what exists.
     #[allow(clippy::type_complexity)]
     fn build(
         &mut self,
-        dir: &ModelDir,
+        function: FunctionId,
         h: &mut Handles,
         inputs: Vec<PortSpec>,
         outputs: Vec<PortSpec>,
     ) -> Result<(OperationId, StreamId, Vec<BoundPort>, Vec<BoundPort>)> {
-        let cache = dir.path.join("cache");
-        std::fs::create_dir_all(&cache).map_err(|source| Error::Io {
-            path: cache.clone(),
-            source,
-        })?;
         let api = &mut self.api;
-        self.compiles += 1;
-        let library = api.compile(&dir.path.join("model.mil"), &cache)?;
-        h.library = Some(library);
-        let function = api.retain_function(library, MAIN_FUNCTION)?;
-        h.function = Some(function);
         let op = api.create_operation(function)?;
         h.operation = Some(op);
         let mut bind_all = |specs: Vec<PortSpec>, input: bool| -> Result<Vec<BoundPort>> {
@@ -359,6 +478,30 @@ impl<A: E5rtApi> E5rtRuntime<A> {
         let stream = api.create_stream()?;
         h.stream = Some(stream);
         Ok((op, stream, inputs, outputs))
+    }
+
+    /// Releases a compiled function (the function, then its library) and
+    /// removes its model directory. Refused while a program created from it
+    /// is live: release those first (ane-evidence.md §c: release in reverse).
+    pub fn release_function(&mut self, f: E5rtFunction) -> Result<()> {
+        let live = self.compiled(f)?.live;
+        if live > 0 {
+            return Err(Error::e5rt(
+                E5rtStep::Release,
+                format!(
+                    "function {} still has {live} live program(s) created from it; release \
+                     them first",
+                    (f.0).0
+                ),
+            ));
+        }
+        if let Some(c) = self.functions.remove(&f.0) {
+            self.api.release_function(f.0);
+            self.api.release_library(c.library);
+            // Best effort, like the framework's own temp cleanup.
+            let _ = c.dir.remove();
+        }
+        Ok(())
     }
 
     /// Aliases `output` onto `input` (ANEForge's `share_buffer`): the input
@@ -545,17 +688,38 @@ impl<A: E5rtApi> E5rtRuntime<A> {
             .collect()
     }
 
-    /// Releases the program's objects (stream, buffers, ports, operation,
-    /// function, library) and removes its model directory.
+    /// Releases the program's objects (stream, buffers, ports, operation).
+    /// Its function stays for other programs unless the program came from
+    /// [`E5rtRuntime::prepare`]: then the function, library and model
+    /// directory go too.
     pub fn release(&mut self, p: E5rtProgram) {
         p.handles.release(&mut self.api);
-        // Best effort, like the framework's own temp cleanup.
-        let _ = p.dir.remove();
+        if let Some(c) = self.functions.get_mut(&p.function.0) {
+            c.live = c.live.saturating_sub(1);
+        }
+        if p.owns_function {
+            // `prepare` hands out no handle to its function, so nothing
+            // else was created from it and the release cannot be refused.
+            let _ = self.release_function(p.function);
+        }
     }
 }
 
 impl<A: E5rtApi> Drop for E5rtRuntime<A> {
+    /// Releases every compiled function no live program uses (the
+    /// libraries go with them); the driver's own drop releases whatever a
+    /// program never returned still holds, operations first.
     fn drop(&mut self) {
+        let idle: Vec<E5rtFunction> = self
+            .functions
+            .iter()
+            .filter(|(_, c)| c.live == 0)
+            .map(|(f, _)| E5rtFunction(*f))
+            .collect();
+        for f in idle {
+            // idle: cannot be refused
+            let _ = self.release_function(f);
+        }
         if self.owns_base {
             // Best effort: only directories of programs never released remain.
             let _ = std::fs::remove_dir_all(&self.base);

@@ -132,7 +132,8 @@ pub(crate) struct Model {
     /// Dispatches executed by every session of this executable.
     pub dispatches: Arc<AtomicU64>,
     /// Resident variant on a runtime: the layer groups each session opens
-    /// as its own set (their caches aliased), and the set holding the
+    /// as its own set (their caches aliased; instantiated from programs
+    /// the worker compiled once at load), and the set holding the
     /// stateless programs every session shares: the lm_head (program 0)
     /// and Gemma 4's `ple`, whose kernel indices `shared` lists in order.
     pub ported: Vec<PortedSource>,
@@ -209,12 +210,9 @@ impl Model {
                         .filter(|(_, kind, _)| matches!(kind, KernelKind::Resident { .. }))
                         .count();
                     let bound = bound_caches(group, (&k.inputs, &k.outputs), &mut kept)?;
-                    let src = PortedSource {
-                        source: ProgramSource::from_program(&k.program, &k.weights),
-                        aliases: cache_aliases(&k.inputs, &k.outputs),
-                        bound,
-                    };
-                    ported.push((index, k.kind, src));
+                    let source = ProgramSource::from_program(&k.program, &k.weights);
+                    let aliases = cache_aliases(&k.inputs, &k.outputs);
+                    ported.push((index, k.kind, (k.name.clone(), source, aliases, bound)));
                     None
                 }
                 Exec::Runtime(..) => {
@@ -245,19 +243,30 @@ impl Model {
                 direct,
             });
         }
-        let worker = opened.map(|o| o.prepare(sources)).transpose()?;
         // the resident variant's stateless programs (the lm_head first,
         // then Gemma 4's `ple`): one set every session shares
         let (mut stateless, groups): (Vec<_>, Vec<_>) = ported
             .into_iter()
             .partition(|(_, kind, _)| !matches!(kind, KernelKind::Resident { .. }));
         stateless.sort_by_key(|(_, kind, _)| !matches!(kind, KernelKind::LmHead { .. }));
-        let ported: Vec<PortedSource> = groups.into_iter().map(|(_, _, s)| s).collect();
         let shared: Vec<usize> = stateless.iter().map(|(i, _, _)| *i).collect();
+        // every ported program is compiled once, at load (groups first):
+        // a session only instantiates its operations and buffers from them
+        let mut compiled = Vec::with_capacity(groups.len() + stateless.len());
+        let mut compile_once = |(_, _, (name, source, aliases, bound))| {
+            compiled.push((name, source));
+            PortedSource {
+                program: compiled.len() - 1,
+                aliases,
+                bound,
+            }
+        };
+        let ported: Vec<PortedSource> = groups.into_iter().map(&mut compile_once).collect();
+        let stateless: Vec<PortedSource> = stateless.into_iter().map(compile_once).collect();
+        let worker = opened.map(|o| o.prepare(sources, compiled)).transpose()?;
         let mut shared_set = None;
         if let (Some(w), false) = (&worker, stateless.is_empty()) {
-            let sources = stateless.into_iter().map(|(_, _, s)| s).collect();
-            shared_set = Some(w.open_ported(sources)?);
+            shared_set = Some(w.open_ported(stateless)?);
         }
         let layers = p
             .layers
@@ -581,8 +590,10 @@ impl AneExecutable {
         }
     }
 
-    /// Compiles used and left (`None` on the direct simulator path, which
-    /// compiles nothing).
+    /// Compiles used so far and the budget left now (`None` on the direct
+    /// simulator path, which compiles nothing). On e5rt the resident
+    /// variant's programs are compiled once at load, however many sessions
+    /// open; each open session's programs count against what is left.
     pub fn compile_report(&self) -> Option<CompileReport> {
         self.model.worker.as_ref().map(Worker::report)
     }

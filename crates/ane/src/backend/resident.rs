@@ -71,8 +71,10 @@ enum Caches {
     /// its own, `[1, D, T]` per short convolution), fp16, passed in to every
     /// program that reads it and taken back from the one that writes it.
     Host(Vec<(PortRole, Tensor)>),
-    /// On a runtime, in the buffers of the session's own set of programs,
-    /// each cache output aliased onto its input: they never cross.
+    /// On a runtime, in the buffers of the session's own set of programs
+    /// (operations instantiated from the programs the worker compiled once
+    /// at load: a session compiles nothing), each cache output aliased onto
+    /// its input: they never cross. Dropping the session releases the set.
     Resident {
         /// The set's handle on the runtime worker.
         set: u64,

@@ -15,10 +15,20 @@
 //! [`E5rtApi`]); the lowered kernels (one input `x: [1, C, 1, W]`, one
 //! output) run the same on both, since row-major `[C, W]` is both the
 //! in-memory path's unpacked layout and e5rt's dense one.
+//!
+//! The resident variant's programs (named ports, caches aliased) are
+//! compiled once when the model loads ([`Opened::prepare`]'s `ported`):
+//! each becomes an [`E5rtFunction`]. A session ([`Worker::open_ported`])
+//! then only instantiates its operations, ports and buffers from those
+//! functions, so its caches are its own while no session recompiles;
+//! closing a session releases its operations and buffers, and the
+//! functions (and libraries) go when the worker drops.
 
 use super::Error;
 use crate::lower::RuntimePath;
-use crate::runtime::e5rt::{E5rtApi, E5rtPrivate, E5rtProgram, E5rtPrograms, E5rtRuntime, E5rtSim};
+use crate::runtime::e5rt::{
+    E5rtApi, E5rtFunction, E5rtPrivate, E5rtProgram, E5rtPrograms, E5rtRuntime, E5rtSim,
+};
 use crate::runtime::{
     self, Driver, KernelStats, PrivateDriver, ProgramSource, Programs, Runtime, RuntimeStats,
     SimDriver,
@@ -120,12 +130,15 @@ impl DriverKind {
 /// What preparing the programs cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CompileReport {
-    /// Compiles issued (in-memory: one per distinct program; e5rt: one per program).
+    /// Compiles issued (in-memory: one per distinct program; e5rt: one per
+    /// program, the resident variant's layer groups and shared programs
+    /// included, once however many sessions open).
     pub compiles: u32,
     /// Programs served by an already compiled identical program (in-memory only).
     pub cache_hits: u32,
     /// What is left in the budget afterwards: compiles (in-memory), or
-    /// programs that may still be loaded (e5rt, ~128 per process).
+    /// programs that may still be loaded (e5rt, ~128 per process; each
+    /// resident session loads one per layer group).
     pub compiles_left: u32,
     /// The budget the runtime enforced.
     pub budget: u32,
@@ -139,6 +152,9 @@ enum Job {
     },
     Stats {
         reply: Sender<Vec<(String, KernelStats)>>,
+    },
+    Report {
+        reply: Sender<CompileReport>,
     },
     Open {
         programs: Vec<PortedSource>,
@@ -160,7 +176,9 @@ enum Job {
 /// aliased onto one buffer (state that stays resident across executes).
 #[derive(Clone)]
 pub(crate) struct PortedSource {
-    pub source: ProgramSource,
+    /// Which of the programs the worker compiled at load
+    /// ([`Opened::prepare`]'s `ported`, by index) this one instantiates.
+    pub program: usize,
     pub aliases: Vec<(String, String)>,
     /// `(program, its output, this program's input)`: inputs bound to the
     /// buffer of an earlier program of the set (a state that one keeps and
@@ -187,8 +205,16 @@ trait ProgramSet {
     fn run(&mut self, name: &str, x: &[f32]) -> runtime::Result<Vec<f32>>;
     fn stats(&self, name: &str) -> Option<KernelStats>;
     fn report(&self, budget: u32) -> CompileReport;
-    /// Prepares `programs` as one set with their own buffers and aliases
-    /// (e5rt only: the in-memory path binds one input and one output).
+    /// Compiles the programs sets are opened from, once (e5rt only: the
+    /// in-memory path binds one input and one output).
+    fn compile_ported(&mut self, sources: &[(String, ProgramSource)]) -> runtime::Result<()> {
+        if sources.is_empty() {
+            return Ok(());
+        }
+        Err(ported_refused())
+    }
+    /// Opens `programs` as one set, instantiated from the compiled ones
+    /// with their own buffers and aliases.
     fn open_ported(&mut self, programs: &[PortedSource]) -> runtime::Result<u64> {
         let _ = programs;
         Err(ported_refused())
@@ -208,6 +234,10 @@ trait ProgramSet {
     fn close_ported(&mut self, set: u64) {
         let _ = set;
     }
+    /// Kernel names of the compiled ported programs, in compile order.
+    fn ported_names(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 fn ported_refused() -> runtime::Error {
@@ -218,25 +248,46 @@ fn ported_refused() -> runtime::Error {
 }
 
 /// The e5rt runtime's single-I/O programs plus sets of ported programs
-/// (the resident variant's: one set per session, its caches aliased).
+/// (the resident variant's: one set per session, its caches aliased),
+/// instantiated from functions compiled once.
 struct E5rtSet<A: E5rtApi> {
     programs: E5rtPrograms<A>,
-    ported: std::collections::BTreeMap<u64, Vec<E5rtProgram>>,
+    /// The ported programs compiled at load, with their kernel names.
+    compiled: Vec<(String, E5rtFunction)>,
+    /// Open sets: per program, its index in `compiled` and the program.
+    ported: std::collections::BTreeMap<u64, Vec<(usize, E5rtProgram)>>,
+    /// Timing of the sets already closed, per compiled program.
+    closed: Vec<KernelStats>,
     next: u64,
 }
 
 impl<A: E5rtApi> Drop for E5rtSet<A> {
     fn drop(&mut self) {
         for (_, set) in std::mem::take(&mut self.ported) {
-            release_set(self.programs.runtime_mut(), set);
+            release_set(self.programs.runtime_mut(), set, &mut self.closed);
+        }
+        // every program from them is released: the functions (and their
+        // libraries) go now, before the runtime and its driver
+        let rt = self.programs.runtime_mut();
+        for (_, f) in std::mem::take(&mut self.compiled) {
+            // cannot be refused: no program from `f` is live any more
+            let _ = rt.release_function(f);
         }
     }
 }
 
 /// Releases a set's programs last first (ane-evidence.md §c: release in
-/// reverse), so no program outlives the buffers it is bound to.
-fn release_set<A: E5rtApi>(rt: &mut E5rtRuntime<A>, set: Vec<E5rtProgram>) {
-    for p in set.into_iter().rev() {
+/// reverse), so no program outlives the buffers it is bound to, keeping
+/// their timing in `closed`. Their compiled functions stay.
+fn release_set<A: E5rtApi>(
+    rt: &mut E5rtRuntime<A>,
+    set: Vec<(usize, E5rtProgram)>,
+    closed: &mut [KernelStats],
+) {
+    for (i, p) in set.into_iter().rev() {
+        if let Some(st) = closed.get_mut(i) {
+            st.merge(&p.stats());
+        }
         rt.release(p);
     }
 }
@@ -292,11 +343,27 @@ impl<A: E5rtApi> ProgramSet for E5rtSet<A> {
     }
 
     fn stats(&self, name: &str) -> Option<KernelStats> {
-        self.programs.stats(name)
+        if let Some(st) = self.programs.stats(name) {
+            return Some(st);
+        }
+        // a ported program: every session's operations together
+        let i = self.compiled.iter().position(|(n, _)| n == name)?;
+        let mut st = self.closed.get(i).copied().unwrap_or_default();
+        for set in self.ported.values() {
+            for (_, p) in set.iter().filter(|(j, _)| *j == i) {
+                st.merge(&p.stats());
+            }
+        }
+        Some(st)
+    }
+
+    fn ported_names(&self) -> Vec<String> {
+        self.compiled.iter().map(|(n, _)| n.clone()).collect()
     }
 
     fn report(&self, budget: u32) -> CompileReport {
         CompileReport {
+            // the ported programs' compiles included: `compile_ported` ran
             compiles: self.programs.runtime().compiles(),
             cache_hits: 0,
             compiles_left: self.left(),
@@ -304,12 +371,34 @@ impl<A: E5rtApi> ProgramSet for E5rtSet<A> {
         }
     }
 
-    fn open_ported(&mut self, programs: &[PortedSource]) -> runtime::Result<u64> {
+    fn compile_ported(&mut self, sources: &[(String, ProgramSource)]) -> runtime::Result<()> {
         let rt = self.programs.runtime_mut();
-        let mut set: Vec<E5rtProgram> = Vec::with_capacity(programs.len());
+        for (name, src) in sources {
+            let f = rt.compile(src)?;
+            self.compiled.push((name.clone(), f));
+            self.closed.push(KernelStats::default());
+        }
+        Ok(())
+    }
+
+    fn open_ported(&mut self, programs: &[PortedSource]) -> runtime::Result<u64> {
+        let E5rtSet {
+            programs: single,
+            compiled,
+            closed,
+            ..
+        } = self;
+        let rt = single.runtime_mut();
+        let mut set: Vec<(usize, E5rtProgram)> = Vec::with_capacity(programs.len());
         let mut prepared = || -> runtime::Result<()> {
             for p in programs {
-                let mut prog = rt.prepare(&p.source)?;
+                let (_, f) = compiled
+                    .get(p.program)
+                    .ok_or_else(|| runtime::Error::Binding {
+                        name: format!("ported program {}", p.program),
+                        msg: format!("only {} programs were compiled at load", compiled.len()),
+                    })?;
+                let mut prog = rt.instantiate(*f)?;
                 for (out, input) in &p.aliases {
                     if let Err(e) = rt.alias(&mut prog, out, input) {
                         rt.release(prog);
@@ -318,7 +407,7 @@ impl<A: E5rtApi> ProgramSet for E5rtSet<A> {
                 }
                 for (from, out, input) in &p.bound {
                     let bound = match set.get(*from) {
-                        Some(src) => rt.bind_from(src, out, &mut prog, input),
+                        Some((_, src)) => rt.bind_from(src, out, &mut prog, input),
                         None => Err(runtime::Error::Binding {
                             name: input.clone(),
                             msg: format!("no earlier program {from} in the set"),
@@ -329,12 +418,12 @@ impl<A: E5rtApi> ProgramSet for E5rtSet<A> {
                         return Err(e);
                     }
                 }
-                set.push(prog);
+                set.push((p.program, prog));
             }
             Ok(())
         };
         if let Err(e) = prepared() {
-            release_set(rt, set);
+            release_set(rt, set, closed);
             return Err(e);
         }
         self.next += 1;
@@ -354,6 +443,7 @@ impl<A: E5rtApi> ProgramSet for E5rtSet<A> {
             .ported
             .get_mut(&set)
             .and_then(|s| s.get_mut(program))
+            .map(|(_, p)| p)
             .ok_or_else(|| runtime::Error::Binding {
                 name: format!("set {set} program {program}"),
                 msg: "no such ported program".into(),
@@ -367,7 +457,7 @@ impl<A: E5rtApi> ProgramSet for E5rtSet<A> {
 
     fn close_ported(&mut self, set: u64) {
         if let Some(programs) = self.ported.remove(&set) {
-            release_set(self.programs.runtime_mut(), programs);
+            release_set(self.programs.runtime_mut(), programs, &mut self.closed);
         }
     }
 }
@@ -379,15 +469,21 @@ fn in_memory<D: Driver>(driver: D, budget: u32) -> Programs<D> {
 fn e5rt<A: E5rtApi>(api: A, budget: u32) -> E5rtSet<A> {
     E5rtSet {
         programs: E5rtPrograms::new(E5rtRuntime::new(api).with_program_budget(budget)),
+        compiled: Vec::new(),
         ported: std::collections::BTreeMap::new(),
+        closed: Vec::new(),
         next: 0,
     }
 }
 
+/// Single-I/O programs (kernel `i` is the `i`-th) and the ported programs
+/// to compile once, each with its kernel name.
+type Sources = (Vec<(String, ProgramSource)>, Vec<(String, ProgramSource)>);
+
 /// The worker thread's channels.
 struct Channels {
     opened: Sender<Result<(), Error>>,
-    sources: Receiver<Vec<(String, ProgramSource)>>,
+    sources: Receiver<Sources>,
     ready: Sender<Result<CompileReport, Error>>,
     jobs: Receiver<Job>,
 }
@@ -405,12 +501,14 @@ fn serve<P: ProgramSet>(programs: runtime::Result<P>, budget: u32, ch: Channels)
     if ch.opened.send(Ok(())).is_err() {
         return;
     }
-    let Ok(sources) = ch.sources.recv() else {
+    let Ok((sources, ported)) = ch.sources.recv() else {
         return;
     };
     let ready = ch.ready;
-    // Refuse up front rather than compile part of the model and fail.
-    let needed = programs.needed(&sources);
+    // Refuse up front rather than compile part of the model and fail; the
+    // ported programs count once each (one session's operations; further
+    // sessions are checked as they open).
+    let needed = programs.needed(&sources) + ported.len();
     let left = programs.left();
     if needed as u64 > u64::from(left) {
         let _ = ready.send(Err(Error::OverBudget {
@@ -429,14 +527,26 @@ fn serve<P: ProgramSet>(programs: runtime::Result<P>, budget: u32, ch: Channels)
             return;
         }
     }
-    let names: Vec<String> = sources.into_iter().map(|(n, _)| n).collect();
+    if let Err(source) = programs.compile_ported(&ported) {
+        let _ = ready.send(Err(Error::Dispatch {
+            kernel: "compiling the resident programs".into(),
+            source,
+        }));
+        return;
+    }
+    drop(ported);
+    let mut names: Vec<String> = sources.into_iter().map(|(n, _)| n).collect();
+    // kernel `i` is `names[i]` for `Job::Run`; the ported names follow for
+    // the stats only
+    let single = names.len();
+    names.extend(programs.ported_names());
     if ready.send(Ok(programs.report(budget))).is_err() {
         return;
     }
     while let Ok(job) = ch.jobs.recv() {
         match job {
             Job::Run { kernel, x, reply } => {
-                let out = match names.get(kernel) {
+                let out = match names[..single].get(kernel) {
                     Some(name) => programs.run(name, &x),
                     None => Err(runtime::Error::Binding {
                         name: format!("#{kernel}"),
@@ -458,6 +568,9 @@ fn serve<P: ProgramSet>(programs: runtime::Result<P>, budget: u32, ch: Channels)
                 let _ = reply.send(programs.run_ported(set, program, &inputs, &outputs));
             }
             Job::Close { set } => programs.close_ported(set),
+            Job::Report { reply } => {
+                let _ = reply.send(programs.report(budget));
+            }
             Job::Stats { reply } => {
                 let all = names
                     .iter()
@@ -473,7 +586,7 @@ fn serve<P: ProgramSet>(programs: runtime::Result<P>, budget: u32, ch: Channels)
 /// A worker whose driver is open but whose programs are not prepared yet.
 pub(crate) struct Opened {
     thread: JoinHandle<()>,
-    sources: Sender<Vec<(String, ProgramSource)>>,
+    sources: Sender<Sources>,
     ready: Receiver<Result<CompileReport, Error>>,
     tx: Sender<Job>,
 }
@@ -528,16 +641,21 @@ impl Opened {
         }
     }
 
-    /// Prepares `sources` (kernel `i` is `sources[i]`) and waits until they
-    /// are compiled and loaded.
-    pub fn prepare(self, sources: Vec<(String, ProgramSource)>) -> Result<Worker, Error> {
+    /// Prepares `sources` (kernel `i` is `sources[i]`), compiles `ported`
+    /// (the programs [`Worker::open_ported`] instantiates: [`PortedSource::program`]
+    /// indexes this list) and waits until they are compiled and loaded.
+    pub fn prepare(
+        self,
+        sources: Vec<(String, ProgramSource)>,
+        ported: Vec<(String, ProgramSource)>,
+    ) -> Result<Worker, Error> {
         let Opened {
             thread,
             sources: send,
             ready,
             tx,
         } = self;
-        if send.send(sources).is_err() {
+        if send.send((sources, ported)).is_err() {
             return Err(stopped(thread, "waiting for programs"));
         }
         let report = match ready.recv() {
@@ -557,9 +675,15 @@ impl Opened {
 }
 
 impl Worker {
-    /// What compiling cost.
+    /// What compiling cost so far and what is left of the budget now (the
+    /// sessions open count against it on e5rt); what it was at load when
+    /// the thread has stopped.
     pub fn report(&self) -> CompileReport {
-        self.report
+        let (reply, answer) = channel();
+        if self.send(Job::Report { reply }).is_err() {
+            return self.report;
+        }
+        answer.recv().unwrap_or(self.report)
     }
 
     fn send(&self, job: Job) -> Result<(), Error> {
@@ -581,8 +705,9 @@ impl Worker {
             })
     }
 
-    /// Prepares `programs` as one set of ported programs (own buffers,
-    /// aliases bound) and returns its handle.
+    /// Opens `programs` as one set of ported programs, instantiated from
+    /// those compiled at load (own buffers, aliases bound; no compile), and
+    /// returns its handle.
     pub fn open_ported(&self, programs: Vec<PortedSource>) -> Result<u64, Error> {
         let (reply, answer) = channel();
         self.send(Job::Open { programs, reply })?;
