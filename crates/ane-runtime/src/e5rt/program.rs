@@ -510,37 +510,7 @@ impl<A: E5rtApi> E5rtRuntime<A> {
     /// must have the same shape and type; only before the first execute.
     pub fn alias(&mut self, p: &mut E5rtProgram, output: &str, input: &str) -> Result<()> {
         let out = p.outputs[p.output_index(output)?].clone();
-        let in_index = p.input_index(input)?;
-        let inp = p.inputs[in_index].clone();
-        if p.encoded {
-            return Err(Error::Binding {
-                name: input.to_string(),
-                msg: format!(
-                    "cannot alias `{output}` onto it after the first execute (the operation \
-                     is encoded); alias before executing"
-                ),
-            });
-        }
-        if out.spec.shape != inp.spec.shape || out.spec.elem != inp.spec.elem {
-            return Err(Error::Binding {
-                name: input.to_string(),
-                msg: format!(
-                    "cannot alias output `{output}` ({:?} {:?}) onto it ({:?} {:?}): \
-                     shapes or types differ",
-                    out.spec.elem, out.spec.shape, inp.spec.elem, inp.spec.shape
-                ),
-            });
-        }
-        self.api.bind(inp.port, out.buffer)?;
-        let old = inp.buffer;
-        p.inputs[in_index].buffer = out.buffer;
-        let still_used = p.inputs.iter().chain(&p.outputs).any(|b| b.buffer == old);
-        // (a buffer bound from another program is that program's)
-        if !still_used && p.handles.buffers.contains(&old) {
-            p.handles.buffers.retain(|b| *b != old);
-            self.api.release_buffer(old);
-        }
-        p.aliases.retain(|(_, i)| i != input);
+        self.rebind(p, input, &out, &format!("alias output `{output}` onto it"))?;
         p.aliases.push((output.to_string(), input.to_string()));
         Ok(())
     }
@@ -562,14 +532,30 @@ impl<A: E5rtApi> E5rtRuntime<A> {
         input: &str,
     ) -> Result<()> {
         let out = from.outputs[from.output_index(output)?].clone();
+        let what = format!("bind another program's output `{output}` to it");
+        self.rebind(p, input, &out, &what)
+    }
+
+    /// Rebinds input `input` of `p` to the buffer of `out` (an output of
+    /// `p` or of another program; `what` names the act in errors) and
+    /// releases the input's own buffer unless `p` still binds it. A buffer
+    /// `p` holds from another program is that program's: never released
+    /// here.
+    fn rebind(
+        &mut self,
+        p: &mut E5rtProgram,
+        input: &str,
+        out: &BoundPort,
+        what: &str,
+    ) -> Result<()> {
         let in_index = p.input_index(input)?;
         let inp = p.inputs[in_index].clone();
         if p.encoded {
             return Err(Error::Binding {
                 name: input.to_string(),
                 msg: format!(
-                    "cannot bind another program's `{output}` to it after the first execute \
-                     (the operation is encoded); bind before executing"
+                    "cannot {what} after the first execute (the operation is encoded); do it \
+                     before executing"
                 ),
             });
         }
@@ -577,8 +563,7 @@ impl<A: E5rtApi> E5rtRuntime<A> {
             return Err(Error::Binding {
                 name: input.to_string(),
                 msg: format!(
-                    "cannot bind another program's output `{output}` ({:?} {:?}) to it \
-                     ({:?} {:?}): shapes or types differ",
+                    "cannot {what} ({:?} {:?} onto {:?} {:?}): shapes or types differ",
                     out.spec.elem, out.spec.shape, inp.spec.elem, inp.spec.shape
                 ),
             });
@@ -586,7 +571,6 @@ impl<A: E5rtApi> E5rtRuntime<A> {
         self.api.bind(inp.port, out.buffer)?;
         let old = inp.buffer;
         p.inputs[in_index].buffer = out.buffer;
-        // `from`'s buffer stays `from`'s: `p` never releases it
         let still_used = p.inputs.iter().chain(&p.outputs).any(|b| b.buffer == old);
         if !still_used && p.handles.buffers.contains(&old) {
             p.handles.buffers.retain(|b| *b != old);
