@@ -3,6 +3,7 @@
 
 use super::super::generic::{unpack_k4_scales, unpack_q3k_scales, KVALUES_IQ4NL};
 use super::super::{Q8Block, Table};
+use super::{prefetch_rows, KV_PREFETCH_ROWS};
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
 
@@ -611,6 +612,7 @@ fn dot_f16_g<const G: usize>(
     while j + 2 <= n_out {
         let r0 = &w[j * stride..j * stride + 2 * hd];
         let r1 = &w[(j + 1) * stride..(j + 1) * stride + 2 * hd];
+        prefetch_rows(w, stride, j + KV_PREFETCH_ROWS, 2, 2 * hd);
         let mut acc = [[_mm256_setzero_ps(); 2]; G];
         let mut i = 0;
         while i < body {
@@ -684,6 +686,7 @@ fn wsum_f16_g<const G: usize>(
     while i + 16 <= hd {
         let mut acc = [[_mm256_setzero_ps(); 2]; G];
         for j in 0..len {
+            prefetch_rows(&v[2 * i..], stride, j + KV_PREFETCH_ROWS, 1, 32);
             let row = &v[j * stride + 2 * i..j * stride + 2 * i + 32];
             let (k0, k1) = (load_f16(row), load_f16(&row[16..]));
             for (g, a) in acc.iter_mut().enumerate() {

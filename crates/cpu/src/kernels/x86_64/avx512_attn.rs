@@ -2,6 +2,7 @@
 //! and weighted sums of `avx2.rs`, 16 lanes wide.
 
 use super::avx2::ld256;
+use super::{prefetch_rows, KV_PREFETCH_ROWS};
 use std::arch::x86_64::*;
 
 /// 16 f16 (32 bytes at the start of `w`) as f32.
@@ -31,27 +32,6 @@ fn st_ps(d: &mut [f32], v: __m512) {
 
 /// Dots of each of `n_out` f16 rows with `G` queries of `hd`, rows in
 /// pairs (each query load serves two rows): `out[g * n_out + j]`.
-/// Rows of the KV cache prefetched ahead of the one being read. Gemma 3
-/// 270M decode at depth 32000 (2 threads, Zen 5; `anedvd bench -p 0 -n 128
-/// -d 32000`, alternating runs) went from 72-84 tok/s without to 76-80
-/// with 8 rows, 81-94 with 24 and 80-84 with 48.
-const KV_PREFETCH_ROWS: usize = 24;
-
-/// Prefetches the first `bytes` of `n` rows from row `r` of `w` (rows
-/// `stride` bytes apart): at depth the hardware prefetcher alone left the
-/// f16 row kernels waiting on their loads. Prefetching never faults, so
-/// addresses past the end are harmless.
-#[target_feature(enable = "avx2,fma,f16c,avx512f")]
-#[inline]
-fn prefetch_rows(w: &[u8], stride: usize, r: usize, n: usize, bytes: usize) {
-    for k in 0..n {
-        let row = w.as_ptr().wrapping_add((r + k) * stride);
-        for l in (0..bytes).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(l).cast());
-        }
-    }
-}
-
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 fn dot_f16_g<const G: usize>(
     w: &[u8],
