@@ -87,6 +87,10 @@ fn main() {
         // Qwen's 151936-token output matrix at hidden 2048 (Q6_K in a
         // Q4_K_M file): 255 MB.
         (GgmlType::Q6K, 151_936, 2048),
+        // Llama-3.1-8B's ffn_down (48 MB, long rows) and output matrix
+        // (431 MB), both Q6_K in its Q4_K_M file.
+        (GgmlType::Q6K, 4096, 14_336),
+        (GgmlType::Q6K, 128_256, 4096),
     ];
     println!("| type | rows x cols | MB | isa | us/matvec | GB/s |");
     println!("|---|---|---|---|---|---|");
@@ -142,18 +146,21 @@ fn main() {
             }
         }
     }
-    // Decode of the largest matrix on 2 threads (half the rows each), the
-    // thread count llama.cpp's 79.8 tok/s was measured with.
-    let (ty, rows, cols) = cases[0];
-    if format!("threads {ty} {rows}x{cols}").contains(&filter) {
+    // Decode on 2 threads (half the rows each) of every matrix beyond the
+    // last-level cache: what two decode threads stream from DRAM.
+    println!();
+    println!("| type | rows x cols | threads | isa | us/matvec | GB/s |");
+    println!("|---|---|---|---|---|---|");
+    for &(ty, rows, cols) in &cases {
+        let bytes = ty.row_bytes(cols as u64).expect("whole blocks") as usize * rows;
+        if bytes <= 64 << 20 || !format!("threads {ty} {rows}x{cols}").contains(&filter) {
+            continue;
+        }
         let w = weights(ty, rows, cols);
         let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin()).collect();
         let mut act = QuantizedActivation::new();
         act.quantize_for(ty, &x, cols).expect("activation");
         let mut out = vec![0.0f32; rows];
-        println!();
-        println!("| type | rows x cols | threads | isa | us/matvec | GB/s |");
-        println!("|---|---|---|---|---|---|");
         let half = rows / 2;
         let mut sinks = [0u64; 2];
         let per = time(secs, || {
