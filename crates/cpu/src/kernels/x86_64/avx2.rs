@@ -3,7 +3,7 @@
 
 use super::super::generic::{unpack_k4_scales, unpack_q3k_scales, KVALUES_IQ4NL};
 use super::super::{Q8Block, Table};
-use super::{prefetch_rows, KV_PREFETCH_ROWS};
+use super::{prefetch_rows, KV_PREFETCH_ROWS, WSUM_BLOCK_ROWS};
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
 
@@ -671,8 +671,10 @@ fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out: &mut [f32]
     }
 }
 
-/// Weighted sums of `len` f16 rows with `G` weight vectors, 16 outputs at
-/// a time, every row decoded once (the same per-lane sums as [`wsum_f16`]).
+/// Weighted sums of `len` f16 rows with `G` weight vectors, every row
+/// decoded once (the same per-lane sums as [`wsum_f16`]). Rows go in blocks
+/// of [`WSUM_BLOCK_ROWS`]: every 16-output column strip of a block before
+/// the next block, the accumulators parked in `out`.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn wsum_f16_g<const G: usize>(
     v: &[u8],
@@ -682,32 +684,45 @@ fn wsum_f16_g<const G: usize>(
     out: &mut [f32],
     hd: usize,
 ) {
-    let mut i = 0;
-    while i + 16 <= hd {
-        let mut acc = [[_mm256_setzero_ps(); 2]; G];
-        for j in 0..len {
-            prefetch_rows(&v[2 * i..], stride, j + KV_PREFETCH_ROWS, 1, 32);
-            let row = &v[j * stride + 2 * i..j * stride + 2 * i + 32];
-            let (k0, k1) = (load_f16(row), load_f16(&row[16..]));
-            for (g, a) in acc.iter_mut().enumerate() {
-                let pv = _mm256_set1_ps(p[g * len + j]);
-                a[0] = _mm256_fmadd_ps(pv, k0, a[0]);
-                a[1] = _mm256_fmadd_ps(pv, k1, a[1]);
-            }
-        }
-        for (g, a) in acc.iter().enumerate() {
-            for (h, a) in a.iter().enumerate() {
-                let dst = &mut out[g * hd + i + 8 * h..g * hd + i + 8 * h + 8];
-                // SAFETY: `dst` is 8 writable f32; `storeu` has no alignment requirement.
-                unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *a) };
-            }
-        }
-        i += 16;
+    let body = hd / 16 * 16;
+    for g in 0..G {
+        out[g * hd..g * hd + body].fill(0.0);
     }
-    if i < hd {
+    let mut j0 = 0;
+    while j0 < len {
+        let j1 = (j0 + WSUM_BLOCK_ROWS).min(len);
+        let mut i = 0;
+        while i < body {
+            let mut acc: [[__m256; 2]; G] =
+                std::array::from_fn(|g| [ld_ps(&out[g * hd + i..]), ld_ps(&out[g * hd + i + 8..])]);
+            for j in j0..j1 {
+                if i == 0 {
+                    // The next block's rows, whole, during the first strip.
+                    prefetch_rows(v, stride, j + WSUM_BLOCK_ROWS, 1, 2 * hd);
+                }
+                let row = &v[j * stride + 2 * i..j * stride + 2 * i + 32];
+                let (k0, k1) = (load_f16(row), load_f16(&row[16..]));
+                for (g, a) in acc.iter_mut().enumerate() {
+                    let pv = _mm256_set1_ps(p[g * len + j]);
+                    a[0] = _mm256_fmadd_ps(pv, k0, a[0]);
+                    a[1] = _mm256_fmadd_ps(pv, k1, a[1]);
+                }
+            }
+            for (g, a) in acc.iter().enumerate() {
+                for (h, a) in a.iter().enumerate() {
+                    let dst = &mut out[g * hd + i + 8 * h..g * hd + i + 8 * h + 8];
+                    // SAFETY: `dst` is 8 writable f32; `storeu` has no alignment requirement.
+                    unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *a) };
+                }
+            }
+            i += 16;
+        }
+        j0 = j1;
+    }
+    if body < hd {
         for g in 0..G {
-            let o = &mut out[g * hd + i..(g + 1) * hd];
-            super::super::generic::wsum_f16(&v[2 * i..], stride, &p[g * len..(g + 1) * len], o);
+            let o = &mut out[g * hd + body..(g + 1) * hd];
+            super::super::generic::wsum_f16(&v[2 * body..], stride, &p[g * len..(g + 1) * len], o);
         }
     }
 }

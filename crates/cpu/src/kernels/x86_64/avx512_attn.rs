@@ -2,7 +2,7 @@
 //! and weighted sums of `avx2.rs`, 16 lanes wide.
 
 use super::avx2::ld256;
-use super::{prefetch_rows, KV_PREFETCH_ROWS};
+use super::{prefetch_rows, KV_PREFETCH_ROWS, WSUM_BLOCK_ROWS};
 use std::arch::x86_64::*;
 
 /// 16 f16 (32 bytes at the start of `w`) as f32.
@@ -110,9 +110,10 @@ pub(super) fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out:
     }
 }
 
-/// Weighted sums of `len` f16 rows with `G` weight vectors, 32 outputs at
-/// a time (then 16), every row decoded once, each output accumulated in row
-/// order from zero.
+/// Weighted sums of `len` f16 rows with `G` weight vectors, every row
+/// decoded once, each output accumulated in row order from zero. Rows go in
+/// blocks of [`WSUM_BLOCK_ROWS`]: every column strip (32 outputs, then 16)
+/// of a block before the next block, the accumulators parked in `out`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 fn wsum_f16_g<const G: usize>(
     v: &[u8],
@@ -122,42 +123,55 @@ fn wsum_f16_g<const G: usize>(
     out: &mut [f32],
     hd: usize,
 ) {
-    let mut i = 0;
-    while i + 32 <= hd {
-        let mut acc = [[_mm512_setzero_ps(); 2]; G];
-        for j in 0..len {
-            prefetch_rows(&v[2 * i..], stride, j + KV_PREFETCH_ROWS, 1, 64);
-            let row = &v[j * stride + 2 * i..j * stride + 2 * i + 64];
-            let (k0, k1) = (load_f16x16(row), load_f16x16(&row[32..]));
-            for (g, a) in acc.iter_mut().enumerate() {
-                let pv = _mm512_set1_ps(p[g * len + j]);
-                a[0] = _mm512_fmadd_ps(pv, k0, a[0]);
-                a[1] = _mm512_fmadd_ps(pv, k1, a[1]);
+    let body = hd / 16 * 16;
+    for g in 0..G {
+        out[g * hd..g * hd + body].fill(0.0);
+    }
+    let mut j0 = 0;
+    while j0 < len {
+        let j1 = (j0 + WSUM_BLOCK_ROWS).min(len);
+        let mut i = 0;
+        while i + 32 <= hd {
+            let mut acc: [[__m512; 2]; G] = std::array::from_fn(|g| {
+                [ld_ps(&out[g * hd + i..]), ld_ps(&out[g * hd + i + 16..])]
+            });
+            for j in j0..j1 {
+                if i == 0 {
+                    // The next block's rows, whole, during the first strip.
+                    prefetch_rows(v, stride, j + WSUM_BLOCK_ROWS, 1, 2 * hd);
+                }
+                let row = &v[j * stride + 2 * i..j * stride + 2 * i + 64];
+                let (k0, k1) = (load_f16x16(row), load_f16x16(&row[32..]));
+                for (g, a) in acc.iter_mut().enumerate() {
+                    let pv = _mm512_set1_ps(p[g * len + j]);
+                    a[0] = _mm512_fmadd_ps(pv, k0, a[0]);
+                    a[1] = _mm512_fmadd_ps(pv, k1, a[1]);
+                }
+            }
+            for (g, a) in acc.iter().enumerate() {
+                st_ps(&mut out[g * hd + i..], a[0]);
+                st_ps(&mut out[g * hd + i + 16..], a[1]);
+            }
+            i += 32;
+        }
+        if i + 16 <= hd {
+            let mut acc: [__m512; G] = std::array::from_fn(|g| ld_ps(&out[g * hd + i..]));
+            for j in j0..j1 {
+                let k0 = load_f16x16(&v[j * stride + 2 * i..j * stride + 2 * i + 32]);
+                for (g, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(p[g * len + j]), k0, *a);
+                }
+            }
+            for (g, a) in acc.iter().enumerate() {
+                st_ps(&mut out[g * hd + i..], *a);
             }
         }
-        for (g, a) in acc.iter().enumerate() {
-            st_ps(&mut out[g * hd + i..], a[0]);
-            st_ps(&mut out[g * hd + i + 16..], a[1]);
-        }
-        i += 32;
+        j0 = j1;
     }
-    if i + 16 <= hd {
-        let mut acc = [_mm512_setzero_ps(); G];
-        for j in 0..len {
-            let k0 = load_f16x16(&v[j * stride + 2 * i..j * stride + 2 * i + 32]);
-            for (g, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_fmadd_ps(_mm512_set1_ps(p[g * len + j]), k0, *a);
-            }
-        }
-        for (g, a) in acc.iter().enumerate() {
-            st_ps(&mut out[g * hd + i..], *a);
-        }
-        i += 16;
-    }
-    if i < hd {
+    if body < hd {
         for g in 0..G {
-            let o = &mut out[g * hd + i..(g + 1) * hd];
-            super::super::generic::wsum_f16(&v[2 * i..], stride, &p[g * len..(g + 1) * len], o);
+            let o = &mut out[g * hd + body..(g + 1) * hd];
+            super::super::generic::wsum_f16(&v[2 * body..], stride, &p[g * len..(g + 1) * len], o);
         }
     }
 }
