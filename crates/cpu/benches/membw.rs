@@ -60,8 +60,18 @@ fn main() {
         std::thread::available_parallelism().map_or(1, |n| n.get()),
     )
     .max(1);
-    // Written once, so every page is backed before the first round.
-    let buf: Vec<u8> = (0..mib << 20).map(|i| (i * 31 % 251) as u8).collect();
+    // Written once, so every page is backed before the first round; every
+    // page different (a periodic pattern repeats whole pages, which a
+    // hypervisor's page merging could back by one physical page).
+    let mut state = 0x1234_5678_9abc_def0u64;
+    let buf: Vec<u8> = (0..(mib << 20) / 8)
+        .flat_map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 11).to_le_bytes()
+        })
+        .collect();
     println!("| threads | MiB read | best round (ms) | GB/s |");
     println!("|---|---|---|---|");
     for threads in 1..=max_threads {
