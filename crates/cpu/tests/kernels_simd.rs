@@ -298,17 +298,17 @@ fn shape_errors_are_reported_not_panicked() {
 }
 
 /// `dot_f16_rows_multi` and `weighted_sum_f16_multi` (each f16 row decoded
-/// once for 1..=6 queries) on
-/// every ISA against f64 sums of the same f16 values, on ragged head widths
-/// (SIMD bodies plus scalar tails), and falling back to per-query rows when
-/// the buffer ends early.
+/// once for 1..=6 queries) on every ISA against f64 sums of the same f16
+/// values, on ragged head widths (SIMD bodies plus scalar tails) and row
+/// counts (9 and 19: the weighted sums' blocks of 8 rows, the last one
+/// ragged), and falling back to per-query rows when the buffer ends early.
 #[test]
 fn f16_multi_query_dots_match_f64() {
     let mut rng = Rng(23);
     for k in Kernels::available() {
         for hd in [1usize, 7, 16, 17, 33, 64, 256] {
-            for n_q in 1..=6usize {
-                let (n_rows, stride) = (9usize, 2 * hd + 4);
+            for (n_q, n_rows) in (1..=6usize).flat_map(|n_q| [(n_q, 9usize), (n_q, 19)]) {
+                let stride = 2 * hd + 4;
                 let vals: Vec<f32> = (0..n_rows * stride / 2).map(|_| rng.f()).collect();
                 let w: Vec<u8> = vals
                     .iter()

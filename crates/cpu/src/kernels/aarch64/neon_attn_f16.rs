@@ -12,6 +12,43 @@ use super::neon::{ld_f32, st_f32};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
+/// Rows of the KV cache [`dot_f16_g`] prefetches ahead of the pair being
+/// read. The x86 kernels' distance (`x86_64::KV_PREFETCH_ROWS`, measured
+/// there on Zen 5); not timed on ARM.
+const KV_PREFETCH_ROWS: usize = 24;
+
+/// Rows of V [`wsum_f16_g`] takes per block, every column strip of a block
+/// before the next (a strip at a time over all rows read each row's cache
+/// lines in as many strided passes as there are strips). The x86 kernels'
+/// block (`x86_64::WSUM_BLOCK_ROWS`, measured there on Zen 5); not timed on
+/// ARM.
+const WSUM_BLOCK_ROWS: usize = 8;
+
+/// Prefetches the first `bytes` of `n` rows from row `r` of `w` (rows
+/// `stride` bytes apart), as the x86 f16 attention kernels do: at depth the
+/// hardware prefetcher alone left those waiting on their loads (measured on
+/// x86; not timed on ARM). One `prfm` per 64 bytes, the line size of most
+/// aarch64 cores (on 128-byte lines every other one is redundant). Inline
+/// assembly because `core::arch::aarch64::_prefetch` is unstable.
+#[inline]
+fn prefetch_rows(w: &[u8], stride: usize, r: usize, n: usize, bytes: usize) {
+    for k in 0..n {
+        let row = w.as_ptr().wrapping_add((r + k) * stride);
+        for l in (0..bytes).step_by(64) {
+            // SAFETY: `prfm` is a hint (base A64, no feature needed) that
+            // never faults, so addresses past the end of `w` are harmless;
+            // it writes no register, flag or memory and touches no stack.
+            unsafe {
+                asm!(
+                    "prfm pldl1keep, [{addr}]",
+                    addr = in(reg) row.wrapping_add(l),
+                    options(nostack, preserves_flags, readonly),
+                );
+            }
+        }
+    }
+}
+
 /// 4 f16 (8 bytes at the start of `w`) as f32. Inline assembly because the
 /// intrinsic (`vcvt_f32_f16`) needs Rust 1.94, above the workspace's
 /// `rust-version`.
@@ -130,7 +167,8 @@ fn dots<const G: usize, const R: usize>(rows: [&[u8]; R], q: &[f32], hd: usize) 
 }
 
 /// Dots of each of `n_out` f16 rows with `G` queries of `hd`, rows in
-/// pairs (each query load serves two rows): `out[g * n_out + j]`.
+/// pairs (each query load serves two rows), [`KV_PREFETCH_ROWS`] rows
+/// prefetched ahead: `out[g * n_out + j]`.
 #[target_feature(enable = "neon")]
 fn dot_f16_g<const G: usize>(
     w: &[u8],
@@ -143,6 +181,7 @@ fn dot_f16_g<const G: usize>(
     let row = |j: usize| &w[j * stride..j * stride + 2 * hd];
     let mut j = 0;
     while j + 2 <= n_out {
+        prefetch_rows(w, stride, j + KV_PREFETCH_ROWS, 2, 2 * hd);
         let d = dots::<G, 2>([row(j), row(j + 1)], q, hd);
         for (g, d) in d.iter().enumerate() {
             out[g * n_out + j..g * n_out + j + 2].copy_from_slice(d);
@@ -181,9 +220,11 @@ pub(super) fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out:
     }
 }
 
-/// Weighted sums of `len` f16 rows with `G` weight vectors, 16 outputs at
-/// a time (then 4), every row decoded once, each output accumulated in row
-/// order from zero with fused multiply-adds.
+/// Weighted sums of `len` f16 rows with `G` weight vectors, every row
+/// decoded once, each output accumulated in row order from zero with fused
+/// multiply-adds. Rows go in blocks of [`WSUM_BLOCK_ROWS`]: every column
+/// strip (16 outputs, then 4) of a block before the next block, the
+/// accumulators parked in `out`.
 #[target_feature(enable = "neon")]
 fn wsum_f16_g<const G: usize>(
     v: &[u8],
@@ -193,43 +234,58 @@ fn wsum_f16_g<const G: usize>(
     out: &mut [f32],
     hd: usize,
 ) {
-    let mut i = 0;
-    while i + 16 <= hd {
-        let mut acc = [[vdupq_n_f32(0.0); 4]; G];
-        for j in 0..len {
-            let row = &v[j * stride + 2 * i..j * stride + 2 * i + 32];
-            let ([k0, k1], [k2, k3]) = (ld_f16x8(row), ld_f16x8(&row[16..]));
-            for (g, a) in acc.iter_mut().enumerate() {
-                let pj = p[g * len + j];
-                for (a, k) in a.iter_mut().zip([k0, k1, k2, k3]) {
-                    *a = vfmaq_n_f32(*a, k, pj);
+    let body = hd / 4 * 4;
+    for g in 0..G {
+        out[g * hd..g * hd + body].fill(0.0);
+    }
+    let mut j0 = 0;
+    while j0 < len {
+        let j1 = (j0 + WSUM_BLOCK_ROWS).min(len);
+        let mut i = 0;
+        while i + 16 <= hd {
+            let mut acc: [[float32x4_t; 4]; G] = std::array::from_fn(|g| {
+                std::array::from_fn(|c| ld_f32(&out[g * hd + i + 4 * c..]))
+            });
+            for j in j0..j1 {
+                if i == 0 {
+                    // The next block's rows, whole, during the first strip.
+                    prefetch_rows(v, stride, j + WSUM_BLOCK_ROWS, 1, 2 * hd);
+                }
+                let row = &v[j * stride + 2 * i..j * stride + 2 * i + 32];
+                let ([k0, k1], [k2, k3]) = (ld_f16x8(row), ld_f16x8(&row[16..]));
+                for (g, a) in acc.iter_mut().enumerate() {
+                    let pj = p[g * len + j];
+                    for (a, k) in a.iter_mut().zip([k0, k1, k2, k3]) {
+                        *a = vfmaq_n_f32(*a, k, pj);
+                    }
                 }
             }
-        }
-        for (g, a) in acc.iter().enumerate() {
-            for (c, a) in a.iter().enumerate() {
-                st_f32(&mut out[g * hd + i + 4 * c..], *a);
+            for (g, a) in acc.iter().enumerate() {
+                for (c, a) in a.iter().enumerate() {
+                    st_f32(&mut out[g * hd + i + 4 * c..], *a);
+                }
             }
+            i += 16;
         }
-        i += 16;
-    }
-    while i + 4 <= hd {
-        let mut acc = [vdupq_n_f32(0.0); G];
-        for j in 0..len {
-            let k = ld_f16x4(&v[j * stride + 2 * i..j * stride + 2 * i + 8]);
-            for (g, a) in acc.iter_mut().enumerate() {
-                *a = vfmaq_n_f32(*a, k, p[g * len + j]);
+        while i + 4 <= hd {
+            let mut acc: [float32x4_t; G] = std::array::from_fn(|g| ld_f32(&out[g * hd + i..]));
+            for j in j0..j1 {
+                let k = ld_f16x4(&v[j * stride + 2 * i..j * stride + 2 * i + 8]);
+                for (g, a) in acc.iter_mut().enumerate() {
+                    *a = vfmaq_n_f32(*a, k, p[g * len + j]);
+                }
             }
+            for (g, a) in acc.iter().enumerate() {
+                st_f32(&mut out[g * hd + i..], *a);
+            }
+            i += 4;
         }
-        for (g, a) in acc.iter().enumerate() {
-            st_f32(&mut out[g * hd + i..], *a);
-        }
-        i += 4;
+        j0 = j1;
     }
-    if i < hd {
+    if body < hd {
         for g in 0..G {
-            let o = &mut out[g * hd + i..(g + 1) * hd];
-            generic::wsum_f16(&v[2 * i..], stride, &p[g * len..(g + 1) * len], o);
+            let o = &mut out[g * hd + body..(g + 1) * hd];
+            generic::wsum_f16(&v[2 * body..], stride, &p[g * len..(g + 1) * len], o);
         }
     }
 }
