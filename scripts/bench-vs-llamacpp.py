@@ -23,11 +23,14 @@ Size sweep: give --model several times (e.g. the files of scripts/gen-synthetic-
 each gets its own table, then one table has a row per model: file size, prefill and decode of
 both engines (medians) with ratios, peak RSS of both, and anedvd's decode as streamed bytes per
 second (tok/s times the bytes one token reads: every tensor but an untied token embedding, from
-`anedvd inspect --json`) and as a fraction of --bandwidth GB/s (measure it with
-`cargo bench -p anedvd-cpu --bench membw`, at the thread count benchmarked).
+`anedvd inspect --json`) and as a fraction of the read bandwidth: --bandwidth GB/s, or with
+--measure-bandwidth the median of `cargo bench -p anedvd-cpu --bench membw` at the thread count
+benchmarked, run once per round between the two engines (a shared host's bandwidth can move by 2x
+within an hour, so a figure measured apart from the run says little).
 
 Usage:
-  scripts/bench-vs-llamacpp.py --model M [--model M2 ...] [--bandwidth GBS] [--llama-bench PATH] [--anedvd PATH]
+  scripts/bench-vs-llamacpp.py --model M [--model M2 ...] [--bandwidth GBS | --measure-bandwidth]
+      [--llama-bench PATH] [--anedvd PATH]
       [-p 128,512] [-n 128] [-d 0,1024] [-t 2] [-r 5] [--rounds 3] [--md OUT.md]
       [--llama-simple PATH] [--load-reps 5] [--load-prompt Hello] [--load-only]
       [--llama-args "--poll 0 -fa 1"]
@@ -109,6 +112,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, action="append", help="GGUF (repeat for a size sweep)")
     ap.add_argument("--bandwidth", type=float, help="measured read bandwidth, GB/s, for the sweep's fraction column")
+    ap.add_argument("--measure-bandwidth", action="store_true",
+                    help="measure the read bandwidth in every round (membw bench) for the fraction column")
     ap.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH", os.path.expanduser("~/.cache/llamacpp-ref/bin/llama-bench")))
     ap.add_argument("--anedvd", default="target/release/anedvd")
     ap.add_argument("-p", default="128,512"); ap.add_argument("-n", default="128")
@@ -131,7 +136,7 @@ def main():
             sweep.append((m, summary))
         if a.load_reps > 0:
             texts.append(load_table(a))
-    if len(sweep) > 1 or (sweep and a.bandwidth):
+    if len(sweep) > 1 or (sweep and (a.bandwidth or a.measure_bandwidth)):
         texts.append(sweep_table(a, sweep))
     text = "\n\n".join(texts)
     print(text)
@@ -140,7 +145,7 @@ def main():
 
 def throughput_table(a):
     common = ["-m", a.model, "-p", a.p, "-n", a.n, "-d", a.d, "-t", a.t, "-r", a.r]
-    llama = {}; ours = {}; rss = {"llama.cpp": [], "anedvd": []}
+    llama = {}; ours = {}; rss = {"llama.cpp": [], "anedvd": []}; bandwidth = []
     for rnd in range(a.rounds):
         print(f"round {rnd + 1}/{a.rounds}: llama-bench ...", file=sys.stderr)
         rows, kib = run_json([a.llama_bench, "-o", "json"] + a.llama_args.split() + common)
@@ -151,6 +156,9 @@ def throughput_table(a):
                               "-d", a.d, "-t", a.t, "-r", a.r])
         rss["anedvd"].append(kib)
         for r in rows: ours.setdefault(key(r), []).extend(r["samples_ts"])
+        if a.measure_bandwidth:
+            bandwidth.append(read_bandwidth(a.t))
+            print(f"round {rnd + 1}/{a.rounds}: read bandwidth {bandwidth[-1]:.1f} GB/s", file=sys.stderr)
     lines = [f"model `{os.path.basename(a.model)}`, threads {a.t}, {a.rounds} rounds x {a.r} repetitions (tok/s, min / median / max), llama-bench `{a.llama_args}`", "",
              "| test | llama.cpp | anedvd | ratio of medians | ratio min / max |", "|---|---|---|---|---|"]
     for k in sorted(llama, key=lambda k: (k[2], k[1] > 0, k[0], k[1])):
@@ -162,7 +170,23 @@ def throughput_table(a):
     lines.append(f"| peak RSS (MiB) | {lr[1] / 1024:.0f} | {orr[1] / 1024:.0f} | {orr[1] / lr[1]:.2f}x | |")
     summary = {name(k): (mmm(llama[k])[1], mmm(ours[k])[1]) for k in llama if k in ours}
     summary["rss"] = (lr[1] / 1024, orr[1] / 1024)
+    if bandwidth:
+        bm = mmm(bandwidth)
+        lines.append(f"| read bandwidth (GB/s, membw) | {bm[0]:.1f} / {bm[1]:.1f} / {bm[2]:.1f} | | | |")
+        summary["bandwidth"] = bm[1]
     return "\n".join(lines), summary
+
+MEMBW_ROW = re.compile(r"^\| (\d+) \| \d+ \| [0-9.]+ \| ([0-9.]+) \|$", re.M)
+
+def read_bandwidth(threads):
+    """GB/s read by `threads` threads: the membw bench's best of 10 rounds."""
+    out = subprocess.run(["cargo", "bench", "-q", "-p", "anedvd-cpu", "--bench", "membw"],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "BENCH_THREADS": str(threads)}).stdout
+    rows = {int(t): float(g) for t, g in MEMBW_ROW.findall(out)}
+    if int(threads) not in rows:
+        sys.exit(f"membw printed no row for {threads} threads:\n{out}")
+    return rows[int(threads)]
 
 def bytes_per_token(a, model):
     """Bytes of weights one decoded token reads: every tensor but an untied token embedding."""
@@ -173,11 +197,14 @@ def bytes_per_token(a, model):
     return total - sizes.get("token_embd.weight", 0) if "output.weight" in sizes else total
 
 def sweep_table(a, sweep):
-    tests = [k for k in sweep[0][1] if k != "rss"]
+    tests = [k for k in sweep[0][1] if k not in ("rss", "bandwidth")]
+    limit = a.bandwidth or a.measure_bandwidth
     head = "| model | GiB |" + "".join(f" {t} llama.cpp | {t} anedvd | ratio |" for t in tests) + \
-        " peak RSS MiB llama.cpp / anedvd | anedvd decode GB/s |" + (" of limit |" if a.bandwidth else "")
+        " peak RSS MiB llama.cpp / anedvd | anedvd decode GB/s |" + \
+        (" read bandwidth GB/s | of limit |" if a.measure_bandwidth else " of limit |" if limit else "")
     lines = [f"size sweep, threads {a.t}, medians of {a.rounds} rounds x {a.r} repetitions (tok/s; ratio = anedvd / llama.cpp)"
-             + (f"; bandwidth limit {a.bandwidth:.1f} GB/s" if a.bandwidth else ""), "", head,
+             + (f"; bandwidth limit {a.bandwidth:.1f} GB/s" if a.bandwidth else "")
+             + ("; bandwidth measured in every round (median)" if a.measure_bandwidth else ""), "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for m, s in sweep:
         row = f"| `{os.path.basename(m)}` | {os.path.getsize(m) / 2**30:.2f} |"
@@ -187,11 +214,17 @@ def sweep_table(a, sweep):
         lr, orr = s["rss"]
         row += f" {lr:.0f} / {orr:.0f} ({orr / lr:.2f}x) |"
         tg = [t for t in tests if t.startswith("tg") and "@" not in t]
+        bw = s.get("bandwidth", a.bandwidth)
         if tg:
             gbs = s[tg[0]][1] * bytes_per_token(a, m) / 1e9
-            row += f" {gbs:.1f} |" + (f" {gbs / a.bandwidth:.0%} |" if a.bandwidth else "")
+            row += f" {gbs:.1f} |"
         else:
-            row += " |" + (" |" if a.bandwidth else "")
+            row += " |"
+        if a.measure_bandwidth:
+            row += f" {bw:.1f} |"
+        if limit:
+            row += f" {gbs / bw:.0%} |" if tg and bw else " |"
+
         lines.append(row)
     return "\n".join(lines)
 
