@@ -22,8 +22,14 @@ use std::ops::Range;
 
 /// Query rows (tokens × the query heads of one kv head) per task: the
 /// output tile (`ROWS × head_dim` f32) and the transposed queries stay in
-/// L2 while the keys stream past.
-const ROWS: usize = 64;
+/// L2 while the keys stream past, and every task decodes all its visible
+/// K/V rows, so more rows per task decode (and read) the cache fewer
+/// times. pp512 (`anedvd bench -p 512 -n 0 -t 2`, Zen 5, alternating
+/// runs), 64 -> 128 rows: Gemma 3 270M at depth 32000 556-560 -> 621-624
+/// tok/s, at 8192 1239-1362 -> 1347-1399 (256: 1339-1343); the
+/// Llama-3.2-1B-shaped file at depth 4096 181-195 -> 202-209; at depth 0
+/// within the noise for both.
+const ROWS: usize = 128;
 /// Keys per tile (decoded K and V tiles of `KEYS × head_dim` f32 each).
 const KEYS: usize = 64;
 /// Fewest queries for which [`attend_tiled`] is used: below it the
