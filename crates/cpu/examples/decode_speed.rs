@@ -25,7 +25,12 @@ fn main() -> anyhow::Result<()> {
     });
     let threads: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(2);
     let n_decode: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(32);
-    let depth: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(64);
+    let depth: usize = args
+        .next()
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(64)
+        .max(1);
 
     let t0 = Instant::now();
     let opened = anedvd_weights::open(&path)?;
@@ -47,10 +52,8 @@ fn main() -> anyhow::Result<()> {
         cfg.n_vocab,
         t0.elapsed()
     );
-    let mut s = exe.new_session(depth.max(1) + RUN)?;
-    let prompt: Vec<u32> = (0..depth.max(1) as u32)
-        .map(|i| 2 + (i * 37) % 1000)
-        .collect();
+    let mut s = exe.new_session(depth + RUN)?;
+    let prompt: Vec<u32> = (0..depth as u32).map(|i| 2 + (i * 37) % 1000).collect();
     let t = Instant::now();
     let mut next = 0;
     for chunk in prompt.chunks(512) {

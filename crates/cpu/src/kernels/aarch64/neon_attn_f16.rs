@@ -7,22 +7,11 @@
 //! twins.
 
 use super::super::generic;
+use super::super::{KV_PREFETCH_ROWS, WSUM_BLOCK_ROWS};
 use super::neon::ld_u8;
 use super::neon::{ld_f32, st_f32};
 use std::arch::aarch64::*;
 use std::arch::asm;
-
-/// Rows of the KV cache [`dot_f16_g`] prefetches ahead of the pair being
-/// read. The x86 kernels' distance (`x86_64::KV_PREFETCH_ROWS`, measured
-/// there on Zen 5); not timed on ARM.
-const KV_PREFETCH_ROWS: usize = 24;
-
-/// Rows of V [`wsum_f16_g`] takes per block, every column strip of a block
-/// before the next (a strip at a time over all rows read each row's cache
-/// lines in as many strided passes as there are strips). The x86 kernels'
-/// block (`x86_64::WSUM_BLOCK_ROWS`, measured there on Zen 5); not timed on
-/// ARM.
-const WSUM_BLOCK_ROWS: usize = 8;
 
 /// Prefetches the first `bytes` of `n` rows from row `r` of `w` (rows
 /// `stride` bytes apart), as the x86 f16 attention kernels do: at depth the

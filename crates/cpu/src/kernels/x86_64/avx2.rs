@@ -3,7 +3,8 @@
 
 use super::super::generic::{unpack_k4_scales, unpack_q3k_scales, KVALUES_IQ4NL};
 use super::super::{Q8Block, Table};
-use super::{prefetch_rows, KV_PREFETCH_ROWS, WSUM_BLOCK_ROWS};
+use super::super::{KV_PREFETCH_ROWS, WSUM_BLOCK_ROWS};
+use super::prefetch_rows;
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
 

@@ -1,8 +1,9 @@
 //! AVX-512 attention kernels over f16 key/value rows: the multi-query dots
 //! and weighted sums of `avx2.rs`, 16 lanes wide.
 
+use super::super::{KV_PREFETCH_ROWS, WSUM_BLOCK_ROWS};
 use super::avx2::ld256;
-use super::{prefetch_rows, KV_PREFETCH_ROWS, WSUM_BLOCK_ROWS};
+use super::prefetch_rows;
 use std::arch::x86_64::*;
 
 /// 16 f16 (32 bytes at the start of `w`) as f32.

@@ -31,23 +31,6 @@ fn has_avx2() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
-/// Rows of the KV cache the f16 attention kernels (AVX2 and AVX-512)
-/// prefetch ahead of the one being read. Gemma 3 270M decode at depth 32000
-/// (2 threads, Zen 5; `anedvd bench -p 0 -n 128 -d 32000`, alternating
-/// runs, AVX-512) went from 72-84 tok/s without to 76-80 with 8 rows, 81-94
-/// with 24 and 80-84 with 48; with `--isa avx2`, 64.4-67.0 without and
-/// 70.0-76.6 with 24 (four alternating pairs).
-const KV_PREFETCH_ROWS: usize = 24;
-
-/// Rows of V the f16 weighted sums (AVX2 and AVX-512) take per block, every
-/// column strip of a block before the next (a strip at a time over all rows
-/// read each row's cache lines in as many strided passes as there are
-/// strips). Gemma 3 270M decode at depth 32000 (2 threads, Zen 5, AVX-512,
-/// medians of 29 alternating 4-token runs in one process): 98-101 tok/s
-/// unblocked; blocks of 4 / 8 / 16 / 32 / 128 / 256 rows: 131 / 138 / 123 /
-/// 117 / 124 / 125.
-const WSUM_BLOCK_ROWS: usize = 8;
-
 /// Prefetches the first `bytes` of `n` rows from row `r` of `w` (rows
 /// `stride` bytes apart): at depth the hardware prefetcher alone left the
 /// f16 row kernels waiting on their loads. Prefetching never faults, so
