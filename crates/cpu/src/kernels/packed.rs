@@ -323,6 +323,28 @@ impl Kernels {
         act: &QuantizedActivation,
         out: &mut [f32],
     ) -> Result<(), KernelError> {
+        if out.len() != rows.len() * act.n_rows() {
+            return Err(KernelError::Shape(format!(
+                "output of {} for {} rows x {} activations",
+                out.len(),
+                rows.len(),
+                act.n_rows()
+            )));
+        }
+        let n = rows.len();
+        let mut o = PanelOut::token_major(out, n, act.n_rows());
+        self.packed_matmul_into(w, rows, act, &mut o)
+    }
+
+    /// [`Self::packed_matmul`] into `o` (row `i` of `o` is weight row
+    /// `rows.start + i`).
+    pub(crate) fn packed_matmul_into(
+        &self,
+        w: &PackedWeights,
+        rows: Range<usize>,
+        act: &QuantizedActivation,
+        o: &mut PanelOut<'_>,
+    ) -> Result<(), KernelError> {
         let want = ActFormat::for_weight(w.ty).ok_or(KernelError::Unsupported(w.ty))?;
         if act.format() != want || act.n_cols() != w.n_cols {
             return Err(KernelError::Shape(format!(
@@ -339,10 +361,9 @@ impl Kernels {
                 w.n_rows
             )));
         }
-        if out.len() != rows.len() * act.n_rows() {
+        if !o.fits(rows.len(), act.n_rows()) {
             return Err(KernelError::Shape(format!(
-                "output of {} for {} rows x {} activations",
-                out.len(),
+                "{} rows x {} activations do not fit the output",
                 rows.len(),
                 act.n_rows()
             )));
@@ -352,29 +373,16 @@ impl Kernels {
         }
         let pb = w.panel_bytes();
         let panels = &w.bytes()[rows.start / PANEL_ROWS * pb..rows.end.div_ceil(PANEL_ROWS) * pb];
-        let mut o = PanelOut {
-            out,
-            token_major: true,
-            row_offset: 0,
-            row_stride: rows.len(),
-        };
         if is_k(w.ty) {
             let nb = w.n_cols / QK_K;
             match self.table.packed_k {
-                Some(f) => f(w.ty, panels, nb, rows.len(), act.q8k_all(), &mut o),
-                None => packed_k::products(w.ty, panels, nb, rows.len(), act.q8k_all(), &mut o),
+                Some(f) => f(w.ty, panels, nb, rows.len(), act.q8k_all(), o),
+                None => packed_k::products(w.ty, panels, nb, rows.len(), act.q8k_all(), o),
             }
             return Ok(());
         }
         let f = self.table.packed.unwrap_or(packed_products);
-        f(
-            w.ty,
-            panels,
-            w.n_cols / QK8,
-            rows.len(),
-            act.q8_all(),
-            &mut o,
-        );
+        f(w.ty, panels, w.n_cols / QK8, rows.len(), act.q8_all(), o);
         Ok(())
     }
 }
@@ -446,8 +454,7 @@ fn packed_weight(ty: GgmlType, w: &[u8], r: usize, j: usize) -> i32 {
 }
 
 /// Products of `n_rows` packed rows of `ty` (`panels`, `nb` blocks per row)
-/// with every token of `a` (`nb` blocks each), into `o` (token-major:
-/// `out[t * row_stride + row_offset + r]`; else `out[r * n_tok + t]`).
+/// with every token of `a` (`nb` blocks each), into `o`.
 pub(crate) fn packed_products(
     ty: GgmlType,
     panels: &[u8],
@@ -477,13 +484,7 @@ pub(crate) fn packed_products(
                     ]));
                     sum = (sumi as f32).mul_add(d * y.d, sum);
                 }
-                let row = p * PANEL_ROWS + r;
-                let at = if o.token_major {
-                    t * o.row_stride + o.row_offset + row
-                } else {
-                    row * n_tok + t
-                };
-                o.out[at] = sum;
+                o.put(t, p * PANEL_ROWS + r, &[sum]);
             }
         }
     }

@@ -272,13 +272,7 @@ pub(crate) fn products(
                         sum = (-(msum as f32)).mul_add(dmin * y.d, sum);
                     }
                 }
-                let row = p * ROWS + r;
-                let at = if o.token_major {
-                    t * o.row_stride + o.row_offset + row
-                } else {
-                    row * n_tok + t
-                };
-                o.out[at] = sum;
+                o.put(t, p * ROWS + r, &[sum]);
             }
         }
     }

@@ -107,11 +107,13 @@ mod act;
 pub mod generic;
 mod packed;
 mod packed_k;
+mod panel_out;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
 pub use act::{ActFormat, Q8Block, QuantizedActivation, QK8};
 pub use packed::PackedWeights;
+pub(crate) use panel_out::PanelOut;
 
 use anedvd_base::GgmlType;
 use anedvd_quant::{BlockQ8K, QK_K};
@@ -175,27 +177,12 @@ pub(crate) type PackedQ8K = fn(GgmlType, &[u8], usize, usize, &[BlockQ8K], &mut 
 pub(crate) type PanelQ8K =
     fn(&[u8], usize, &[BlockQ8K], usize, &mut PanelOut<'_>, &mut PanelScratch);
 
-/// The output of a [`PanelQ8`] / [`PanelQ8K`] kernel: `out[r * n_tok + t]`
-/// (weight-row-major, as [`Kernels::matmul`]) or, with `token_major`,
-/// `out[t * n_rows + r]`.
-pub(crate) struct PanelOut<'a> {
-    /// `n_rows * n_tok` values.
-    pub out: &'a mut [f32],
-    /// Token-major layout.
-    pub token_major: bool,
-    /// Token-major only: the first row of this call within `out`'s rows
-    /// (a call may cover a chunk of the rows) ...
-    pub row_offset: usize,
-    /// ... and the number of rows per token in `out`.
-    pub row_stride: usize,
-}
-
 impl PanelOut<'_> {
     /// `(n_rows, n_tok)` of a panel product: `w_len` bytes of weight rows
     /// `rb` bytes apart, each holding at least `row_min` bytes of blocks,
     /// against `n_act` activation blocks, `nb` per token. `None` (nothing
-    /// to compute) when a shape is empty or ragged, or when `out` is too
-    /// short for the result.
+    /// to compute) when a shape is empty or ragged, or when the result
+    /// does not fit this output.
     pub(crate) fn dims(
         &self,
         w_len: usize,
@@ -208,11 +195,17 @@ impl PanelOut<'_> {
             return None;
         }
         let (n_rows, n_tok) = (w_len / rb, n_act / nb);
-        let fits = n_rows
-            .checked_mul(n_tok)
-            .is_some_and(|n| self.out.len() >= n);
-        (n_rows > 0 && n_tok > 0 && fits).then_some((n_rows, n_tok))
+        (n_rows > 0 && n_tok > 0 && self.fits(n_rows, n_tok)).then_some((n_rows, n_tok))
     }
+}
+
+/// The error for an output of `len` values that is not `rows` x `act`'s rows.
+fn out_shape(len: usize, rows: &Range<usize>, act: &QuantizedActivation) -> KernelError {
+    KernelError::Shape(format!(
+        "output of {len} for {} rows x {} activations",
+        rows.len(),
+        act.n_rows()
+    ))
 }
 
 /// Scratch for [`PanelQ8`] kernels: the repacked weights and their scales
@@ -695,6 +688,21 @@ impl Kernels {
         act: &QuantizedActivation,
         out_len: usize,
     ) -> Result<usize, KernelError> {
+        let rb = Self::check_inputs(ty, weight, rows, n_cols, act)?;
+        if out_len != rows.len() * act.n_rows() {
+            return Err(out_shape(out_len, rows, act));
+        }
+        Ok(rb)
+    }
+
+    /// [`Self::check`] without the output: the row bytes of `ty`.
+    fn check_inputs(
+        ty: GgmlType,
+        weight: &[u8],
+        rows: &Range<usize>,
+        n_cols: usize,
+        act: &QuantizedActivation,
+    ) -> Result<usize, KernelError> {
         let want = ActFormat::for_weight(ty).ok_or(KernelError::Unsupported(ty))?;
         if act.format() != want || act.n_cols() != n_cols {
             return Err(KernelError::Shape(format!(
@@ -711,13 +719,6 @@ impl Kernels {
             return Err(KernelError::Shape(format!(
                 "rows {rows:?} of {rb} bytes in a {}-byte weight",
                 weight.len()
-            )));
-        }
-        if out_len != rows.len() * act.n_rows() {
-            return Err(KernelError::Shape(format!(
-                "output of {out_len} for {} rows x {} activations",
-                rows.len(),
-                act.n_rows()
             )));
         }
         Ok(rb)
@@ -934,19 +935,38 @@ impl Kernels {
         act: &QuantizedActivation,
         out: &mut [f32],
     ) -> Result<(), KernelError> {
-        let rb = Self::check(ty, weight, &rows, n_cols, act, out.len())?;
+        if out.len() != rows.len() * act.n_rows() {
+            return Err(out_shape(out.len(), &rows, act));
+        }
+        let n = rows.len();
+        let mut o = PanelOut::token_major(out, n, act.n_rows());
+        self.matmul_token_major_into(ty, weight, rows, n_cols, act, &mut o)
+    }
+
+    /// [`Self::matmul_token_major`] into `o` (row `i` of `o` is weight row
+    /// `rows.start + i`).
+    pub(crate) fn matmul_token_major_into(
+        &self,
+        ty: GgmlType,
+        weight: &[u8],
+        rows: Range<usize>,
+        n_cols: usize,
+        act: &QuantizedActivation,
+        o: &mut PanelOut<'_>,
+    ) -> Result<(), KernelError> {
+        let rb = Self::check_inputs(ty, weight, &rows, n_cols, act)?;
+        if !o.fits(rows.len(), act.n_rows()) {
+            return Err(KernelError::Shape(format!(
+                "{} rows x {} activations do not fit the output",
+                rows.len(),
+                act.n_rows()
+            )));
+        }
         if rows.is_empty() {
             return Ok(());
         }
         let w = &weight[rows.start * rb..rows.end * rb];
-        let mut o = PanelOut {
-            out,
-            token_major: true,
-            row_offset: 0,
-            row_stride: rows.len(),
-        };
-        if self.has_token_major(ty, act.n_rows()) && self.run_panel(ty, w, rb, n_cols, act, &mut o)
-        {
+        if self.has_token_major(ty, act.n_rows()) && self.run_panel(ty, w, rb, n_cols, act, o) {
             return Ok(());
         }
         Err(KernelError::Unsupported(ty))
@@ -977,21 +997,7 @@ impl Kernels {
         for (ci, chunk) in w.chunks(PANEL_ROW_CHUNK * rb).enumerate() {
             let r0 = ci * PANEL_ROW_CHUNK;
             let n = chunk.len() / rb;
-            let mut part = if o.token_major {
-                PanelOut {
-                    out: &mut o.out[..],
-                    token_major: true,
-                    row_offset: o.row_offset + r0,
-                    row_stride: o.row_stride,
-                }
-            } else {
-                PanelOut {
-                    out: &mut o.out[r0 * n_tok..(r0 + n) * n_tok],
-                    token_major: false,
-                    row_offset: 0,
-                    row_stride: n,
-                }
-            };
+            let mut part = o.band(r0, n);
             PANEL_SCRATCH.with(|s| {
                 let sc = &mut s.borrow_mut();
                 match (f8, fk) {
@@ -1028,16 +1034,16 @@ impl Kernels {
         let entry = self.entry(ty)?;
         let entry4 = self.entry4(ty);
         let w = &weight[rows.start * rb..rows.end * rb];
-        let mut o = PanelOut {
-            out,
-            token_major: false,
-            row_offset: 0,
-            row_stride: rows.len(),
-        };
-        if self.run_panel(ty, w, rb, n_cols, act, &mut o) {
+        if self.run_panel(
+            ty,
+            w,
+            rb,
+            n_cols,
+            act,
+            &mut PanelOut::row_major(out, rows.len(), n_tok),
+        ) {
             return Ok(());
         }
-        let out = o.out;
         let mut tmp = [0.0f32; 4 * MATMUL_TILE];
         for (tile, o) in w
             .chunks(MATMUL_TILE * rb)

@@ -209,19 +209,12 @@ pub(super) fn store(
     o: &mut PanelOut<'_>,
     n_rows: usize,
     p: usize,
-    n_tok: usize,
     toks: Range<usize>,
 ) {
     let rows = PANEL.min(n_rows - p * PANEL);
     for (i, v) in res.iter().enumerate().take(rows) {
-        let r = p * PANEL + i;
         for (t, &x) in toks.clone().zip(v) {
-            let at = if o.token_major {
-                t * o.row_stride + o.row_offset + r
-            } else {
-                r * n_tok + t
-            };
-            o.out[at] = x;
+            o.put(t, p * PANEL + i, &[x]);
         }
     }
 }
@@ -336,7 +329,7 @@ fn inner(
     o: &mut PanelOut<'_>,
     sc: &mut PanelScratch,
 ) {
-    let Some((n_rows, n_tok)) = o.dims(w.len(), rb, nb * kind.bytes(), a.len(), nb) else {
+    let Some((n_rows, _)) = o.dims(w.len(), rb, nb * kind.bytes(), a.len(), nb) else {
         return;
     };
     repack(kind, w, rb, n_rows, nb, sc);
@@ -350,7 +343,7 @@ fn inner(
         } else {
             results(tile::<1>(wq, ws, aq, nb, [[y(0), y(1)]]))
         };
-        store(&res, o, n_rows, p, n_tok, toks);
+        store(&res, o, n_rows, p, toks);
     });
 }
 

@@ -311,7 +311,7 @@ fn inner(
     o: &mut PanelOut<'_>,
     sc: &mut PanelScratch,
 ) {
-    let Some((n_rows, n_tok)) = o.dims(w.len(), rb, nb * kind.bytes(), a.len(), nb) else {
+    let Some((n_rows, _)) = o.dims(w.len(), rb, nb * kind.bytes(), a.len(), nb) else {
         return;
     };
     repack(kind, w, rb, n_rows, nb, sc);
@@ -334,7 +334,7 @@ fn inner(
             }
             (Kind::Q6K, false) => results(tile_q6k::<1>(panel, aq, nb, [[y(0), y(1)]])),
         };
-        store(&res, o, n_rows, p, n_tok, toks);
+        store(&res, o, n_rows, p, toks);
     });
 }
 

@@ -157,8 +157,7 @@ fn repack(kind: Kind, w: &[u8], rb: usize, n: usize, nb: usize, sc: &mut PanelSc
 }
 
 /// Writes lanes `..n` of each of `N` results (tokens `t0..`, panel `p`)
-/// into `o`: `out[(p * 8 + r) * n_tok + t]` (row-major) or
-/// `out[t * row_stride + row_offset + p * 8 + r]` (token-major).
+/// into `o` (rows `p * 8 + r`).
 #[target_feature(enable = "avx2")]
 #[inline]
 pub(super) fn store<const N: usize>(
@@ -166,7 +165,6 @@ pub(super) fn store<const N: usize>(
     o: &mut PanelOut<'_>,
     n_rows: usize,
     p: usize,
-    n_tok: usize,
     t0: usize,
 ) {
     let n = PANEL.min(n_rows - p * PANEL);
@@ -175,18 +173,8 @@ pub(super) fn store<const N: usize>(
         // SAFETY: `d` is 8 writable f32; `storeu` is unaligned.
         unsafe { _mm256_storeu_ps(d.as_mut_ptr(), v) };
     }
-    if o.token_major {
-        for (t, v) in tmp.iter().enumerate() {
-            let at = (t0 + t) * o.row_stride + o.row_offset + p * PANEL;
-            o.out[at..at + n].copy_from_slice(&v[..n]);
-        }
-    } else {
-        let out = &mut o.out[p * PANEL * n_tok..];
-        for r in 0..n {
-            for (t, v) in tmp.iter().enumerate() {
-                out[r * n_tok + t0 + t] = v[r];
-            }
-        }
+    for (t, v) in tmp.iter().enumerate() {
+        o.put(t0 + t, p * PANEL, &v[..n]);
     }
 }
 
@@ -249,18 +237,11 @@ fn inner(
             let mut t = c0;
             while t + T <= c1 {
                 let y: [&[Q8Block]; T] = std::array::from_fn(|i| row(t + i));
-                store(panel::<T>(pq, ps, nb, off, y), o, n_rows, p, n_tok, t);
+                store(panel::<T>(pq, ps, nb, off, y), o, n_rows, p, t);
                 t += T;
             }
             while t < c1 {
-                store(
-                    panel::<1>(pq, ps, nb, off, [row(t)]),
-                    o,
-                    n_rows,
-                    p,
-                    n_tok,
-                    t,
-                );
+                store(panel::<1>(pq, ps, nb, off, [row(t)]), o, n_rows, p, t);
                 t += 1;
             }
         }

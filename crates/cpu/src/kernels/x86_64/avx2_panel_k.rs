@@ -339,11 +339,11 @@ macro_rules! entry {
                     let mut t = c0;
                     while t + 4 <= c1 {
                         let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                        store($panel::<4>(sc, p, nb, y), o, n_rows, p, n_tok, t);
+                        store($panel::<4>(sc, p, nb, y), o, n_rows, p, t);
                         t += 4;
                     }
                     while t < c1 {
-                        store($panel::<1>(sc, p, nb, [row(t)]), o, n_rows, p, n_tok, t);
+                        store($panel::<1>(sc, p, nb, [row(t)]), o, n_rows, p, t);
                         t += 1;
                     }
                 }

@@ -177,7 +177,7 @@ fn products_as<const K: u8>(
     let n_tok = a.len() / nb;
     let ty = ty_of(K);
     let pb = nb * ty.block_bytes() as usize * PANEL;
-    if o.out.len() < n_rows * n_tok {
+    if !o.fits(n_rows, n_tok) {
         return;
     }
     let row = |t: usize| &a[t * nb..(t + 1) * nb];
@@ -189,19 +189,19 @@ fn products_as<const K: u8>(
             let mut t = c0;
             while t + 4 <= c1 {
                 let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                store(panel::<K, 4>(pw, ps, nb, y), o, n_rows, p, n_tok, t);
+                store(panel::<K, 4>(pw, ps, nb, y), o, n_rows, p, t);
                 t += 4;
             }
             match c1 - t {
                 3 => {
                     let y = [row(t), row(t + 1), row(t + 2)];
-                    store(panel::<K, 3>(pw, ps, nb, y), o, n_rows, p, n_tok, t);
+                    store(panel::<K, 3>(pw, ps, nb, y), o, n_rows, p, t);
                 }
                 2 => {
                     let y = [row(t), row(t + 1)];
-                    store(panel::<K, 2>(pw, ps, nb, y), o, n_rows, p, n_tok, t);
+                    store(panel::<K, 2>(pw, ps, nb, y), o, n_rows, p, t);
                 }
-                1 => store(panel::<K, 1>(pw, ps, nb, [row(t)]), o, n_rows, p, n_tok, t),
+                1 => store(panel::<K, 1>(pw, ps, nb, [row(t)]), o, n_rows, p, t),
                 _ => {}
             }
         }

@@ -227,7 +227,7 @@ fn products_as<const K: u8>(
         },
         nb,
     );
-    if o.out.len() < n_rows * n_tok {
+    if !o.fits(n_rows, n_tok) {
         return;
     }
     let row = |t: usize| &a[t * nb..(t + 1) * nb];
@@ -239,23 +239,16 @@ fn products_as<const K: u8>(
             let mut t = c0;
             while t + 4 <= c1 {
                 let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                store(panel::<K, 4>(pw, nb, y), o, n_rows, p, n_tok, t);
+                store(panel::<K, 4>(pw, nb, y), o, n_rows, p, t);
                 t += 4;
             }
             match c1 - t {
                 3 => {
                     let y = [row(t), row(t + 1), row(t + 2)];
-                    store(panel::<K, 3>(pw, nb, y), o, n_rows, p, n_tok, t);
+                    store(panel::<K, 3>(pw, nb, y), o, n_rows, p, t);
                 }
-                2 => store(
-                    panel::<K, 2>(pw, nb, [row(t), row(t + 1)]),
-                    o,
-                    n_rows,
-                    p,
-                    n_tok,
-                    t,
-                ),
-                1 => store(panel::<K, 1>(pw, nb, [row(t)]), o, n_rows, p, n_tok, t),
+                2 => store(panel::<K, 2>(pw, nb, [row(t), row(t + 1)]), o, n_rows, p, t),
+                1 => store(panel::<K, 1>(pw, nb, [row(t)]), o, n_rows, p, t),
                 _ => {}
             }
         }

@@ -196,8 +196,7 @@ pub(super) fn quad(y: &Q8Block, k: usize) -> i32 {
 }
 
 /// Writes lanes `..n` of each of `T` results (tokens `t0..`, panel `p`)
-/// into `o`: `out[(p * 16 + r) * n_tok + t]` (row-major) or
-/// `out[t * n_rows + p * 16 + r]` (token-major).
+/// into `o` (rows `p * 16 + r`).
 #[target_feature(enable = "avx512f")]
 #[inline]
 pub(super) fn store<const T: usize>(
@@ -205,7 +204,6 @@ pub(super) fn store<const T: usize>(
     o: &mut PanelOut<'_>,
     n_rows: usize,
     p: usize,
-    n_tok: usize,
     t0: usize,
 ) {
     let n = PANEL.min(n_rows - p * PANEL);
@@ -214,18 +212,8 @@ pub(super) fn store<const T: usize>(
         // SAFETY: `d` is 16 writable f32; `storeu` is unaligned.
         unsafe { _mm512_storeu_ps(d.as_mut_ptr(), v) };
     }
-    if o.token_major {
-        for (t, v) in tmp.iter().enumerate() {
-            let at = (t0 + t) * o.row_stride + o.row_offset + p * PANEL;
-            o.out[at..at + n].copy_from_slice(&v[..n]);
-        }
-    } else {
-        let out = &mut o.out[p * PANEL * n_tok..];
-        for r in 0..n {
-            for (t, v) in tmp.iter().enumerate() {
-                out[r * n_tok + t0 + t] = v[r];
-            }
-        }
+    for (t, v) in tmp.iter().enumerate() {
+        o.put(t0 + t, p * PANEL, &v[..n]);
     }
 }
 
@@ -291,11 +279,11 @@ macro_rules! panel_kernels {
                         let mut t = c0;
                         while t + 4 <= c1 {
                             let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                            store(panel::<4>(pq, ps, nb, off, y), o, n_rows, p, n_tok, t);
+                            store(panel::<4>(pq, ps, nb, off, y), o, n_rows, p, t);
                             t += 4;
                         }
                         while t < c1 {
-                            store(panel::<1>(pq, ps, nb, off, [row(t)]), o, n_rows, p, n_tok, t);
+                            store(panel::<1>(pq, ps, nb, off, [row(t)]), o, n_rows, p, t);
                             t += 1;
                         }
                     }
