@@ -10,7 +10,7 @@
 //! | case | file layout | packed |
 //! |---|---|---|
 //! | Q4_K 640x2048 (in L2) | 37.2 | 109.7 |
-//! | Q4_K 81920x2048 (94 MB, DRAM) | 32.5 | 33.8 (40.8 prefetching 8 KB ahead) |
+//! | Q4_K 81920x2048 (94 MB, DRAM) | 32.5 | 36.7 prefetching 2 KB ahead (33.8 at 1 KB) |
 //! | Q6_K 640x2048 (in L2) | 54.2 | 97.3 |
 //! | Q6_K 16384x2048 (28 MB, L3) | 40.5 | 29.7 |
 //! | Q6_K 151936x2048 (255 MB, DRAM) | 31.8-35.1 | 15-19 |
