@@ -683,6 +683,36 @@ fn token_major_matmul_is_the_transposed_matmul() {
     }
 }
 
+/// The online-softmax row step: every exponential and running sum bit for
+/// bit the scalar twin's, including the tail past the last 16 lanes and
+/// shifts of -inf rows' stand-in 0 against -inf scores (masked keys).
+#[test]
+fn exp_shifted_add_matches_scalar() {
+    use anedvd_cpu::kernels::{exp_shifted_add, exp_shifted_add_scalar};
+    let mut rng = Rng(11);
+    for n in [0usize, 1, 15, 16, 17, 100, 333] {
+        let x: Vec<f32> = (0..n)
+            .map(|i| match i % 37 {
+                5 => f32::NEG_INFINITY,
+                9 => -1e4,
+                _ => rng.f() * 60.0,
+            })
+            .collect();
+        let shift: Vec<f32> = (0..n)
+            .map(|i| if i % 13 == 2 { 0.0 } else { rng.f() * 40.0 })
+            .collect();
+        let sum0: Vec<f32> = (0..n).map(|_| rng.f().abs() * 10.0).collect();
+        let (mut a, mut b) = (x.clone(), x);
+        let (mut sa, mut sb) = (sum0.clone(), sum0);
+        exp_shifted_add(&mut a, &shift, &mut sa);
+        exp_shifted_add_scalar(&mut b, &shift, &mut sb);
+        for i in 0..n {
+            assert_eq!(a[i].to_bits(), b[i].to_bits(), "n={n} i={i}");
+            assert_eq!(sa[i].to_bits(), sb[i].to_bits(), "sum n={n} i={i}");
+        }
+    }
+}
+
 /// Attention score exponentiation (SIMD where available) equals the scalar
 /// twin element for element and in its max, bit for bit; the lane-wise sum
 /// within a relative 1e-6.

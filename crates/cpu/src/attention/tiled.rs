@@ -13,7 +13,7 @@
 //! query per sequence) keeps its split over positions.
 
 use super::{first_visible, KvCache};
-use crate::kernels::{exp_fast, tanh_fast};
+use crate::kernels::{exp_fast, exp_shifted_add, tanh_fast};
 use crate::qkernels::Kernels;
 use anedvd_graph::Attention;
 use rayon::prelude::*;
@@ -281,10 +281,7 @@ fn online_softmax(s: &mut Scratch, rows: usize, o: &mut [f32], hd: usize) {
         *z *= a;
     }
     for srow in s.s.chunks_exact_mut(rows) {
-        for ((v, &m), z) in srow.iter_mut().zip(&s.new_max).zip(s.sum.iter_mut()) {
-            *v = exp_fast(*v - m);
-            *z += *v;
-        }
+        exp_shifted_add(srow, &s.new_max, &mut s.sum);
     }
     for (orow, &a) in o.chunks_exact_mut(hd).zip(&s.alpha) {
         if a != 1.0 {

@@ -290,6 +290,23 @@ pub(crate) fn simd_exp_scores() -> Option<ExpScoresFn> {
     })
 }
 
+/// See [`crate::kernels::exp_shifted_add`].
+pub(crate) type ExpShiftedAddFn = fn(&mut [f32], &[f32], &mut [f32]);
+
+/// The SIMD online-softmax row step this CPU runs, if any (x86-64 with
+/// AVX-512 only: elsewhere the scalar loop vectorizes at full width).
+pub(crate) fn simd_exp_shifted_add() -> Option<ExpShiftedAddFn> {
+    static F: std::sync::OnceLock<Option<ExpShiftedAddFn>> = std::sync::OnceLock::new();
+    *F.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            x86_64::exp_shifted_add_fn()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    })
+}
+
 /// `y += a * x` with `x` little-endian f16 bytes.
 pub(crate) type AxpyF16 = fn(&mut [f32], f32, &[u8]);
 /// `out[i] = sum_j p[j] * v[j * stride + 2i]` (f16 rows), lengths checked.

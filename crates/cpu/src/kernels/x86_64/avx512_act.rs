@@ -161,3 +161,38 @@ pub(super) fn exp_scores(sc: &mut [f32], scale: f32, cap: Option<f32>) -> (f32, 
     // AVX-512 F.
     unsafe { exp_scores_inner(sc, scale, cap) }
 }
+
+#[target_feature(enable = "avx512f")]
+fn exp_shifted_add_inner(x: &mut [f32], shift: &[f32], sum: &mut [f32]) {
+    let n = x.len().min(shift.len()).min(sum.len());
+    let body = n / 16 * 16;
+    let (x, shift, sum) = (&mut x[..n], &shift[..n], &mut sum[..n]);
+    for ((c, m), z) in x[..body]
+        .chunks_exact_mut(16)
+        .zip(shift.chunks_exact(16))
+        .zip(sum[..body].chunks_exact_mut(16))
+    {
+        // SAFETY: `c`, `m` and `z` are 16 f32 each; unaligned loads and
+        // stores.
+        unsafe {
+            let e = exp16(_mm512_sub_ps(
+                _mm512_loadu_ps(c.as_ptr()),
+                _mm512_loadu_ps(m.as_ptr()),
+            ));
+            _mm512_storeu_ps(c.as_mut_ptr(), e);
+            _mm512_storeu_ps(
+                z.as_mut_ptr(),
+                _mm512_add_ps(_mm512_loadu_ps(z.as_ptr()), e),
+            );
+        }
+    }
+    crate::kernels::exp_shifted_add_scalar(&mut x[body..], &shift[body..], &mut sum[body..]);
+}
+
+/// `crate::kernels::exp_shifted_add` with AVX-512 (bit for bit the scalar
+/// one).
+pub(super) fn exp_shifted_add(x: &mut [f32], shift: &[f32], sum: &mut [f32]) {
+    // SAFETY: only handed out by `super::exp_shifted_add_fn`, after
+    // detecting AVX-512 F.
+    unsafe { exp_shifted_add_inner(x, shift, sum) }
+}

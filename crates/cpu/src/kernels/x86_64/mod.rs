@@ -84,6 +84,12 @@ pub(super) fn gated_fn() -> Option<super::GatedFn> {
     is_x86_feature_detected!("avx512f").then_some(avx512_act::gated as super::GatedFn)
 }
 
+/// The AVX-512 online-softmax row step, if the CPU has AVX-512 F.
+pub(super) fn exp_shifted_add_fn() -> Option<super::ExpShiftedAddFn> {
+    is_x86_feature_detected!("avx512f")
+        .then_some(avx512_act::exp_shifted_add as super::ExpShiftedAddFn)
+}
+
 /// The AVX-512 attention score exponentiation, if the CPU has AVX-512 F.
 pub(super) fn exp_scores_fn() -> Option<super::ExpScoresFn> {
     is_x86_feature_detected!("avx512f").then_some(avx512_act::exp_scores as super::ExpScoresFn)
