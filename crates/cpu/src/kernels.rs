@@ -247,6 +247,36 @@ pub fn exp_shifted_add_scalar(x: &mut [f32], shift: &[f32], sum: &mut [f32]) {
     }
 }
 
+/// Little-endian f16 bytes to f32 (`dst.len()` values, or fewer when
+/// `src` is shorter; the conversion is exact). 8 lanes with F16C where
+/// the CPU has it (x86-64 AVX2 hosts); elsewhere [`f16_to_f32_scalar`].
+pub fn f16_to_f32(src: &[u8], dst: &mut [f32]) {
+    match crate::qkernels::simd_f16_to_f32() {
+        Some(f) => f(src, dst),
+        None => f16_to_f32_scalar(src, dst),
+    }
+}
+
+/// [`f16_to_f32`] without SIMD of our own: the bytes gathered into f16
+/// scratch, then one bulk conversion (which `half` runs with the CPU's
+/// conversion instructions where it detects them, as on aarch64).
+pub fn f16_to_f32_scalar(src: &[u8], dst: &mut [f32]) {
+    thread_local! {
+        static HALF: std::cell::RefCell<Vec<half::f16>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let n = dst.len().min(src.len() / 2);
+    HALF.with(|h| {
+        let mut h = h.borrow_mut();
+        h.clear();
+        h.extend(
+            src[..2 * n]
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]])),
+        );
+        half::slice::HalfFloatSliceExt::convert_to_f32_slice(&h[..], &mut dst[..n]);
+    });
+}
+
 /// In-place softmax.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);

@@ -7,7 +7,6 @@ use crate::kernels::{dot, dot_f32_bytes};
 use crate::qkernels::{ActFormat, Kernels, PackedWeights, PanelOut, QuantizedActivation};
 use anedvd_base::{GgmlType, WeightSource};
 use anedvd_graph::{Error, Result};
-use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
@@ -15,7 +14,6 @@ use std::sync::Arc;
 
 thread_local! {
     static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    static HALF: RefCell<Vec<half::f16>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Decodes one row of `dtype` elements from `src` into `dst` (`dst.len()` elements).
@@ -34,17 +32,7 @@ pub fn decode_row(dtype: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), St
             if src.len() != dst.len() * 2 {
                 return Err(format!("{} bytes for {} f16", src.len(), dst.len()));
             }
-            // Gather into f16 scratch, then one bulk conversion (uses F16C
-            // when the CPU has it; per-element `to_f32` would not).
-            HALF.with(|h| {
-                let mut h = h.borrow_mut();
-                h.clear();
-                h.extend(
-                    src.chunks_exact(2)
-                        .map(|b| half::f16::from_le_bytes([b[0], b[1]])),
-                );
-                h.convert_to_f32_slice(dst);
-            });
+            crate::kernels::f16_to_f32(src, dst);
             Ok(())
         }
         GgmlType::BF16 => {

@@ -683,6 +683,42 @@ fn token_major_matmul_is_the_transposed_matmul() {
     }
 }
 
+/// f16 bytes to f32: every value (normal, subnormal, infinite, NaN) equal
+/// to `half`'s own conversion of it, on SIMD and scalar paths alike,
+/// including lengths that are not whole vectors and a short source.
+#[test]
+fn f16_to_f32_matches_half() {
+    use anedvd_cpu::kernels::{f16_to_f32, f16_to_f32_scalar};
+    let specials = [
+        0x0000u16, 0x8000, 0x0001, 0x03ff, 0x3c00, 0x7bff, 0x7c00, 0xfc00, 0x7e00,
+    ];
+    let mut rng = Rng(13);
+    for n in [0usize, 1, 7, 8, 9, 33, 1000] {
+        let bits: Vec<u16> = (0..n)
+            .map(|i| {
+                specials
+                    .get(i)
+                    .copied()
+                    .unwrap_or_else(|| (rng.f().to_bits() >> 7) as u16)
+            })
+            .collect();
+        let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+        let want: Vec<u32> = bits
+            .iter()
+            .map(|&b| half::f16::from_bits(b).to_f32().to_bits())
+            .collect();
+        let (mut a, mut b) = (vec![1.5f32; n + 1], vec![1.5f32; n + 1]);
+        f16_to_f32(&bytes, &mut a);
+        f16_to_f32_scalar(&bytes, &mut b);
+        for i in 0..n {
+            assert_eq!(a[i].to_bits(), want[i], "simd n={n} i={i}");
+            assert_eq!(b[i].to_bits(), want[i], "scalar n={n} i={i}");
+        }
+        // The slot past the source's end is left alone.
+        assert_eq!((a[n], b[n]), (1.5, 1.5));
+    }
+}
+
 /// The online-softmax row step: every exponential and running sum bit for
 /// bit the scalar twin's, including the tail past the last 16 lanes and
 /// shifts of -inf rows' stand-in 0 against -inf scores (masked keys).

@@ -307,6 +307,22 @@ pub(crate) fn simd_exp_shifted_add() -> Option<ExpShiftedAddFn> {
     })
 }
 
+/// See [`crate::kernels::f16_to_f32`].
+pub(crate) type F16ToF32Fn = fn(&[u8], &mut [f32]);
+
+/// The SIMD f16 conversion this CPU runs, if any (x86-64 with F16C).
+pub(crate) fn simd_f16_to_f32() -> Option<F16ToF32Fn> {
+    static F: std::sync::OnceLock<Option<F16ToF32Fn>> = std::sync::OnceLock::new();
+    *F.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            x86_64::f16_to_f32_fn()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    })
+}
+
 /// `y += a * x` with `x` little-endian f16 bytes.
 pub(crate) type AxpyF16 = fn(&mut [f32], f32, &[u8]);
 /// `out[i] = sum_j p[j] * v[j * stride + 2i]` (f16 rows), lengths checked.

@@ -528,6 +528,24 @@ float_dot!(dot_f16, 2, load_f16, super::super::generic::dot_f16);
 float_dot!(dot_bf16, 2, load_bf16, super::super::generic::dot_bf16);
 
 #[target_feature(enable = "avx2,fma,f16c")]
+fn f16_to_f32_inner(src: &[u8], dst: &mut [f32]) {
+    let n = dst.len().min(src.len() / 2);
+    let body = n / 8 * 8;
+    for (d, w) in dst[..body].chunks_exact_mut(8).zip(src.chunks_exact(16)) {
+        // SAFETY: `d` is 8 writable f32; `storeu` has no alignment requirement.
+        unsafe { _mm256_storeu_ps(d.as_mut_ptr(), load_f16(w)) };
+    }
+    crate::kernels::f16_to_f32_scalar(&src[2 * body..2 * n], &mut dst[body..n]);
+}
+
+/// `crate::kernels::f16_to_f32` with F16C, 8 values per conversion.
+pub(super) fn f16_to_f32(src: &[u8], dst: &mut [f32]) {
+    // SAFETY: only handed out by `super::f16_to_f32_fn`, after detecting
+    // AVX2, FMA and F16C.
+    unsafe { f16_to_f32_inner(src, dst) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
 fn axpy_f16_inner(y: &mut [f32], a: f32, x: &[u8]) {
     let n = y.len().min(x.len() / 2);
     let av = _mm256_set1_ps(a);

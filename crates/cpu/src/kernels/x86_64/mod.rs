@@ -84,6 +84,12 @@ pub(super) fn gated_fn() -> Option<super::GatedFn> {
     is_x86_feature_detected!("avx512f").then_some(avx512_act::gated as super::GatedFn)
 }
 
+/// The F16C conversion of f16 bytes to f32, if the CPU has AVX2, FMA and
+/// F16C.
+pub(super) fn f16_to_f32_fn() -> Option<super::F16ToF32Fn> {
+    has_avx2().then_some(avx2::f16_to_f32 as super::F16ToF32Fn)
+}
+
 /// The AVX-512 online-softmax row step, if the CPU has AVX-512 F.
 pub(super) fn exp_shifted_add_fn() -> Option<super::ExpShiftedAddFn> {
     is_x86_feature_detected!("avx512f")
