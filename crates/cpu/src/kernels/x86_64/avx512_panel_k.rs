@@ -93,7 +93,14 @@ macro_rules! panel_k_kernels {
                     }
                     let scale = ld512(bytes_of(&wi[PANEL * s..PANEL * (s + 1)]));
                     for t in 0..T {
-                        let d = _mm512_add_epi32(i0[t], i1[t]);
+                        let mut d = _mm512_add_epi32(i0[t], i1[t]);
+                        if SUB == 16 {
+                            // Q6_K's `q + 32`: take 32 times the sub-block's
+                            // activation sum off before scaling (an add-pipe
+                            // op; `vpdpwssd` would share the multiply pipes).
+                            let off = 32 * i32::from(y[t].bsums[s]);
+                            d = _mm512_sub_epi32(d, _mm512_set1_epi32(off));
+                        }
                         isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(d, scale));
                     }
                 }
@@ -170,15 +177,10 @@ macro_rules! panel_k_kernels {
                     let wi = &sc.wi[blk * ni..(blk + 1) * ni];
                     let yb = y.map(|r| &r[b]);
                     let isum = scaled_dots::<T, 16>(wq, wi, yb);
-                    let bp = yb.map(|v| {
-                        [0, 1, 2, 3, 4, 5, 6, 7].map(|q| pair(v.bsums[2 * q], v.bsums[2 * q + 1]))
-                    });
-                    let ioff = pair_dots::<T, 8>(&wi[16 * PANEL..], bp);
                     let d = ld512ps(&sc.ws[blk * nf..(blk + 1) * nf]);
                     for t in 0..T {
-                        let i = _mm512_sub_epi32(isum[t], _mm512_slli_epi32::<5>(ioff[t]));
                         let dd = _mm512_mul_ps(d, _mm512_set1_ps(yb[t].d));
-                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), dd, acc[t]);
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), dd, acc[t]);
                     }
                 }
                 acc
