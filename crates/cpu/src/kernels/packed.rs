@@ -43,7 +43,7 @@
 //! points serve all.
 
 use super::packed_k;
-use super::{ActFormat, KernelError};
+use super::{check_fits, out_shape, ActFormat, KernelError};
 use super::{Kernels, PanelOut, Q8Block, QuantizedActivation, QK8};
 use anedvd_base::GgmlType;
 use anedvd_quant::QK_K;
@@ -324,12 +324,7 @@ impl Kernels {
         out: &mut [f32],
     ) -> Result<(), KernelError> {
         if out.len() != rows.len() * act.n_rows() {
-            return Err(KernelError::Shape(format!(
-                "output of {} for {} rows x {} activations",
-                out.len(),
-                rows.len(),
-                act.n_rows()
-            )));
+            return Err(out_shape(out.len(), &rows, act));
         }
         let n = rows.len();
         let mut o = PanelOut::token_major(out, n, act.n_rows());
@@ -361,13 +356,7 @@ impl Kernels {
                 w.n_rows
             )));
         }
-        if !o.fits(rows.len(), act.n_rows()) {
-            return Err(KernelError::Shape(format!(
-                "{} rows x {} activations do not fit the output",
-                rows.len(),
-                act.n_rows()
-            )));
-        }
+        check_fits(o, &rows, act)?;
         if rows.is_empty() || act.n_rows() == 0 {
             return Ok(());
         }

@@ -199,8 +199,24 @@ impl PanelOut<'_> {
     }
 }
 
+/// An error unless `rows` x `act`'s rows fit the output `o`.
+pub(crate) fn check_fits(
+    o: &PanelOut<'_>,
+    rows: &Range<usize>,
+    act: &QuantizedActivation,
+) -> Result<(), KernelError> {
+    if o.fits(rows.len(), act.n_rows()) {
+        return Ok(());
+    }
+    Err(KernelError::Shape(format!(
+        "{} rows x {} activations do not fit the output",
+        rows.len(),
+        act.n_rows()
+    )))
+}
+
 /// The error for an output of `len` values that is not `rows` x `act`'s rows.
-fn out_shape(len: usize, rows: &Range<usize>, act: &QuantizedActivation) -> KernelError {
+pub(crate) fn out_shape(len: usize, rows: &Range<usize>, act: &QuantizedActivation) -> KernelError {
     KernelError::Shape(format!(
         "output of {len} for {} rows x {} activations",
         rows.len(),
@@ -988,13 +1004,7 @@ impl Kernels {
         o: &mut PanelOut<'_>,
     ) -> Result<(), KernelError> {
         let rb = Self::check_inputs(ty, weight, &rows, n_cols, act)?;
-        if !o.fits(rows.len(), act.n_rows()) {
-            return Err(KernelError::Shape(format!(
-                "{} rows x {} activations do not fit the output",
-                rows.len(),
-                act.n_rows()
-            )));
-        }
+        check_fits(o, &rows, act)?;
         if rows.is_empty() {
             return Ok(());
         }
