@@ -486,18 +486,18 @@ pub fn matmul_group(
         };
         if m.token_major(n_tok) {
             let bands = PanelOut::token_major_bands(out, m.n_out, n_tok, per);
-            tasks.extend(bands.map(|(r, o)| (j, m, r.start, Task::Band(r, o))));
+            tasks.extend(bands.map(|(r, o)| (j, m, Task::Band(r, o))));
         } else {
             tmp.resize(len, 0.0);
             let chunks = tmp[..len].chunks_mut(per * n_tok).enumerate();
-            tasks.extend(chunks.map(|(c, o)| (j, m, c * per, Task::Scratch(o))));
+            tasks.extend(chunks.map(|(c, o)| (j, m, Task::Scratch(c * per, o))));
         }
     }
     tasks
         .into_par_iter()
-        .try_for_each(|(j, m, r0, task)| match task {
+        .try_for_each(|(j, m, task)| match task {
             Task::Band(rows, mut o) => m.rows_band(datas[j], rows, acts, &mut o),
-            Task::Scratch(o) => m.rows_mat(datas[j], r0, &x[..n_tok * m.n_in], n_tok, acts, o),
+            Task::Scratch(r0, o) => m.rows_mat(datas[j], r0, &x[..n_tok * m.n_in], n_tok, acts, o),
         })?;
     jobs.par_iter_mut()
         .filter(|(m, ..)| !m.token_major(n_tok))
@@ -514,10 +514,11 @@ pub fn matmul_group(
 }
 
 /// One task of [`matmul_group`]: a band of rows written token-major
-/// straight into the output, or a chunk of rows into scratch.
+/// straight into the output, or the chunk of rows from a first row into
+/// scratch.
 enum Task<'a> {
     Band(Range<usize>, PanelOut<'a>),
-    Scratch(&'a mut [f32]),
+    Scratch(usize, &'a mut [f32]),
 }
 
 /// One token through several matrices that read the same input (`x`,
