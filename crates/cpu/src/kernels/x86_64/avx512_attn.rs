@@ -22,17 +22,50 @@ fn ld_ps(s: &[f32]) -> __m512 {
     unsafe { _mm512_loadu_ps(s.as_ptr()) }
 }
 
-/// Stores 16 f32 at the start of `d`.
+/// Rows per pass of [`dot_f16_g`]: each query load serves this many rows,
+/// and the `G × DOT_ROWS` (at most 16) sums of a pass are reduced together
+/// by [`hsum16`].
+const DOT_ROWS: usize = 4;
+
+/// Lane `v` of the result is the sum of the 16 lanes of `x[v]`: a
+/// transposing tree of 45 shuffles and adds instead of 16 separate
+/// reductions of 8 each.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn st_ps(d: &mut [f32], v: __m512) {
-    let d = &mut d[..16];
-    // SAFETY: `d` is 16 writable f32; `storeu` has no alignment requirement.
-    unsafe { _mm512_storeu_ps(d.as_mut_ptr(), v) }
+fn hsum16(x: &[__m512; 16]) -> __m512 {
+    // Per 128-bit chunk: [x[2m] lanes 0+2, x[2m+1] 0+2, x[2m] 1+3, x[2m+1] 1+3].
+    let mut l1 = [_mm512_setzero_ps(); 8];
+    for (m, l) in l1.iter_mut().enumerate() {
+        let (a, b) = (x[2 * m], x[2 * m + 1]);
+        *l = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    }
+    // Per chunk: the chunk's sums of x[4m], x[4m + 1], x[4m + 2], x[4m + 3].
+    let mut l2 = [_mm512_setzero_ps(); 4];
+    for (m, l) in l2.iter_mut().enumerate() {
+        let (a, b) = (l1[2 * m], l1[2 * m + 1]);
+        *l = _mm512_add_ps(
+            _mm512_shuffle_ps::<0x44>(a, b),
+            _mm512_shuffle_ps::<0xEE>(a, b),
+        );
+    }
+    // Chunks [l2[2m] c0+c2, l2[2m] c1+c3, l2[2m+1] c0+c2, l2[2m+1] c1+c3].
+    let mut l3 = [_mm512_setzero_ps(); 2];
+    for (m, l) in l3.iter_mut().enumerate() {
+        let (a, b) = (l2[2 * m], l2[2 * m + 1]);
+        *l = _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x44>(a, b),
+            _mm512_shuffle_f32x4::<0xEE>(a, b),
+        );
+    }
+    // Chunk m: the whole sums of x[4m..4m + 4].
+    _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0x88>(l3[0], l3[1]),
+        _mm512_shuffle_f32x4::<0xDD>(l3[0], l3[1]),
+    )
 }
 
-/// Dots of each of `n_out` f16 rows with `G` queries of `hd`, rows in
-/// pairs (each query load serves two rows): `out[g * n_out + j]`.
+/// Dots of each of `n_out` f16 rows with `G` queries of `hd`, [`DOT_ROWS`]
+/// rows per pass (each query load serves them all): `out[g * n_out + j]`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 fn dot_f16_g<const G: usize>(
     w: &[u8],
@@ -43,45 +76,64 @@ fn dot_f16_g<const G: usize>(
     n_out: usize,
 ) {
     let body = hd / 16 * 16;
+    let q = &q[..G * hd];
     let tail = |row: &[u8], g: usize| {
+        if body == hd {
+            return 0.0;
+        }
         super::super::generic::dot_f16(&row[2 * body..2 * hd], &q[g * hd + body..(g + 1) * hd])
     };
     let mut j = 0;
-    while j + 2 <= n_out {
-        let r0 = &w[j * stride..j * stride + 2 * hd];
-        let r1 = &w[(j + 1) * stride..(j + 1) * stride + 2 * hd];
-        prefetch_rows(w, stride, j + KV_PREFETCH_ROWS, 2, 2 * hd);
-        let mut acc = [[_mm512_setzero_ps(); 2]; G];
+    while j + DOT_ROWS <= n_out {
+        let mut rows = [&w[..0]; DOT_ROWS];
+        for (r, row) in rows.iter_mut().enumerate() {
+            *row = &w[(j + r) * stride..][..2 * hd];
+        }
+        prefetch_rows(w, stride, j + KV_PREFETCH_ROWS, DOT_ROWS, 2 * hd);
+        let mut acc = [_mm512_setzero_ps(); 16];
         let mut i = 0;
         while i < body {
-            let (k0, k1) = (load_f16x16(&r0[2 * i..]), load_f16x16(&r1[2 * i..]));
-            for (g, a) in acc.iter_mut().enumerate() {
-                let qv = ld_ps(&q[g * hd + i..]);
-                a[0] = _mm512_fmadd_ps(k0, qv, a[0]);
-                a[1] = _mm512_fmadd_ps(k1, qv, a[1]);
+            let mut k = [_mm512_setzero_ps(); DOT_ROWS];
+            for (k, row) in k.iter_mut().zip(&rows) {
+                // SAFETY: `i + 16 <= body <= hd` and `row` is `2 * hd`
+                // bytes, so its 32 bytes at `2 * i` are in bounds; `loadu`
+                // has no alignment requirement.
+                *k = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(row.as_ptr().add(2 * i).cast()) });
+            }
+            for g in 0..G {
+                // SAFETY: `q` is `G * hd` f32 and `i + 16 <= hd`.
+                let qv = unsafe { _mm512_loadu_ps(q.as_ptr().add(g * hd + i)) };
+                for (r, k) in k.iter().enumerate() {
+                    acc[g * DOT_ROWS + r] = _mm512_fmadd_ps(*k, qv, acc[g * DOT_ROWS + r]);
+                }
             }
             i += 16;
         }
-        for (g, a) in acc.iter().enumerate() {
-            out[g * n_out + j] = _mm512_reduce_add_ps(a[0]) + tail(r0, g);
-            out[g * n_out + j + 1] = _mm512_reduce_add_ps(a[1]) + tail(r1, g);
+        let mut sums = [0.0f32; 16];
+        // SAFETY: `sums` is 16 writable f32.
+        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), hsum16(&acc)) };
+        for g in 0..G {
+            for (r, row) in rows.iter().enumerate() {
+                out[g * n_out + j + r] = sums[g * DOT_ROWS + r] + tail(row, g);
+            }
         }
-        j += 2;
+        j += DOT_ROWS;
     }
-    if j < n_out {
-        let r0 = &w[j * stride..j * stride + 2 * hd];
+    while j < n_out {
+        let row = &w[j * stride..][..2 * hd];
         let mut acc = [_mm512_setzero_ps(); G];
         let mut i = 0;
         while i < body {
-            let k0 = load_f16x16(&r0[2 * i..]);
+            let k0 = load_f16x16(&row[2 * i..]);
             for (g, a) in acc.iter_mut().enumerate() {
                 *a = _mm512_fmadd_ps(k0, ld_ps(&q[g * hd + i..]), *a);
             }
             i += 16;
         }
         for (g, a) in acc.iter().enumerate() {
-            out[g * n_out + j] = _mm512_reduce_add_ps(*a) + tail(r0, g);
+            out[g * n_out + j] = _mm512_reduce_add_ps(*a) + tail(row, g);
         }
+        j += 1;
     }
 }
 
@@ -111,10 +163,57 @@ pub(super) fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out:
     }
 }
 
+/// Adds `sum_r weights[r][g] * rows[r][i..i + 16 * V]` to
+/// `out[g * hd + i..][..16 * V]` for every `g < G`.
+///
+/// # Safety
+/// AVX-512 F and F16C must be present, every row must hold `2 * (i + 16 * V)`
+/// bytes and `out` must hold `(G - 1) * hd + i + 16 * V` f32.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline]
+unsafe fn wsum_strip<const G: usize, const V: usize>(
+    rows: &[&[u8]],
+    weights: &[[f32; G]],
+    out: *mut f32,
+    hd: usize,
+    i: usize,
+) {
+    let mut acc = [[_mm512_setzero_ps(); V]; G];
+    for (g, a) in acc.iter_mut().enumerate() {
+        for (c, a) in a.iter_mut().enumerate() {
+            // SAFETY: in bounds of `out` (caller).
+            *a = unsafe { _mm512_loadu_ps(out.add(g * hd + i + 16 * c)) };
+        }
+    }
+    for (row, w) in rows.iter().zip(weights) {
+        let mut k = [_mm512_setzero_ps(); V];
+        for (c, k) in k.iter_mut().enumerate() {
+            // SAFETY: in bounds of the row (caller).
+            *k = _mm512_cvtph_ps(unsafe {
+                _mm256_loadu_si256(row.as_ptr().add(2 * (i + 16 * c)).cast())
+            });
+        }
+        for (a, &w) in acc.iter_mut().zip(w) {
+            let pv = _mm512_set1_ps(w);
+            for (a, k) in a.iter_mut().zip(&k) {
+                *a = _mm512_fmadd_ps(pv, *k, *a);
+            }
+        }
+    }
+    for (g, a) in acc.iter().enumerate() {
+        for (c, a) in a.iter().enumerate() {
+            // SAFETY: as for the loads.
+            unsafe { _mm512_storeu_ps(out.add(g * hd + i + 16 * c), *a) };
+        }
+    }
+}
+
 /// Weighted sums of `len` f16 rows with `G` weight vectors, every row
 /// decoded once, each output accumulated in row order from zero. Rows go in
 /// blocks of [`WSUM_BLOCK_ROWS`]: every column strip (32 outputs, then 16)
 /// of a block before the next block, the accumulators parked in `out`.
+/// A block's rows are bounds-checked once and its weights gathered once, so
+/// the strips run on pointers.
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 fn wsum_f16_g<const G: usize>(
     v: &[u8],
@@ -125,49 +224,51 @@ fn wsum_f16_g<const G: usize>(
     hd: usize,
 ) {
     let body = hd / 16 * 16;
+    let p = &p[..G * len];
+    let out = &mut out[..G * hd];
     for g in 0..G {
         out[g * hd..g * hd + body].fill(0.0);
     }
     let mut j0 = 0;
     while j0 < len {
-        let j1 = (j0 + WSUM_BLOCK_ROWS).min(len);
-        let mut i = 0;
-        while i + 32 <= hd {
-            let mut acc: [[__m512; 2]; G] = std::array::from_fn(|g| {
-                [ld_ps(&out[g * hd + i..]), ld_ps(&out[g * hd + i + 16..])]
-            });
-            for j in j0..j1 {
-                if i == 0 {
-                    // The next block's rows, whole, during the first strip.
-                    prefetch_rows(v, stride, j + WSUM_BLOCK_ROWS, 1, 2 * hd);
-                }
-                let row = &v[j * stride + 2 * i..j * stride + 2 * i + 64];
-                let (k0, k1) = (load_f16x16(row), load_f16x16(&row[32..]));
-                for (g, a) in acc.iter_mut().enumerate() {
-                    let pv = _mm512_set1_ps(p[g * len + j]);
-                    a[0] = _mm512_fmadd_ps(pv, k0, a[0]);
-                    a[1] = _mm512_fmadd_ps(pv, k1, a[1]);
-                }
+        let nb = (len - j0).min(WSUM_BLOCK_ROWS);
+        let mut rows = [&v[..0]; WSUM_BLOCK_ROWS];
+        let mut weights = [[0.0f32; G]; WSUM_BLOCK_ROWS];
+        for (r, (row, w)) in rows.iter_mut().zip(&mut weights).take(nb).enumerate() {
+            *row = &v[(j0 + r) * stride..][..2 * hd];
+            for (g, w) in w.iter_mut().enumerate() {
+                *w = p[g * len + j0 + r];
             }
-            for (g, a) in acc.iter().enumerate() {
-                st_ps(&mut out[g * hd + i..], a[0]);
-                st_ps(&mut out[g * hd + i + 16..], a[1]);
+        }
+        let (rows, weights) = (&rows[..nb], &weights[..nb]);
+        let o = out.as_mut_ptr();
+        // The next block's rows are prefetched a share per strip, as the
+        // per-row loop before did in its first strip: the whole block at
+        // once (64 lines) outran the outstanding misses a core can hold,
+        // and the attention read its cache at 24-27 GB/s instead of 45-54
+        // (`attention_decode` bench, depth 32000, 2 threads, Zen 5).
+        let strips = body.div_ceil(32);
+        let mut i = 0;
+        for strip in 0..strips {
+            let (lo, hi) = (
+                strip * WSUM_BLOCK_ROWS / strips,
+                (strip + 1) * WSUM_BLOCK_ROWS / strips,
+            );
+            prefetch_rows(v, stride, j0 + WSUM_BLOCK_ROWS + lo, hi - lo, 2 * hd);
+            // SAFETY: the strip (32 values, or the last 16 of `body`) ends
+            // at or before `body <= hd`: every row is `2 * hd` bytes and
+            // `out` is `G * hd` f32, so the strip's bytes of each row and its
+            // sums at `g * hd + i` are in bounds.
+            unsafe {
+                if i + 32 <= body {
+                    wsum_strip::<G, 2>(rows, weights, o, hd, i);
+                } else {
+                    wsum_strip::<G, 1>(rows, weights, o, hd, i);
+                }
             }
             i += 32;
         }
-        if i + 16 <= hd {
-            let mut acc: [__m512; G] = std::array::from_fn(|g| ld_ps(&out[g * hd + i..]));
-            for j in j0..j1 {
-                let k0 = load_f16x16(&v[j * stride + 2 * i..j * stride + 2 * i + 32]);
-                for (g, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_fmadd_ps(_mm512_set1_ps(p[g * len + j]), k0, *a);
-                }
-            }
-            for (g, a) in acc.iter().enumerate() {
-                st_ps(&mut out[g * hd + i..], *a);
-            }
-        }
-        j0 = j1;
+        j0 += nb;
     }
     if body < hd {
         for g in 0..G {
