@@ -12,7 +12,10 @@ use anedvd_cpu::attention::{attend, KvCache};
 use anedvd_cpu::qkernels::Kernels;
 use anedvd_graph::{Attention, AttentionBias};
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+
+#[path = "common/timing.rs"]
+mod timing;
+use timing::time;
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -57,7 +60,7 @@ fn main() {
     let kern = Kernels::detect();
     let (mut out, mut part) = (vec![0.0f32; n_head * hd], Vec::new());
     let mut layer = 0;
-    let mut step = || {
+    let step = || {
         attend(
             &kern,
             &spec,
@@ -71,18 +74,7 @@ fn main() {
         black_box(&out);
         layer = (layer + 1) % layers;
     };
-    step();
-    let round = Duration::from_secs_f64(secs / 5.0);
-    let best = (0..5)
-        .map(|_| {
-            let (mut n, start) = (0u32, Instant::now());
-            while start.elapsed() < round || n < 3 {
-                step();
-                n += 1;
-            }
-            start.elapsed().as_secs_f64() / f64::from(n)
-        })
-        .fold(f64::INFINITY, f64::min);
+    let best = time(secs, step);
     let bytes = (2 * depth * hd * 2) as f64;
     println!("| threads | depth | µs/layer | GB/s (K+V) |");
     println!("|---|---|---|---|");

@@ -6,7 +6,6 @@
 use anedvd_base::GgmlType;
 use anedvd_cpu::qkernels::{Kernels, QuantizedActivation};
 use std::hint::black_box;
-use std::time::{Duration, Instant};
 
 /// splitmix64.
 fn rng(state: &mut u64) -> u64 {
@@ -44,22 +43,9 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
 mod read;
 use read::read_all;
 
-/// Seconds per call of `f`: the best of 5 rounds of `secs / 5` each (the
-/// machine is shared, so the minimum is the least disturbed figure).
-fn time(secs: f64, mut f: impl FnMut()) -> f64 {
-    f();
-    let round = Duration::from_secs_f64(secs / 5.0);
-    (0..5)
-        .map(|_| {
-            let (mut n, start) = (0u32, Instant::now());
-            while start.elapsed() < round || n < 2 {
-                f();
-                n += 1;
-            }
-            start.elapsed().as_secs_f64() / f64::from(n)
-        })
-        .fold(f64::INFINITY, f64::min)
-}
+#[path = "common/timing.rs"]
+mod timing;
+use timing::time;
 
 fn main() {
     let secs: f64 = std::env::var("BENCH_SECS")

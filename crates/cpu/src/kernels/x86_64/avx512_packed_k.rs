@@ -131,14 +131,12 @@ fn block_q4_k<const T: usize>(blk: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; 
 fn block_q6_k<const T: usize>(q: &[u8], h: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; T]) {
     let (m4, m2) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x30));
     let mut isum = [_mm512_setzero_si512(); T];
-    let ahead = q.as_ptr().wrapping_add(PREFETCH_AHEAD);
+    // A quarter of the quants [`PREFETCH_AHEAD`] bytes on per quarter read.
+    let (ahead, part) = (q.as_ptr().wrapping_add(PREFETCH_AHEAD), Q6K_QUANTS / 4);
     for n in 0..2 {
         // Quads `4 h4 ..4 h4 + 4` of the four 32-weight runs of this half
         // are sub-blocks `8 n + 2 i + h4`.
         for h4 in 0..2 {
-            // A quarter of the quants [`PREFETCH_AHEAD`] bytes on per
-            // quarter read.
-            let part = Q6K_QUANTS / 4;
             prefetch(ahead.wrapping_add((2 * n + h4) * part), part);
             let mut d = [[_mm512_setzero_si512(); T]; 4];
             for qq in 0..4 {
