@@ -139,8 +139,12 @@ impl Backend for CpuBackend {
     fn compile(&self, program: &DecoderProgram) -> Result<Box<dyn Executable>> {
         program.validate()?;
         let model_bytes = program.weights.tensors().iter().map(|t| t.size_bytes).sum();
-        let pack =
-            packing::Packing::for_model(self.pack, model_bytes, packing::last_level_cache_bytes());
+        let pack = packing::Packing::for_model(
+            self.pack,
+            model_bytes,
+            packing::last_level_cache_bytes(),
+            self.kernels.packed_streams(anedvd_base::GgmlType::Q6K),
+        );
         let mut model = compiled::Model::new(program, self.kernels, pack)?;
         model.swa_full = self.swa_full;
         model.kv_type = self.kv_type;

@@ -20,9 +20,24 @@
 //! headers' stream: all 15-19 GB/s), so a Llama-3.2-1B-shaped Q4_K_M file,
 //! whose tied 128256-row output matrix alone is 215 MB of Q6_K, decoded
 //! 44.4-45.2 tok/s with Q6_K packed and 51.7-52.1 without (2 threads).
-//! Q6_K is therefore packed only when the whole model fits in the
-//! last-level cache (as Gemma 3 270M does on a host with a 480 MiB L3),
-//! where the packed kernel's in-cache speed is what decode sees.
+//! On AVX-512 VNNI Q6_K is therefore packed only when the whole model fits
+//! in the last-level cache (as Gemma 3 270M does on a host with a 480 MiB
+//! L3), where the packed kernel's in-cache speed is what decode sees.
+//!
+//! The AVX2 kernels (`x86_64/avx2_packed_k.rs`) have no such split: their
+//! file-layout row kernels are bound by the one integer multiply pipe of a
+//! Zen 2 core, and packed halves the multiplies (2-vCPU AMD EPYC Zen 2,
+//! 16 MiB L3, same bench, GB/s):
+//!
+//! | case | file layout | packed |
+//! |---|---|---|
+//! | Q4_K 128x2048 (in L2) | 15.4 | 31.7 |
+//! | Q4_K 81920x2048 (DRAM), 2 threads | 16.5 | 22.7 (plain read 20.7) |
+//! | Q6_K 151936x2048 (DRAM), 1 thread | 9.9 | 13.1 |
+//! | Q6_K 151936x2048 (DRAM), 2 threads | 16.6 | 24.3 (plain read 23.7) |
+//!
+//! so there every Q4_K and Q6_K matrix is packed
+//! ([`crate::qkernels::Kernels::packed_streams`]).
 
 use anedvd_base::GgmlType;
 
@@ -35,17 +50,26 @@ pub enum Packing {
     /// Every type with a packed layout on the kernels in use.
     All,
     /// Every such type but Q6_K (the model is larger than the last-level
-    /// cache, where packed Q6_K streams slower than the file layout).
+    /// cache, and these kernels' packed Q6_K streams slower than the file
+    /// layout).
     AllButQ6K,
 }
 
 impl Packing {
     /// The policy for a model of `model_bytes` when packing is `enabled`,
     /// on a CPU whose last-level cache holds `llc_bytes` (`None`: unknown,
-    /// taken as too small).
-    pub fn for_model(enabled: bool, model_bytes: u64, llc_bytes: Option<u64>) -> Self {
+    /// taken as too small), with kernels whose packed Q6_K streams from
+    /// memory as fast as the file layout or not (`q6_k_streams`,
+    /// [`crate::qkernels::Kernels::packed_streams`]).
+    pub fn for_model(
+        enabled: bool,
+        model_bytes: u64,
+        llc_bytes: Option<u64>,
+        q6_k_streams: bool,
+    ) -> Self {
         match (enabled, llc_bytes) {
             (false, _) => Packing::None,
+            (true, _) if q6_k_streams => Packing::All,
             (true, Some(llc)) if model_bytes <= llc => Packing::All,
             (true, _) => Packing::AllButQ6K,
         }
@@ -109,20 +133,28 @@ mod tests {
     }
 
     #[test]
-    fn q6_k_is_packed_only_when_the_model_fits_the_last_level_cache() {
+    fn q6_k_is_packed_only_when_the_model_fits_the_last_level_cache_or_it_streams() {
         let mib = 1u64 << 20;
         let gemma = 242 * mib;
         assert_eq!(
-            Packing::for_model(true, gemma, Some(480 * mib)),
+            Packing::for_model(true, gemma, Some(480 * mib), false),
             Packing::All
         );
         assert_eq!(
-            Packing::for_model(true, gemma, Some(32 * mib)),
+            Packing::for_model(true, gemma, Some(32 * mib), false),
             Packing::AllButQ6K
         );
-        assert_eq!(Packing::for_model(true, gemma, None), Packing::AllButQ6K);
         assert_eq!(
-            Packing::for_model(false, gemma, Some(480 * mib)),
+            Packing::for_model(true, gemma, None, false),
+            Packing::AllButQ6K
+        );
+        assert_eq!(
+            Packing::for_model(true, gemma, Some(32 * mib), true),
+            Packing::All
+        );
+        assert_eq!(Packing::for_model(true, gemma, None, true), Packing::All);
+        assert_eq!(
+            Packing::for_model(false, gemma, Some(480 * mib), true),
             Packing::None
         );
         assert!(Packing::AllButQ6K.includes(GgmlType::Q4K));

@@ -261,12 +261,22 @@ impl PackedWeights {
 impl Kernels {
     /// True if this table multiplies `ty` faster from weights packed once
     /// ([`Self::new_packed`], [`Self::pack_rows`]) than from the file's
-    /// layout; a loader should then pack. (Every table can run packed weights; only AVX-512 VNNI gains.)
+    /// layout; a loader should then pack. (Every table can run packed
+    /// weights; AVX-512 VNNI gains for every packed type, AVX2 for Q4_K and
+    /// Q6_K.)
     pub fn packs(&self, ty: GgmlType) -> bool {
         match ty {
             GgmlType::Q4K | GgmlType::Q6K => self.table.packed_k.is_some(),
             _ => block_bytes(ty).is_some() && self.table.packed.is_some(),
         }
+    }
+
+    /// True if this table's packed `ty` also streams from memory (a matrix
+    /// beyond the caches) at least as fast as the file layout. Where not
+    /// (Q6_K on AVX-512 VNNI), a loader packs it only when the whole model
+    /// fits the last-level cache ([`crate::packing::Packing::for_model`]).
+    pub fn packed_streams(&self, ty: GgmlType) -> bool {
+        ty != GgmlType::Q6K || self.table.packed_q6_k_streams
     }
 
     /// A zeroed packed matrix of `n_rows` rows of `n_cols` weights of type

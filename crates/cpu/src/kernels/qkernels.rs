@@ -395,8 +395,13 @@ pub(crate) struct Table {
     /// Packed products; `Some` only where they beat the file layout (the
     /// table then asks for packing at load, [`Kernels::packs`]).
     pub packed: Option<PackedQ8>,
-    /// Packed Q4_K products; `Some` where they beat the file layout.
+    /// Packed Q4_K and Q6_K products; `Some` where they beat the file
+    /// layout.
     pub packed_k: Option<PackedQ8K>,
+    /// False where packed Q6_K streams from memory slower than the file
+    /// layout (AVX-512 VNNI on Zen 5, see `packing.rs`), so only a model
+    /// that fits the last-level cache packs it.
+    pub packed_q6_k_streams: bool,
     pub axpy_f16: AxpyF16,
     pub wsum_f16: WsumF16,
     pub dot_f16_multi: DotF16Multi,
@@ -439,6 +444,7 @@ impl Table {
         pack: packed::pack,
         packed: None,
         packed_k: None,
+        packed_q6_k_streams: true,
         axpy_f16: generic::axpy_f16,
         wsum_f16: generic::wsum_f16,
         dot_f16_multi: generic::dot_f16_multi,

@@ -842,6 +842,7 @@ pub(super) const TABLE: Table = Table {
     panel_q5_0: Some(super::avx2_panel::panel_q5_0),
     panel_q4_k: Some(super::avx2_panel_k::panel_q4_k),
     panel_q6_k: Some(super::avx2_panel_k::panel_q6_k),
+    packed_k: Some(super::avx2_packed_k::packed_products_k),
     axpy_f16,
     wsum_f16,
     dot_f16_multi,

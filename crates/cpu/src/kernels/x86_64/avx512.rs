@@ -455,6 +455,7 @@ const PANELS_VNNI: Table = Table {
     pack: super::avx512_packed::pack,
     packed: Some(super::avx512_packed::packed_products),
     packed_k: Some(super::avx512_packed_k::packed_products_k),
+    packed_q6_k_streams: false,
     ..avx2::TABLE
 };
 

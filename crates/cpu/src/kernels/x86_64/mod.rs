@@ -8,6 +8,7 @@
 #![allow(unsafe_code)]
 
 mod avx2;
+mod avx2_packed_k;
 mod avx2_panel;
 mod avx2_panel_k;
 mod avx2_x4;

@@ -1,0 +1,416 @@
+//! AVX2 products of Q4_K and Q6_K weights packed once at load (layouts in
+//! `kernels/packed_k.rs`, the same bytes the AVX-512 VNNI kernels read):
+//! each 64-byte register of a panel is two ymm halves, rows 0-7 and rows
+//! 8-15, each lane four quant bytes of one row. Without `vpdpbusd` a
+//! product is `vpmaddubsw` (unsigned quants × four broadcast signed
+//! activation bytes, pair sums in i16 lanes `2 r`, `2 r + 1`); those are
+//! summed in i16 over a sub-block (Q4_K: eight registers, at most
+//! `16 · 15 · 128 = 30720`; Q6_K: two, at most `4 · 63 · 128 = 32256`)
+//! and a single `vpmaddwd` against the sub-block's scale duplicated in
+//! both halves of lane `r` both applies the scale and widens to i32.
+//! Per 32 weights of a row that is one `vpmaddubsw` and an eighth (Q4_K)
+//! or a half (Q6_K) of a `vpmaddwd`, where the file-layout row kernels
+//! (`avx2::dot_q4_k`) take two of each; on Zen 2, whose one integer
+//! multiply pipe bounds them, the row kernels stream Q4_K at ~15 GB/s
+//! per core in cache, below what two cores read from DRAM.
+//!
+//! The integer sums are exactly the scalar twin's (`packed_k::products`)
+//! and combine with the same fused multiply-adds, so the results are
+//! equal bit for bit.
+
+use super::super::packed_k::{
+    panel_bytes, Q4K_BLOCK, Q4K_QS, Q4K_SCALES, Q6K_HEADER, Q6K_QH, Q6K_QUANTS,
+};
+use super::super::PanelOut;
+use super::avx2::{ld128, ld256};
+use super::avx2_panel_k::quad;
+use anedvd_base::GgmlType;
+use anedvd_quant::BlockQ8K;
+use std::arch::x86_64::*;
+
+/// Rows per panel (two ymm halves of eight).
+const PANEL: usize = 16;
+/// Tokens per chunk (activations of one chunk stay in L2).
+const TOKEN_CHUNK: usize = 64;
+/// Bytes prefetched ahead of the block being read, a quarter of a block's
+/// share between its steps (see `avx512_packed_k::PREFETCH_AHEAD`).
+const PREFETCH_AHEAD: usize = 2048;
+
+/// Eight bytes (the low half of `v` or, with `HI`, its high half) as
+/// sixteen i16 lanes, each byte in both lanes `2 r` and `2 r + 1`:
+/// `vpmaddwd` against it multiplies both pair sums of row `r` by it.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dup<const HI: bool, const SIGNED: bool>(v: __m128i) -> __m256i {
+    let d = if HI {
+        _mm_unpackhi_epi8(v, v)
+    } else {
+        _mm_unpacklo_epi8(v, v)
+    };
+    if SIGNED {
+        _mm256_cvtepi8_epi16(d)
+    } else {
+        _mm256_cvtepu8_epi16(d)
+    }
+}
+
+/// Rows 0-7 (`HI` false) or 8-15 of two byte groups as i16 pairs: lane
+/// `r` holds row `r`'s byte of `a` in its low half and of `b` in its high
+/// half (`vpmaddwd` against a broadcast pair sums both products).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn pairs<const HI: bool, const SIGNED: bool>(a: __m128i, b: __m128i) -> __m256i {
+    let d = if HI {
+        _mm_unpackhi_epi8(a, b)
+    } else {
+        _mm_unpacklo_epi8(a, b)
+    };
+    if SIGNED {
+        _mm256_cvtepi8_epi16(d)
+    } else {
+        _mm256_cvtepu8_epi16(d)
+    }
+}
+
+/// The 16 rows' eight sub-block scales and eight mins of a Q4_K panel
+/// block, one byte per row (as `avx512_packed_k::scales`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q4k_scales(blk: &[u8; Q4K_BLOCK]) -> ([__m128i; 8], [__m128i; 8]) {
+    let g: [__m128i; 12] = std::array::from_fn(|i| ld128(&blk[Q4K_SCALES + 16 * i..]));
+    let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
+    // (v >> 6) << 4 per byte: the shifts are 16-bit, the masks keep each
+    // byte's own bits.
+    let top = |v: __m128i| _mm_slli_epi16::<4>(_mm_and_si128(_mm_srli_epi16::<6>(v), m3));
+    let mut sc = [_mm_setzero_si128(); 8];
+    let mut mn = [_mm_setzero_si128(); 8];
+    for j in 0..4 {
+        sc[j] = _mm_and_si128(g[j], m63);
+        mn[j] = _mm_and_si128(g[j + 4], m63);
+        sc[j + 4] = _mm_or_si128(_mm_and_si128(g[j + 8], m15), top(g[j]));
+        mn[j + 4] = _mm_or_si128(
+            _mm_and_si128(_mm_srli_epi16::<4>(g[j + 8]), m15),
+            top(g[j + 4]),
+        );
+    }
+    (sc, mn)
+}
+
+/// Eight f16 at `s` (rows 0-7 or 8-15 of a block's `d` or `dmin`) as f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn f16x8(s: &[u8]) -> __m256 {
+    _mm256_cvtph_ps(ld128(s))
+}
+
+/// Adds `q · y` (unsigned bytes × signed bytes, pair sums) to `acc`'s i16
+/// lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn add_dot16(acc: __m256i, q: __m256i, y: __m256i) -> __m256i {
+    _mm256_add_epi16(acc, _mm256_maddubs_epi16(q, y))
+}
+
+/// One Q4_K panel block against `T` tokens: adds row `8 h + r` · token
+/// `t`'s share of this super-block to lane `r` of `acc[t][h]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn block_q4_k<const T: usize>(
+    blk: &[u8; Q4K_BLOCK],
+    y: [&BlockQ8K; T],
+    acc: &mut [[__m256; 2]; T],
+) {
+    let (sc, mn) = q4k_scales(blk);
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut isum = [[_mm256_setzero_si256(); 2]; T];
+    let ahead = blk.as_ptr().wrapping_add(PREFETCH_AHEAD);
+    for k in 0..4 {
+        prefetch(ahead.wrapping_add(k * Q4K_BLOCK / 4), Q4K_BLOCK / 4);
+        // Sub-blocks 2k (low nibbles) and 2k + 1 (high), in i16.
+        let mut lo = [[_mm256_setzero_si256(); 2]; T];
+        let mut hi = [[_mm256_setzero_si256(); 2]; T];
+        for q in 0..8 {
+            let at = Q4K_QS + 64 * (8 * k + q);
+            let g = [ld256(&blk[at..]), ld256(&blk[at + 32..])];
+            let wl = g.map(|v| _mm256_and_si256(v, m4));
+            let wh = g.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
+            for t in 0..T {
+                let al = _mm256_set1_epi32(quad(y[t], 64 * k + 4 * q));
+                let ah = _mm256_set1_epi32(quad(y[t], 64 * k + 32 + 4 * q));
+                for h in 0..2 {
+                    lo[t][h] = add_dot16(lo[t][h], wl[h], al);
+                    hi[t][h] = add_dot16(hi[t][h], wh[h], ah);
+                }
+            }
+        }
+        let s_lo = [
+            dup::<false, false>(sc[2 * k]),
+            dup::<true, false>(sc[2 * k]),
+        ];
+        let s_hi = [
+            dup::<false, false>(sc[2 * k + 1]),
+            dup::<true, false>(sc[2 * k + 1]),
+        ];
+        for t in 0..T {
+            for h in 0..2 {
+                let s = _mm256_add_epi32(
+                    _mm256_madd_epi16(lo[t][h], s_lo[h]),
+                    _mm256_madd_epi16(hi[t][h], s_hi[h]),
+                );
+                isum[t][h] = _mm256_add_epi32(isum[t][h], s);
+            }
+        }
+    }
+    // Mins of sub-blocks 2j and 2j + 1 as the two i16 halves of lane r.
+    let mn2: [[__m256i; 4]; 2] = [
+        std::array::from_fn(|j| pairs::<false, false>(mn[2 * j], mn[2 * j + 1])),
+        std::array::from_fn(|j| pairs::<true, false>(mn[2 * j], mn[2 * j + 1])),
+    ];
+    let d = [f16x8(&blk[..16]), f16x8(&blk[16..32])];
+    let dmin = [f16x8(&blk[32..48]), f16x8(&blk[48..64])];
+    for t in 0..T {
+        let b = |s: usize| i32::from(y[t].bsums[2 * s]) + i32::from(y[t].bsums[2 * s + 1]);
+        let bs: [__m256i; 4] =
+            std::array::from_fn(|j| _mm256_set1_epi32((b(2 * j) & 0xffff) | (b(2 * j + 1) << 16)));
+        let yd = _mm256_set1_ps(y[t].d);
+        for h in 0..2 {
+            let mut msum = _mm256_setzero_si256();
+            for j in 0..4 {
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn2[h][j], bs[j]));
+            }
+            let a = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(isum[t][h]),
+                _mm256_mul_ps(d[h], yd),
+                acc[t][h],
+            );
+            acc[t][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin[h], yd), a);
+        }
+    }
+}
+
+/// One Q6_K block (`q`: its quants, `hd`: its header) against `T` tokens:
+/// adds row `8 h + r` · token `t`'s share of this super-block to lane `r`
+/// of `acc[t][h]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn block_q6_k<const T: usize>(
+    q: &[u8; Q6K_QUANTS],
+    hd: &[u8; Q6K_HEADER],
+    y: [&BlockQ8K; T],
+    acc: &mut [[__m256; 2]; T],
+) {
+    let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
+    let groups: [__m128i; 16] = std::array::from_fn(|s| ld128(&hd[32 + 16 * s..]));
+    let scale: [[__m256i; 2]; 16] =
+        std::array::from_fn(|s| [dup::<false, true>(groups[s]), dup::<true, true>(groups[s])]);
+    let mut isum = [[_mm256_setzero_si256(); 2]; T];
+    // A quarter of the quants [`PREFETCH_AHEAD`] bytes on per quarter read.
+    let (ahead, part) = (q.as_ptr().wrapping_add(PREFETCH_AHEAD), Q6K_QUANTS / 4);
+    for n in 0..2 {
+        for h4 in 0..2 {
+            prefetch(ahead.wrapping_add((2 * n + h4) * part), part);
+            // Registers c = 4 h4 ..4 h4 + 4 of the four 32-weight runs i
+            // hold sub-blocks s = 8 n + 2 i + h4; two registers at a time
+            // keep the i16 sums from saturating.
+            for pair in 0..2 {
+                for h in 0..2 {
+                    let mut d16 = [[_mm256_setzero_si256(); 4]; T];
+                    for qq in 2 * pair..2 * pair + 2 {
+                        let c = 4 * h4 + qq;
+                        let a = ld256(&q[64 * (16 * n + c) + 32 * h..]);
+                        let b = ld256(&q[64 * (16 * n + 8 + c) + 32 * h..]);
+                        let hb = ld256(&q[Q6K_QH + 64 * (8 * n + c) + 32 * h..]);
+                        let w = [
+                            _mm256_or_si256(
+                                _mm256_and_si256(a, m4),
+                                _mm256_and_si256(_mm256_slli_epi16::<4>(hb), m2),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(b, m4),
+                                _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m2),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(a), m4),
+                                _mm256_and_si256(hb, m2),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(b), m4),
+                                _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m2),
+                            ),
+                        ];
+                        for (i, wi) in w.into_iter().enumerate() {
+                            for t in 0..T {
+                                let yq = _mm256_set1_epi32(quad(y[t], 128 * n + 32 * i + 4 * c));
+                                d16[t][i] = add_dot16(d16[t][i], wi, yq);
+                            }
+                        }
+                    }
+                    for t in 0..T {
+                        for (i, di) in d16[t].iter().enumerate() {
+                            let s = 8 * n + 2 * i + h4;
+                            let v = _mm256_madd_epi16(*di, scale[s][h]);
+                            isum[t][h] = _mm256_add_epi32(isum[t][h], v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // sum_s sc_s (dot_s - 32 bsum_s): the bsum part as scale pairs against
+    // broadcast bsum pairs.
+    let sp: [[__m256i; 8]; 2] = [
+        std::array::from_fn(|j| pairs::<false, true>(groups[2 * j], groups[2 * j + 1])),
+        std::array::from_fn(|j| pairs::<true, true>(groups[2 * j], groups[2 * j + 1])),
+    ];
+    let d = [f16x8(&hd[..16]), f16x8(&hd[16..32])];
+    for t in 0..T {
+        let bs = |j: usize| {
+            let (a, b) = (y[t].bsums[2 * j], y[t].bsums[2 * j + 1]);
+            _mm256_set1_epi32((i32::from(a) & 0xffff) | (i32::from(b) << 16))
+        };
+        let yd = _mm256_set1_ps(y[t].d);
+        for h in 0..2 {
+            let mut msum = _mm256_setzero_si256();
+            for (j, s) in sp[h].iter().enumerate() {
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(*s, bs(j)));
+            }
+            let v = _mm256_sub_epi32(isum[t][h], _mm256_slli_epi32::<5>(msum));
+            acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(d[h], yd), acc[t][h]);
+        }
+    }
+}
+
+/// Prefetches the `len` bytes at `p` (see `avx512_packed_k::prefetch`).
+/// Prefetching never faults, so running past the end of the panels is
+/// harmless.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn prefetch(p: *const u8, len: usize) {
+    for l in (0..len).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(l).cast());
+    }
+}
+
+/// The packed K-quant types, as const generic parameters.
+const Q4K: u8 = 0;
+const Q6K: u8 = 1;
+
+/// One panel of `nb` blocks of type `K` against `T` tokens (`nb` blocks
+/// each): lane `r` of `result[t][h]` is row `8 h + r` · token `t`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn panel<const K: u8, const T: usize>(
+    panel: &[u8],
+    nb: usize,
+    y: [&[BlockQ8K]; T],
+) -> [[__m256; 2]; T] {
+    let mut acc = [[_mm256_setzero_ps(); 2]; T];
+    if K == Q4K {
+        for (b, blk) in panel.chunks_exact(Q4K_BLOCK).enumerate() {
+            if let Ok(blk) = blk.try_into() {
+                block_q4_k::<T>(blk, y.map(|yt| &yt[b]), &mut acc);
+            }
+        }
+    } else {
+        let (quants, headers) = panel.split_at(nb * Q6K_QUANTS);
+        for (b, (q, h)) in quants
+            .chunks_exact(Q6K_QUANTS)
+            .zip(headers.chunks_exact(Q6K_HEADER))
+            .enumerate()
+        {
+            // The headers (a tenth of the panel) one block ahead.
+            prefetch(h.as_ptr().wrapping_add(Q6K_HEADER), Q6K_HEADER);
+            if let (Ok(q), Ok(h)) = (q.try_into(), h.try_into()) {
+                block_q6_k::<T>(q, h, y.map(|yt| &yt[b]), &mut acc);
+            }
+        }
+    }
+    acc
+}
+
+/// Writes a panel's results for tokens `t0..t0 + T` (rows past `n_rows`
+/// dropped).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn store<const T: usize>(
+    res: [[__m256; 2]; T],
+    o: &mut PanelOut<'_>,
+    n_rows: usize,
+    p: usize,
+    t0: usize,
+) {
+    let n = PANEL.min(n_rows - p * PANEL);
+    let mut tmp = [[0.0f32; PANEL]; T];
+    for (d, v) in tmp.iter_mut().zip(res) {
+        let (a, b) = d.split_at_mut(8);
+        // SAFETY: `a` and `b` are 8 writable f32 each; `storeu` is unaligned.
+        unsafe {
+            _mm256_storeu_ps(a.as_mut_ptr(), v[0]);
+            _mm256_storeu_ps(b.as_mut_ptr(), v[1]);
+        }
+    }
+    for (t, v) in tmp.iter().enumerate() {
+        o.put(t0 + t, p * PANEL, &v[..n]);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn products_as<const K: u8>(
+    panels: &[u8],
+    nb: usize,
+    n_rows: usize,
+    a: &[BlockQ8K],
+    o: &mut PanelOut<'_>,
+) {
+    let n_tok = a.len() / nb;
+    let ty = if K == Q4K {
+        GgmlType::Q4K
+    } else {
+        GgmlType::Q6K
+    };
+    let pb = panel_bytes(ty, nb);
+    if !o.fits(n_rows, n_tok) {
+        return;
+    }
+    let row = |t: usize| &a[t * nb..(t + 1) * nb];
+    let n_panels = n_rows.div_ceil(PANEL).min(panels.len() / pb);
+    for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
+        let c1 = (c0 + TOKEN_CHUNK).min(n_tok);
+        for p in 0..n_panels {
+            let pw = &panels[p * pb..(p + 1) * pb];
+            let mut t = c0;
+            while t + 2 <= c1 {
+                store(panel::<K, 2>(pw, nb, [row(t), row(t + 1)]), o, n_rows, p, t);
+                t += 2;
+            }
+            if t < c1 {
+                store(panel::<K, 1>(pw, nb, [row(t)]), o, n_rows, p, t);
+            }
+        }
+    }
+}
+
+/// Packed K-quant products (see `packed_k::products`).
+pub(super) fn packed_products_k(
+    ty: GgmlType,
+    panels: &[u8],
+    nb: usize,
+    n_rows: usize,
+    a: &[BlockQ8K],
+    o: &mut PanelOut<'_>,
+) {
+    if nb == 0 {
+        return;
+    }
+    // SAFETY: only reachable through the AVX2 table (and the AVX-512 ones
+    // built on it), which `avx2_table` / `avx512_table` return after
+    // detecting AVX2, FMA and F16C, every feature `products_as` is
+    // compiled for.
+    unsafe {
+        match ty {
+            GgmlType::Q4K => products_as::<Q4K>(panels, nb, n_rows, a, o),
+            GgmlType::Q6K => products_as::<Q6K>(panels, nb, n_rows, a, o),
+            _ => {}
+        }
+    }
+}
