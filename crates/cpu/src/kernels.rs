@@ -228,10 +228,10 @@ pub fn exp_scores_scalar(x: &mut [f32], scale: f32, cap: Option<f32>) -> (f32, f
 
 /// One key's row of an online-softmax tile, in place along query rows:
 /// `x[r] = exp(x[r] - shift[r])` and `sum[r] += x[r]` (over the shortest
-/// of the three). SIMD where the CPU has AVX-512 (bit for bit
+/// of the three). SIMD where the CPU has AVX-512 or AVX2 (bit for bit
 /// [`exp_shifted_add_scalar`]: the same operations per lane); elsewhere the
 /// scalar loop, which the compiler vectorizes at the baseline width (NEON
-/// on aarch64, SSE2 on x86-64).
+/// on aarch64, SSE2 on older x86-64).
 pub fn exp_shifted_add(x: &mut [f32], shift: &[f32], sum: &mut [f32]) {
     match crate::qkernels::simd_exp_shifted_add() {
         Some(f) => f(x, shift, sum),

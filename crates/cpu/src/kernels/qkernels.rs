@@ -21,9 +21,10 @@
 //! | F32, F16, BF16 | f32 | AVX2 | NEON |
 //! | f16 KV rows (attention: `axpy_f16`, weighted sums, multi-query dots) | f32 | AVX2, AVX-512 | NEON |
 //!
-//! Activation quantization (Q8, Q8_K), the gated activation and the
-//! attention score exponentiation have AVX-512 and NEON versions, bit for
-//! bit the scalar ones.
+//! Activation quantization (Q8, Q8_K) has AVX-512 and NEON versions; the
+//! gated activation and the attention score exponentiation AVX-512, AVX2
+//! (`x86_64/act.rs`, one algorithm over both widths) and NEON ones; all bit
+//! for bit the scalar ones.
 //!
 //! Prefill batches of at least `PANEL_MIN_TOKENS` tokens go through panel
 //! kernels where the table has them: each call's weight rows are unpacked
@@ -310,7 +311,7 @@ pub(crate) fn simd_exp_scores() -> Option<ExpScoresFn> {
 pub(crate) type ExpShiftedAddFn = fn(&mut [f32], &[f32], &mut [f32]);
 
 /// The SIMD online-softmax row step this CPU runs, if any (x86-64 with
-/// AVX-512 only: elsewhere the scalar loop vectorizes at full width).
+/// AVX-512 or AVX2: elsewhere the scalar loop vectorizes at full width).
 pub(crate) fn simd_exp_shifted_add() -> Option<ExpShiftedAddFn> {
     static F: std::sync::OnceLock<Option<ExpShiftedAddFn>> = std::sync::OnceLock::new();
     *F.get_or_init(|| {

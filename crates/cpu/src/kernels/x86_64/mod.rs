@@ -7,13 +7,13 @@
 //! confirms every feature the code is compiled for.
 #![allow(unsafe_code)]
 
+mod act;
 mod avx2;
 mod avx2_packed_k;
 mod avx2_panel;
 mod avx2_panel_k;
 mod avx2_x4;
 mod avx512;
-mod avx512_act;
 mod avx512_attn;
 mod avx512_packed;
 mod avx512_packed_k;
@@ -79,10 +79,13 @@ pub(super) fn quantizers() -> Option<(fn(&[f32], &mut [Q8Block]), fn(&[f32], &mu
     ok.then_some((avx512_quant::quantize_q8, avx512_quant::quantize_q8k))
 }
 
-/// The AVX-512 gated activation (bit for bit the scalar one), if the CPU has
-/// AVX-512 F.
+/// The widest gated activation (bit for bit the scalar one) this CPU
+/// runs: AVX-512 F, else AVX2.
 pub(super) fn gated_fn() -> Option<super::GatedFn> {
-    is_x86_feature_detected!("avx512f").then_some(avx512_act::gated as super::GatedFn)
+    if is_x86_feature_detected!("avx512f") {
+        return Some(act::avx512::gated as super::GatedFn);
+    }
+    has_avx2().then_some(act::avx2::gated as super::GatedFn)
 }
 
 /// The F16C conversion of f16 bytes to f32, if the CPU has AVX2, FMA and
@@ -91,13 +94,20 @@ pub(super) fn f16_to_f32_fn() -> Option<super::F16ToF32Fn> {
     has_avx2().then_some(avx2::f16_to_f32 as super::F16ToF32Fn)
 }
 
-/// The AVX-512 online-softmax row step, if the CPU has AVX-512 F.
+/// The widest online-softmax row step this CPU runs: AVX-512 F, else
+/// AVX2.
 pub(super) fn exp_shifted_add_fn() -> Option<super::ExpShiftedAddFn> {
-    is_x86_feature_detected!("avx512f")
-        .then_some(avx512_act::exp_shifted_add as super::ExpShiftedAddFn)
+    if is_x86_feature_detected!("avx512f") {
+        return Some(act::avx512::exp_shifted_add as super::ExpShiftedAddFn);
+    }
+    has_avx2().then_some(act::avx2::exp_shifted_add as super::ExpShiftedAddFn)
 }
 
-/// The AVX-512 attention score exponentiation, if the CPU has AVX-512 F.
+/// The widest attention score exponentiation this CPU runs: AVX-512 F,
+/// else AVX2.
 pub(super) fn exp_scores_fn() -> Option<super::ExpScoresFn> {
-    is_x86_feature_detected!("avx512f").then_some(avx512_act::exp_scores as super::ExpScoresFn)
+    if is_x86_feature_detected!("avx512f") {
+        return Some(act::avx512::exp_scores as super::ExpScoresFn);
+    }
+    has_avx2().then_some(act::avx2::exp_scores as super::ExpScoresFn)
 }
