@@ -843,6 +843,7 @@ pub(super) const TABLE: Table = Table {
     panel_q4_k: Some(super::avx2_panel_k::panel_q4_k),
     panel_q6_k: Some(super::avx2_panel_k::panel_q6_k),
     packed_k: Some(super::avx2_packed_k::packed_products_k),
+    gemm_f32: Some(super::avx2_attn::gemm_f32),
     axpy_f16,
     wsum_f16,
     dot_f16_multi,
