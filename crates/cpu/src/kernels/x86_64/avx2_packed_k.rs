@@ -42,16 +42,7 @@ const PREFETCH_AHEAD: usize = 2048;
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn dup<const HI: bool, const SIGNED: bool>(v: __m128i) -> __m256i {
-    let d = if HI {
-        _mm_unpackhi_epi8(v, v)
-    } else {
-        _mm_unpacklo_epi8(v, v)
-    };
-    if SIGNED {
-        _mm256_cvtepi8_epi16(d)
-    } else {
-        _mm256_cvtepu8_epi16(d)
-    }
+    pairs::<HI, SIGNED>(v, v)
 }
 
 /// Rows 0-7 (`HI` false) or 8-15 of two byte groups as i16 pairs: lane
@@ -73,10 +64,11 @@ fn pairs<const HI: bool, const SIGNED: bool>(a: __m128i, b: __m128i) -> __m256i 
 }
 
 /// The 16 rows' eight sub-block scales and eight mins of a Q4_K panel
-/// block, one byte per row (as `avx512_packed_k::scales`).
+/// block, one byte per row (lane), unpacked with 128-bit byte operations
+/// (the AVX-512 kernels widen them to i32 lanes).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn q4k_scales(blk: &[u8; Q4K_BLOCK]) -> ([__m128i; 8], [__m128i; 8]) {
+pub(super) fn q4k_scales(blk: &[u8]) -> ([__m128i; 8], [__m128i; 8]) {
     let g: [__m128i; 12] = std::array::from_fn(|i| ld128(&blk[Q4K_SCALES + 16 * i..]));
     let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
     // (v >> 6) << 4 per byte: the shifts are 16-bit, the masks keep each

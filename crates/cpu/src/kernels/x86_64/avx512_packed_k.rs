@@ -6,11 +6,10 @@
 //! one `vpdpbusd` against four signed activation bytes, shared by up to
 //! four tokens. Scalar twin: `packed_k::products` (bit for bit).
 
-use super::super::packed_k::{
-    panel_bytes, Q4K_BLOCK, Q4K_QS, Q4K_SCALES, Q6K_HEADER, Q6K_QH, Q6K_QUANTS,
-};
+use super::super::packed_k::{panel_bytes, Q4K_BLOCK, Q4K_QS, Q6K_HEADER, Q6K_QH, Q6K_QUANTS};
 use super::super::PanelOut;
 use super::avx2::{ld128, ld256};
+use super::avx2_packed_k::q4k_scales;
 use super::avx2_panel_k::quad;
 use super::avx512_panel::{ld512, store, PANEL};
 use anedvd_base::GgmlType;
@@ -42,22 +41,7 @@ const PREFETCH_AHEAD: usize = 2048;
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn scales(blk: &[u8]) -> ([__m512i; 8], [__m512i; 8]) {
-    let g: [__m128i; 12] = std::array::from_fn(|i| ld128(&blk[Q4K_SCALES + 16 * i..]));
-    let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
-    // (v >> 6) << 4 per byte: the shifts are 16-bit, the masks keep each
-    // byte's own bits.
-    let top = |v: __m128i| _mm_slli_epi16::<4>(_mm_and_si128(_mm_srli_epi16::<6>(v), m3));
-    let mut sc = [_mm_setzero_si128(); 8];
-    let mut mn = [_mm_setzero_si128(); 8];
-    for j in 0..4 {
-        sc[j] = _mm_and_si128(g[j], m63);
-        mn[j] = _mm_and_si128(g[j + 4], m63);
-        sc[j + 4] = _mm_or_si128(_mm_and_si128(g[j + 8], m15), top(g[j]));
-        mn[j + 4] = _mm_or_si128(
-            _mm_and_si128(_mm_srli_epi16::<4>(g[j + 8]), m15),
-            top(g[j + 4]),
-        );
-    }
+    let (sc, mn) = q4k_scales(blk);
     (
         sc.map(|v| _mm512_cvtepu8_epi32(v)),
         mn.map(|v| _mm512_cvtepu8_epi32(v)),
