@@ -263,7 +263,7 @@ impl Kernels {
     /// ([`Self::new_packed`], [`Self::pack_rows`]) than from the file's
     /// layout; a loader should then pack. (Every table can run packed
     /// weights; AVX-512 VNNI gains for every packed type, AVX2 for Q4_K and
-    /// Q6_K.)
+    /// Q6_K; AVX-512 without VNNI packs nothing.)
     pub fn packs(&self, ty: GgmlType) -> bool {
         match ty {
             GgmlType::Q4K | GgmlType::Q6K => self.table.packed_k.is_some(),

@@ -444,9 +444,10 @@ macro_rules! kernels {
     };
 }
 
-/// The VNNI build's packed kernels: the legacy types and Q4_K packed at
-/// load (`avx512_packed`, `avx512_packed_k`), and the legacy types per call
-/// in the same layout where they were not.
+/// The VNNI build's packed kernels: the legacy types, Q4_K and Q6_K
+/// packed at load (`avx512_packed`, `avx512_packed_k`; Q6_K only where the
+/// model fits the last-level cache), and the legacy types per call in the
+/// same layout where they were not.
 const PANELS_VNNI: Table = Table {
     panel_q4_0: Some(super::avx512_packed::panel_q4_0),
     panel_q5_0: Some(super::avx512_packed::panel_q5_0),
@@ -460,10 +461,13 @@ const PANELS_VNNI: Table = Table {
 };
 
 /// The BW build's legacy-type panel kernels (repacked per call; Q4_0 and
-/// Q5_0 only, see `avx512_panel`).
+/// Q5_0 only, see `avx512_panel`). Nothing is packed at load: the AVX2
+/// table's packed K-quant kernels were measured on Zen 2 only, never
+/// against the BW row and panel kernels on a CPU without VNNI.
 const PANELS_BW: Table = Table {
     panel_q4_0: Some(super::avx512_panel::bw::panel_q4_0),
     panel_q5_0: Some(super::avx512_panel::bw::panel_q5_0),
+    packed_k: None,
     ..avx2::TABLE
 };
 
