@@ -485,9 +485,9 @@ pub(super) fn packed_products_k(
     if nb == 0 {
         return;
     }
-    // SAFETY: only reachable through the AVX2 table (and the AVX-512 ones
-    // built on it), which `avx2_table` / `avx512_table` return after
-    // detecting AVX2, FMA and F16C, every feature `products_as` is
+    // SAFETY: only reachable through the AVX2 table (the AVX-512 ones set
+    // their own `packed_k`), which `avx2_table` returns after detecting
+    // AVX2, FMA and F16C, every feature `products_as` is
     // compiled for.
     unsafe {
         match ty {
