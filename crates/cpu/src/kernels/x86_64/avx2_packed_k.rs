@@ -359,7 +359,7 @@ fn block_q6_k<const T: usize>(
 /// harmless.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn prefetch(p: *const u8, len: usize) {
+pub(super) fn prefetch(p: *const u8, len: usize) {
     for l in (0..len).step_by(64) {
         _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(l).cast());
     }
@@ -410,7 +410,7 @@ fn panel<const K: u8, const T: usize>(
 /// dropped).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn store<const T: usize>(
+pub(super) fn store<const T: usize>(
     res: [[__m256; 2]; T],
     o: &mut PanelOut<'_>,
     n_rows: usize,

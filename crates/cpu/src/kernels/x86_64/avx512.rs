@@ -462,11 +462,12 @@ const PANELS_VNNI: Table = Table {
 
 /// The BW build's legacy-type panel kernels (repacked per call; Q4_0 and
 /// Q5_0 only, see `avx512_panel`). Nothing is packed at load: the AVX2
-/// table's packed K-quant kernels were measured on Zen 2 only, never
-/// against the BW row and panel kernels on a CPU without VNNI.
+/// table's packed kernels were measured on Zen 2 only, never against the
+/// BW row and panel kernels on a CPU without VNNI.
 const PANELS_BW: Table = Table {
     panel_q4_0: Some(super::avx512_panel::bw::panel_q4_0),
     panel_q5_0: Some(super::avx512_panel::bw::panel_q5_0),
+    packed: None,
     packed_k: None,
     ..avx2::TABLE
 };

@@ -20,13 +20,13 @@ const TOKEN_CHUNK: usize = 64;
 const PREFETCH_AHEAD: usize = 4096;
 
 /// The packed types, as const generic parameters.
-const Q8_0: u8 = 0;
-const Q4_0: u8 = 1;
-const Q5_0: u8 = 2;
-const IQ4NL: u8 = 3;
+pub(super) const Q8_0: u8 = 0;
+pub(super) const Q4_0: u8 = 1;
+pub(super) const Q5_0: u8 = 2;
+pub(super) const IQ4NL: u8 = 3;
 
 /// `ty`'s number for the const generic functions below.
-fn kind(ty: GgmlType) -> Option<u8> {
+pub(super) fn kind(ty: GgmlType) -> Option<u8> {
     match ty {
         GgmlType::Q8_0 => Some(Q8_0),
         GgmlType::Q4_0 => Some(Q4_0),
@@ -37,7 +37,7 @@ fn kind(ty: GgmlType) -> Option<u8> {
 }
 
 /// The type numbered `K`.
-const fn ty_of(k: u8) -> GgmlType {
+pub(super) const fn ty_of(k: u8) -> GgmlType {
     match k {
         Q8_0 => GgmlType::Q8_0,
         Q4_0 => GgmlType::Q4_0,

@@ -10,6 +10,7 @@
 mod act;
 mod avx2;
 mod avx2_attn;
+mod avx2_packed;
 mod avx2_packed_k;
 mod avx2_panel;
 mod avx2_panel_k;
