@@ -842,6 +842,7 @@ pub(super) const TABLE: Table = Table {
     panel_q5_0: Some(super::avx2_panel::panel_q5_0),
     panel_q4_k: Some(super::avx2_panel_k::panel_q4_k),
     panel_q6_k: Some(super::avx2_panel_k::panel_q6_k),
+    pack: super::avx2_packed::pack,
     packed: Some(super::avx2_packed::packed_products),
     packed_k: Some(super::avx2_packed_k::packed_products_k),
     gemm_f32: Some(super::avx2_attn::gemm_f32),

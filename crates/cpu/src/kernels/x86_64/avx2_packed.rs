@@ -32,6 +32,7 @@ use super::super::packed::{offset, weight_part};
 use super::super::{PanelOut, Q8Block};
 use super::avx2::{bytes_from_bits, ld128, ld256};
 use super::avx2_packed_k::{prefetch, store};
+use super::avx2_panel::{st256, transpose8};
 use super::avx512_packed::{kind, ty_of, IQ4NL, Q4_0, Q5_0, Q8_0};
 use super::avx512_panel::quad;
 use std::arch::x86_64::*;
@@ -42,6 +43,66 @@ const PANEL: usize = 16;
 const TOKEN_CHUNK: usize = 64;
 /// Bytes of packed data prefetched ahead of the block being read.
 const PREFETCH_AHEAD: usize = 2048;
+
+/// Row `r`'s block `x` (file layout) for packing: the f16 scale copied to
+/// `ds` (at `2 r`), the fifth bits of Q5_0 ORed into `masks` (bit `4 r + j`
+/// of mask `k` for weight `4 k + j`), and the quant bytes as they go into
+/// the weight registers before the transpose (Q8_0: 32 unsigned `w + 128`;
+/// the others: the 16 nibble bytes, zero-extended).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn pack_row<const K: u8>(
+    x: &[u8],
+    r: usize,
+    ds: &mut [u8],
+    masks: &mut [u64; 8],
+) -> __m256i {
+    ds[2 * r..2 * r + 2].copy_from_slice(&x[..2]);
+    match K {
+        Q8_0 => _mm256_xor_si256(ld256(&x[2..]), _mm256_set1_epi8(-128)),
+        Q5_0 => {
+            let qh = u32::from_le_bytes([x[2], x[3], x[4], x[5]]);
+            for (k, m) in masks.iter_mut().enumerate() {
+                *m |= u64::from((qh >> (4 * k)) & 0xf) << (4 * r);
+            }
+            _mm256_zextsi128_si256(ld128(&x[6..]))
+        }
+        _ => _mm256_zextsi128_si256(ld128(&x[2..])),
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack_as<const K: u8>(src: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
+    let ty = ty_of(K);
+    let (bb, wp) = (ty.block_bytes() as usize, weight_part(ty));
+    let n = src.len() / rb;
+    for (p, d) in dst.chunks_exact_mut(nb * bb * PANEL).enumerate() {
+        let rows = PANEL.min(n.saturating_sub(p * PANEL));
+        let (ds, dw) = d.split_at_mut(nb * 32);
+        ds.fill(0);
+        for b in 0..nb {
+            let w = &mut dw[b * wp..(b + 1) * wp];
+            let mut masks = [0u64; 8];
+            for h in 0..2 {
+                let mut u = [_mm256_setzero_si256(); 8];
+                for (i, ur) in u.iter_mut().enumerate().take(rows.saturating_sub(8 * h)) {
+                    let r = 8 * h + i;
+                    let at = (p * PANEL + r) * rb + b * bb;
+                    *ur = pack_row::<K>(&src[at..at + bb], r, &mut ds[32 * b..], &mut masks);
+                }
+                let regs = if K == Q8_0 { 8 } else { 4 };
+                for (k, v) in transpose8(&u).into_iter().enumerate().take(regs) {
+                    st256(&mut w[64 * k + 32 * h..], v);
+                }
+            }
+            if K == Q5_0 {
+                for (k, m) in masks.iter().enumerate() {
+                    w[256 + 8 * k..256 + 8 * k + 8].copy_from_slice(&m.to_le_bytes());
+                }
+            }
+        }
+    }
+}
 
 /// Weights `4k..4k + 4` of rows `8h..8h + 8` of one block (weight part
 /// `w`) as 32 bytes: unsigned `w + off` for Q4_0 and Q5_0, signed for Q8_0
@@ -206,6 +267,25 @@ fn products_as<const K: u8>(
             if t < c1 {
                 store(panel::<K, 1>(pw, ps, nb, [row(t)]), o, n_rows, p, t);
             }
+        }
+    }
+}
+
+/// Packs rows of `ty` (see `packed::pack`).
+pub(super) fn pack(ty: anedvd_base::GgmlType, src: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
+    let Some(k) = kind(ty) else { return };
+    if nb == 0 || rb < nb * ty.block_bytes() as usize {
+        return;
+    }
+    // SAFETY: only reachable through the AVX2 table, which `avx2_table`
+    // returns after detecting AVX2, FMA and F16C, every feature `pack_as`
+    // is compiled for.
+    unsafe {
+        match k {
+            Q8_0 => pack_as::<Q8_0>(src, rb, nb, dst),
+            Q4_0 => pack_as::<Q4_0>(src, rb, nb, dst),
+            Q5_0 => pack_as::<Q5_0>(src, rb, nb, dst),
+            _ => pack_as::<IQ4NL>(src, rb, nb, dst),
         }
     }
 }

@@ -8,7 +8,8 @@
 use super::super::generic::KVALUES_IQ4NL;
 use super::super::packed::{offset, weight_part};
 use super::super::{PanelOut, PanelScratch, Q8Block};
-use super::avx2::{ld128, ld256};
+use super::avx2::ld256;
+use super::avx2_packed::pack_row;
 use super::avx512_panel::{ld512, quad, st512, store, transpose16, TransposeIdx, PANEL};
 use anedvd_base::GgmlType;
 use std::arch::x86_64::*;
@@ -62,19 +63,7 @@ fn pack_as<const K: u8>(src: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
             let mut masks = [0u64; 8];
             for (r, ur) in u.iter_mut().enumerate().take(rows) {
                 let at = (p * PANEL + r) * rb + b * bb;
-                let x = &src[at..at + bb];
-                ds[b * 32 + 2 * r..b * 32 + 2 * r + 2].copy_from_slice(&x[..2]);
-                *ur = match K {
-                    Q8_0 => _mm256_xor_si256(ld256(&x[2..]), _mm256_set1_epi8(-128)),
-                    Q5_0 => {
-                        let qh = u32::from_le_bytes([x[2], x[3], x[4], x[5]]);
-                        for (k, m) in masks.iter_mut().enumerate() {
-                            *m |= u64::from((qh >> (4 * k)) & 0xf) << (4 * r);
-                        }
-                        _mm256_zextsi128_si256(ld128(&x[6..]))
-                    }
-                    _ => _mm256_zextsi128_si256(ld128(&x[2..])),
-                };
+                *ur = pack_row::<K>(&src[at..at + bb], r, &mut ds[32 * b..], &mut masks);
             }
             let t = transpose16(&u, &ix);
             let regs = if K == Q8_0 { 8 } else { 4 };
