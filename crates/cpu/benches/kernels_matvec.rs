@@ -25,7 +25,7 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         .collect();
     w.resize(rows * rb, 0);
     let scales: &[usize] = match ty {
-        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 => &[0],
+        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4NL => &[0],
         GgmlType::Q4K => &[0, 2],
         GgmlType::Q6K => &[208],
         _ => &[],
@@ -60,6 +60,7 @@ fn main() {
         (GgmlType::Q8_0, 640, 2048),    // ffn_down
         (GgmlType::Q5_0, 2048, 640),
         (GgmlType::Q4_0, 2048, 640),
+        (GgmlType::IQ4NL, 2048, 640),
         (GgmlType::Q4K, 640, 2048),
         (GgmlType::Q6K, 640, 2048),
         // Qwen1.5-MoE-A2.7B (hidden 2048): an expert's gate/up; the same

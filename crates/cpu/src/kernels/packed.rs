@@ -34,9 +34,10 @@
 //! scales, so they add nothing).
 //!
 //! [`pack`] and [`packed_products`] are the scalar twins of the AVX-512
-//! VNNI code: the packed bytes are identical and, because both accumulate
-//! each block with one fused multiply-add in block order, so are the
-//! results.
+//! VNNI code (`x86_64/avx512_packed.rs`) and of the AVX2 code, which reads
+//! each 64-byte register as two 8-row halves (`x86_64/avx2_packed.rs`): the
+//! packed bytes are identical and, because all accumulate each block with
+//! one fused multiply-add in block order, so are the results.
 //!
 //! Q4_K and Q6_K have their own panel layouts of the file's size
 //! (`packed_k.rs`); this module's [`PackedWeights`] and [`Kernels`] entry
@@ -262,8 +263,8 @@ impl Kernels {
     /// True if this table multiplies `ty` faster from weights packed once
     /// ([`Self::new_packed`], [`Self::pack_rows`]) than from the file's
     /// layout; a loader should then pack. (Every table can run packed
-    /// weights; AVX-512 VNNI gains for every packed type, AVX2 for Q4_K and
-    /// Q6_K; AVX-512 without VNNI packs nothing.)
+    /// weights; AVX-512 VNNI and AVX2 gain for every packed type; AVX-512
+    /// without VNNI packs nothing.)
     pub fn packs(&self, ty: GgmlType) -> bool {
         match ty {
             GgmlType::Q4K | GgmlType::Q6K => self.table.packed_k.is_some(),

@@ -34,12 +34,12 @@
 //! row). On aarch64 with i8mm the rows stay signed and are interleaved in
 //! pairs per 8 weights, the activations likewise in token pairs, so one
 //! `smmla` advances a 2-row × 2-token tile (`aarch64/neon_panel.rs`). On
-//! AVX-512 VNNI the legacy types (Q8_0, Q4_0, Q5_0, IQ4_NL), Q4_K and Q6_K,
-//! and on AVX2 Q4_K and Q6_K, are instead packed once at load into that
-//! layout ([`PackedWeights`], `packed.rs`, `packed_k.rs`; the K-quants keep
-//! their bits, so the packed copy is the file's size) and every product of
-//! theirs, single-token too, reads the packed panels (AVX2: each 64-byte
-//! register as two 8-row halves, `x86_64/avx2_packed_k.rs`).
+//! AVX-512 VNNI and on AVX2 the legacy types (Q8_0, Q4_0, Q5_0, IQ4_NL),
+//! Q4_K and Q6_K are instead packed once at load into that layout
+//! ([`PackedWeights`], `packed.rs`, `packed_k.rs`; the packed copy is the
+//! file's size) and every product of theirs, single-token too, reads the
+//! packed panels (AVX2: each 64-byte register as two 8-row halves,
+//! `x86_64/avx2_packed.rs`, `x86_64/avx2_packed_k.rs`).
 //!
 //! # How to call it from a matvec loop
 //!

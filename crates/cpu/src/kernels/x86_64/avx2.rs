@@ -129,16 +129,23 @@ pub(super) fn scale_pair(lo: i16, hi: i16) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo))
 }
 
+/// IQ4_NL's 16 values in both 128-bit lanes: `vpshufb` of it by nibbles
+/// gives the signed weights.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn iq4nl_values() -> __m256i {
+    let k = KVALUES_IQ4NL;
+    _mm256_broadcastsi128_si256(_mm_setr_epi8(
+        k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13],
+        k[14], k[15],
+    ))
+}
+
 /// The signed weight bytes of one IQ4_NL block.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) fn signed_iq4_nl(x: &[u8]) -> __m256i {
-    let k = KVALUES_IQ4NL;
-    let kv = _mm256_broadcastsi128_si256(_mm_setr_epi8(
-        k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13],
-        k[14], k[15],
-    ));
-    _mm256_shuffle_epi8(kv, nibbles(&x[2..]))
+    _mm256_shuffle_epi8(iq4nl_values(), nibbles(&x[2..]))
 }
 
 /// The signed weight bytes of one Q8_0 block.
@@ -455,11 +462,7 @@ fn dot_q6_k(x: &[u8], y: &[BlockQ8K]) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn dot_iq4_xs(x: &[u8], y: &[BlockQ8K]) -> f32 {
-    let k = KVALUES_IQ4NL;
-    let kv = _mm256_broadcastsi128_si256(_mm_setr_epi8(
-        k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13],
-        k[14], k[15],
-    ));
+    let kv = iq4nl_values();
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.chunks_exact(136).zip(y) {
         let d = f16v(rd16(xb, 0)) * yb.d;

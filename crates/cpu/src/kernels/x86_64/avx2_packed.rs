@@ -6,15 +6,20 @@
 //! result needs no horizontal sum (lane `r` is row `r`).
 //!
 //! Without `vpdpbusd` the products go through `vpmaddubsw`'s i16 pair sums,
-//! which must not saturate:
+//! which must not saturate (bounds with activations up to 128 in
+//! magnitude):
 //! - Q4_0 and Q5_0 are unpacked to unsigned `u = w + off` below 32 (pair
-//!   sums at most `2 · 31 · 127 = 7874`); those are summed in i16 over a
-//!   whole block for Q4_0 (at most `8 · 2 · 15 · 127 = 30480`) and four
-//!   registers for Q5_0 (31496), then one `vpmaddwd` against ones widens
-//!   them, and the offset comes back as `-off · sum(y)`.
-//! - Q8_0 and IQ4_NL have signed weights up to 127 in magnitude (the packed
-//!   `w + 128` would saturate), so they take `vpmaddubsw(|w|, sign(y, w))`
-//!   (llama.cpp's AVX2 trick), one `vpmaddwd` per register.
+//!   sums at most `2 · 31 · 128 = 7936`); those are summed in i16 over a
+//!   whole block for Q4_0 (at most `8 · 2 · 15 · 128 = 30720`) and over
+//!   four registers for Q5_0 (31744), then one `vpmaddwd` against ones
+//!   widens them, and the offset comes back as `-off · sum(y)`.
+//! - Q8_0 and IQ4_NL have signed weights (the packed `w + 128` would
+//!   saturate), so they take `vpmaddubsw(|w|, sign(y, w))` (llama.cpp's AVX2
+//!   trick; a Q8_0 weight of -128 gives `|w|` = 0x80, which `vpmaddubsw`
+//!   reads as 128), one `vpmaddwd` per register. That is exact for
+//!   activations in [-127, 127], which the activation quantizers give for
+//!   finite inputs (`vpsignb` would wrap a -128; the file-layout
+//!   `avx2::dot_q8_0` shares that precondition).
 //!
 //! That is what the file-layout row kernels (`avx2::dot_q8_0`) compute per
 //! row, but here one block scale conversion, one FMA and no horizontal sum
@@ -27,14 +32,13 @@
 //! (`packed::packed_products`) and combine with the same fused multiply-add
 //! per block, so the results are equal bit for bit.
 
-use super::super::generic::KVALUES_IQ4NL;
 use super::super::packed::{offset, weight_part};
 use super::super::{PanelOut, Q8Block};
-use super::avx2::{bytes_from_bits, ld128, ld256};
+use super::avx2::{bytes_from_bits, iq4nl_values, ld128, ld256};
 use super::avx2_packed_k::{prefetch, store};
 use super::avx2_panel::{st256, transpose8};
-use super::avx512_packed::{kind, ty_of, IQ4NL, Q4_0, Q5_0, Q8_0};
 use super::avx512_panel::quad;
+use anedvd_base::GgmlType;
 use std::arch::x86_64::*;
 
 /// Rows per panel (two ymm halves of eight).
@@ -43,6 +47,34 @@ const PANEL: usize = 16;
 const TOKEN_CHUNK: usize = 64;
 /// Bytes of packed data prefetched ahead of the block being read.
 const PREFETCH_AHEAD: usize = 2048;
+
+/// The packed types, as const generic parameters.
+pub(super) const Q8_0: u8 = 0;
+pub(super) const Q4_0: u8 = 1;
+pub(super) const Q5_0: u8 = 2;
+pub(super) const IQ4NL: u8 = 3;
+
+/// `ty`'s number for the const generic functions (here and in
+/// `avx512_packed`).
+pub(super) fn kind(ty: GgmlType) -> Option<u8> {
+    match ty {
+        GgmlType::Q8_0 => Some(Q8_0),
+        GgmlType::Q4_0 => Some(Q4_0),
+        GgmlType::Q5_0 => Some(Q5_0),
+        GgmlType::IQ4NL => Some(IQ4NL),
+        _ => None,
+    }
+}
+
+/// The type numbered `K`.
+pub(super) const fn ty_of(k: u8) -> GgmlType {
+    match k {
+        Q8_0 => GgmlType::Q8_0,
+        Q4_0 => GgmlType::Q4_0,
+        Q5_0 => GgmlType::Q5_0,
+        _ => GgmlType::IQ4NL,
+    }
+}
 
 /// Row `r`'s block `x` (file layout) for packing: the f16 scale copied to
 /// `ds` (at `2 r`), the fifth bits of Q5_0 ORed into `masks` (bit `4 r + j`
@@ -71,6 +103,8 @@ pub(super) fn pack_row<const K: u8>(
     }
 }
 
+/// Packs rows `src` (`rb` bytes, `nb` blocks each) into the panels `dst`:
+/// per block, each 8-row half's quant bytes transposed by dwords.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pack_as<const K: u8>(src: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
     let ty = ty_of(K);
@@ -123,26 +157,19 @@ fn weights<const K: u8>(w: &[u8], k: usize, h: usize) -> __m256i {
             let fifth = _mm256_and_si256(bytes_from_bits(bits), _mm256_set1_epi8(0x10));
             _mm256_or_si256(nib, fifth)
         }
-        IQ4NL => {
-            let t = KVALUES_IQ4NL;
-            let kv = _mm256_broadcastsi128_si256(_mm_setr_epi8(
-                t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12],
-                t[13], t[14], t[15],
-            ));
-            _mm256_shuffle_epi8(kv, nib)
-        }
+        IQ4NL => _mm256_shuffle_epi8(iq4nl_values(), nib),
         _ => nib,
     }
 }
 
-/// Registers of a block whose i16 pair sums are added before widening: all
-/// eight for Q4_0, four for Q5_0 (see the module documentation); the
-/// signed types widen every register.
+/// Registers of a block whose i16 pair sums are added before widening
+/// (see the module documentation): all eight for Q4_0, four for Q5_0. The
+/// signed types widen every product at once.
 const fn i16_run(k: u8) -> usize {
-    match k {
-        Q4_0 => 8,
-        Q5_0 => 4,
-        _ => 1,
+    if k == Q4_0 {
+        8
+    } else {
+        4
     }
 }
 
@@ -198,8 +225,8 @@ fn block<const K: u8, const T: usize, const NH: usize>(
 
 /// One packed panel (`nb` blocks: weight parts `pw`, f16 scales `ps`)
 /// against `T` tokens: lane `r` of `result[t][h]` is row `8 h + r` · token
-/// `t`. Four tokens take the halves one after the other (their sums and
-/// the weights would not fit the 16 ymm registers with both halves).
+/// `t`. Three and four tokens take the halves one after the other (their
+/// sums and the weights would not fit the 16 ymm registers with both).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn panel<const K: u8, const T: usize>(
@@ -211,15 +238,17 @@ fn panel<const K: u8, const T: usize>(
     let wp = weight_part(ty_of(K));
     let mut acc = [[_mm256_setzero_ps(); 2]; T];
     for b in 0..nb {
-        // Block `b`'s share of the panel, [`PREFETCH_AHEAD`] bytes on from
-        // the panel's start (its scales come first).
+        // Few tokens stream the panels faster than the hardware prefetcher
+        // fetches them: block `b`'s share of the panel, [`PREFETCH_AHEAD`]
+        // bytes on from the panel's start (its scales come first).
+        // Prefetching never faults, so running past the end is harmless.
         prefetch(
             ps.as_ptr().wrapping_add(b * (wp + 32) + PREFETCH_AHEAD),
             wp + 32,
         );
         let (w, ds) = (&pw[b * wp..(b + 1) * wp], &ps[32 * b..32 * b + 32]);
         let yb = y.map(|yt| &yt[b]);
-        if T == 4 {
+        if T >= 3 {
             block::<K, T, 1>(w, ds, 0, yb, &mut acc);
             block::<K, T, 1>(w, ds, 1, yb, &mut acc);
         } else {
@@ -229,6 +258,9 @@ fn panel<const K: u8, const T: usize>(
     acc
 }
 
+/// Products of `n_rows` packed rows (`panels`, `nb` blocks per row) with
+/// every token of `a`, into `o`: tokens in chunks that stay in L2, each
+/// panel of a chunk read once per four tokens.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn products_as<const K: u8>(
     panels: &[u8],
@@ -272,14 +304,14 @@ fn products_as<const K: u8>(
 }
 
 /// Packs rows of `ty` (see `packed::pack`).
-pub(super) fn pack(ty: anedvd_base::GgmlType, src: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
+pub(super) fn pack(ty: GgmlType, src: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
     let Some(k) = kind(ty) else { return };
     if nb == 0 || rb < nb * ty.block_bytes() as usize {
         return;
     }
-    // SAFETY: only reachable through the AVX2 table, which `avx2_table`
-    // returns after detecting AVX2, FMA and F16C, every feature `pack_as`
-    // is compiled for.
+    // SAFETY: only reachable through the AVX2 table and the AVX-512 BW one
+    // (which inherits it), built only after `has_avx2()` detected AVX2, FMA
+    // and F16C, every feature `pack_as` is compiled for.
     unsafe {
         match k {
             Q8_0 => pack_as::<Q8_0>(src, rb, nb, dst),
@@ -292,7 +324,7 @@ pub(super) fn pack(ty: anedvd_base::GgmlType, src: &[u8], rb: usize, nb: usize, 
 
 /// Packed products of the legacy types (see `packed::packed_products`).
 pub(super) fn packed_products(
-    ty: anedvd_base::GgmlType,
+    ty: GgmlType,
     panels: &[u8],
     nb: usize,
     n_rows: usize,

@@ -5,11 +5,10 @@
 //! place and unpacking each block once for up to four tokens. Scalar twins:
 //! `packed::pack`, `packed::packed_products` (bit for bit).
 
-use super::super::generic::KVALUES_IQ4NL;
 use super::super::packed::{offset, weight_part};
 use super::super::{PanelOut, PanelScratch, Q8Block};
-use super::avx2::ld256;
-use super::avx2_packed::pack_row;
+use super::avx2::{iq4nl_values, ld256};
+use super::avx2_packed::{kind, pack_row, ty_of, IQ4NL, Q4_0, Q5_0, Q8_0};
 use super::avx512_panel::{ld512, quad, st512, store, transpose16, TransposeIdx, PANEL};
 use anedvd_base::GgmlType;
 use std::arch::x86_64::*;
@@ -19,33 +18,6 @@ const TOKEN_CHUNK: usize = 64;
 /// Bytes of packed data prefetched ahead of the block being read (4 KB was
 /// best of 1-16 KB on the 262k-row Q8_0 output matrix, 1 and 2 threads).
 const PREFETCH_AHEAD: usize = 4096;
-
-/// The packed types, as const generic parameters.
-pub(super) const Q8_0: u8 = 0;
-pub(super) const Q4_0: u8 = 1;
-pub(super) const Q5_0: u8 = 2;
-pub(super) const IQ4NL: u8 = 3;
-
-/// `ty`'s number for the const generic functions below.
-pub(super) fn kind(ty: GgmlType) -> Option<u8> {
-    match ty {
-        GgmlType::Q8_0 => Some(Q8_0),
-        GgmlType::Q4_0 => Some(Q4_0),
-        GgmlType::Q5_0 => Some(Q5_0),
-        GgmlType::IQ4NL => Some(IQ4NL),
-        _ => None,
-    }
-}
-
-/// The type numbered `K`.
-pub(super) const fn ty_of(k: u8) -> GgmlType {
-    match k {
-        Q8_0 => GgmlType::Q8_0,
-        Q4_0 => GgmlType::Q4_0,
-        Q5_0 => GgmlType::Q5_0,
-        _ => GgmlType::IQ4NL,
-    }
-}
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn pack_as<const K: u8>(src: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
@@ -103,11 +75,7 @@ fn unpack<const K: u8>(w: &[u8]) -> [__m512i; 8] {
         }
     }
     if K == IQ4NL {
-        let t = KVALUES_IQ4NL;
-        let kv = _mm512_broadcast_i32x4(_mm_setr_epi8(
-            t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13],
-            t[14], t[15],
-        ));
+        let kv = _mm512_broadcast_i32x4(_mm256_castsi256_si128(iq4nl_values()));
         for vk in v.iter_mut() {
             *vk = _mm512_xor_si512(_mm512_shuffle_epi8(kv, *vk), _mm512_set1_epi8(-128));
         }
