@@ -47,6 +47,12 @@ const PANEL: usize = 16;
 const TOKEN_CHUNK: usize = 64;
 /// Bytes of packed data prefetched ahead of the block being read.
 const PREFETCH_AHEAD: usize = 2048;
+/// Tokens of a chunk from which Q5_0 panels are unpacked once for the
+/// chunk ([`unpack_panel`]) rather than once per four tokens
+/// (`kernels_matvec`, Q5_0 2048x640 in L2, GB/s per token, once per chunk
+/// against per four tokens: 8 tokens 29.3 / 31.7, 16 34.9 / 28.7, 64
+/// 39.9 / 32.6).
+const UNPACK_MIN_TOKENS: usize = 16;
 
 /// The packed types, as const generic parameters.
 pub(super) const Q8_0: u8 = 0;
@@ -173,13 +179,13 @@ const fn i16_run(k: u8) -> usize {
     }
 }
 
-/// Halves `h0..h0 + NH` of one panel block (weight part `w`, f16 scales
-/// `ds`, 32 bytes) against `T` tokens' blocks: adds row `8 h + r` · token
-/// `t` to lane `r` of `acc[t][h]`.
+/// Halves `h0..h0 + NH` of one panel block (register `k` of half `h` from
+/// `weights(k, h)`, f16 scales `ds`, 32 bytes) against `T` tokens' blocks:
+/// adds row `8 h + r` · token `t` to lane `r` of `acc[t][h]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn block<const K: u8, const T: usize, const NH: usize>(
-    w: &[u8],
+    weights: impl Fn(usize, usize) -> __m256i,
     ds: &[u8],
     h0: usize,
     y: [&Q8Block; T],
@@ -194,7 +200,7 @@ fn block<const K: u8, const T: usize, const NH: usize>(
             std::array::from_fn(|t| _mm256_set1_epi32(if signed { 0 } else { -off * y[t].isum }));
         let mut s16 = [_mm256_setzero_si256(); T];
         for k in 0..8 {
-            let wk = weights::<K>(w, k, h);
+            let wk = weights(k, h);
             if signed {
                 let mag = _mm256_abs_epi8(wk);
                 for t in 0..T {
@@ -225,12 +231,15 @@ fn block<const K: u8, const T: usize, const NH: usize>(
 
 /// One packed panel (`nb` blocks: weight parts `pw`, f16 scales `ps`)
 /// against `T` tokens: lane `r` of `result[t][h]` is row `8 h + r` · token
-/// `t`. Three and four tokens take the halves one after the other (their
-/// sums and the weights would not fit the 16 ymm registers with both).
+/// `t`. With `UNPACKED` the weights come from `unpacked` instead, the
+/// panel's registers as [`unpack_panel`] left them. Three and four tokens
+/// take the halves one after the other (their sums and the weights would
+/// not fit the 16 ymm registers with both).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn panel<const K: u8, const T: usize>(
+fn panel<const K: u8, const T: usize, const UNPACKED: bool>(
     pw: &[u8],
+    unpacked: &[__m256i],
     ps: &[u8],
     nb: usize,
     y: [&[Q8Block]; T],
@@ -238,6 +247,14 @@ fn panel<const K: u8, const T: usize>(
     let wp = weight_part(ty_of(K));
     let mut acc = [[_mm256_setzero_ps(); 2]; T];
     for b in 0..nb {
+        let ds = &ps[32 * b..32 * b + 32];
+        let yb = y.map(|yt| &yt[b]);
+        if UNPACKED {
+            let regs = &unpacked[16 * b..16 * b + 16];
+            block::<K, T, 1>(|k, h| regs[8 * h + k], ds, 0, yb, &mut acc);
+            block::<K, T, 1>(|k, h| regs[8 * h + k], ds, 1, yb, &mut acc);
+            continue;
+        }
         // Few tokens stream the panels faster than the hardware prefetcher
         // fetches them: block `b`'s share of the panel, [`PREFETCH_AHEAD`]
         // bytes on from the panel's start (its scales come first).
@@ -246,21 +263,99 @@ fn panel<const K: u8, const T: usize>(
             ps.as_ptr().wrapping_add(b * (wp + 32) + PREFETCH_AHEAD),
             wp + 32,
         );
-        let (w, ds) = (&pw[b * wp..(b + 1) * wp], &ps[32 * b..32 * b + 32]);
-        let yb = y.map(|yt| &yt[b]);
+        let w = &pw[b * wp..(b + 1) * wp];
+        let weights = |k, h| weights::<K>(w, k, h);
         if T >= 3 {
-            block::<K, T, 1>(w, ds, 0, yb, &mut acc);
-            block::<K, T, 1>(w, ds, 1, yb, &mut acc);
+            block::<K, T, 1>(weights, ds, 0, yb, &mut acc);
+            block::<K, T, 1>(weights, ds, 1, yb, &mut acc);
         } else {
-            block::<K, T, 2>(w, ds, 0, yb, &mut acc);
+            block::<K, T, 2>(weights, ds, 0, yb, &mut acc);
         }
     }
     acc
 }
 
+/// Every register of a panel's `nb` blocks (weight parts `pw`) unpacked
+/// into `out` (register `k` of half `h` of block `b` at `16 b + 8 h + k`).
+/// Q5_0's fifth bits take about seven instructions per register to merge,
+/// as many as four tokens' products of it, so a prefill chunk reads them
+/// unpacked (the other types unpack in one to three).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_panel<const K: u8>(pw: &[u8], nb: usize, out: &mut Vec<__m256i>) {
+    let wp = weight_part(ty_of(K));
+    out.clear();
+    for b in 0..nb {
+        let w = &pw[b * wp..(b + 1) * wp];
+        for h in 0..2 {
+            for k in 0..8 {
+                out.push(weights::<K>(w, k, h));
+            }
+        }
+    }
+}
+
+/// Tokens `c0..c1` against one panel, four at a time, then the rest.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn tokens<const K: u8, const UNPACKED: bool>(
+    (pw, unpacked, ps): (&[u8], &[__m256i], &[u8]),
+    nb: usize,
+    a: &[Q8Block],
+    (c0, c1): (usize, usize),
+    o: &mut PanelOut<'_>,
+    n_rows: usize,
+    p: usize,
+) {
+    let row = |t: usize| &a[t * nb..(t + 1) * nb];
+    let mut t = c0;
+    while t + 4 <= c1 {
+        let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
+        store(
+            panel::<K, 4, UNPACKED>(pw, unpacked, ps, nb, y),
+            o,
+            n_rows,
+            p,
+            t,
+        );
+        t += 4;
+    }
+    match c1 - t {
+        3 => {
+            let y = [row(t), row(t + 1), row(t + 2)];
+            store(
+                panel::<K, 3, UNPACKED>(pw, unpacked, ps, nb, y),
+                o,
+                n_rows,
+                p,
+                t,
+            );
+        }
+        2 => {
+            let y = [row(t), row(t + 1)];
+            store(
+                panel::<K, 2, UNPACKED>(pw, unpacked, ps, nb, y),
+                o,
+                n_rows,
+                p,
+                t,
+            );
+        }
+        1 => store(
+            panel::<K, 1, UNPACKED>(pw, unpacked, ps, nb, [row(t)]),
+            o,
+            n_rows,
+            p,
+            t,
+        ),
+        _ => {}
+    }
+}
+
 /// Products of `n_rows` packed rows (`panels`, `nb` blocks per row) with
 /// every token of `a`, into `o`: tokens in chunks that stay in L2, each
-/// panel of a chunk read once per four tokens.
+/// panel of a chunk read once per four tokens. Q5_0 panels are unpacked
+/// once per chunk of at least [`UNPACK_MIN_TOKENS`].
 #[target_feature(enable = "avx2,fma,f16c")]
 fn products_as<const K: u8>(
     panels: &[u8],
@@ -274,30 +369,17 @@ fn products_as<const K: u8>(
     if !o.fits(n_rows, n_tok) {
         return;
     }
-    let row = |t: usize| &a[t * nb..(t + 1) * nb];
     let n_panels = n_rows.div_ceil(PANEL).min(panels.len() / pb);
+    let mut unpacked = Vec::new();
     for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
         let c1 = (c0 + TOKEN_CHUNK).min(n_tok);
         for p in 0..n_panels {
             let (ps, pw) = panels[p * pb..(p + 1) * pb].split_at(nb * 32);
-            let mut t = c0;
-            while t + 4 <= c1 {
-                let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                store(panel::<K, 4>(pw, ps, nb, y), o, n_rows, p, t);
-                t += 4;
-            }
-            while t + 2 <= c1 {
-                store(
-                    panel::<K, 2>(pw, ps, nb, [row(t), row(t + 1)]),
-                    o,
-                    n_rows,
-                    p,
-                    t,
-                );
-                t += 2;
-            }
-            if t < c1 {
-                store(panel::<K, 1>(pw, ps, nb, [row(t)]), o, n_rows, p, t);
+            if K == Q5_0 && c1 - c0 >= UNPACK_MIN_TOKENS {
+                unpack_panel::<K>(pw, nb, &mut unpacked);
+                tokens::<K, true>((pw, &unpacked, ps), nb, a, (c0, c1), o, n_rows, p);
+            } else {
+                tokens::<K, false>((pw, &[], ps), nb, a, (c0, c1), o, n_rows, p);
             }
         }
     }
