@@ -297,7 +297,6 @@ fn unpack_panel<const K: u8>(pw: &[u8], nb: usize, out: &mut Vec<__m256i>) {
 /// Tokens `c0..c1` against one panel, four at a time, then the rest.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-#[allow(clippy::too_many_arguments)]
 fn tokens<const K: u8, const UNPACKED: bool>(
     (pw, unpacked, ps): (&[u8], &[__m256i], &[u8]),
     nb: usize,

@@ -1,4 +1,4 @@
-//! AVX-512 activation quantizers, bit for bit the scalar ones
+//! AVX-512 activation quantizers (`avx2_quant` is the AVX2 twin), bit for bit the scalar ones
 //! ([`Q8Block::quantize`], [`BlockQ8K::quantize`]): the same IEEE
 //! operations per element (multiply, round, convert) in vector lanes, the
 //! per-block scalars (`d`, `1/d`) computed as the scalar code does, the f16
@@ -6,6 +6,7 @@
 //! whose order-dependent NaN handling a vector max cannot reproduce.
 
 use super::super::Q8Block;
+use super::avx2_quant::f16_round;
 use anedvd_quant::{BlockQ8K, QK_K};
 use std::arch::x86_64::*;
 
@@ -52,16 +53,6 @@ fn low_bytes(v: __m512i, dst: &mut [i8]) {
     let dst = &mut dst[..16];
     // SAFETY: `dst` is 16 writable bytes; `storeu` is unaligned.
     unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(v)) };
-}
-
-/// f32 → f16 → f32 with F16C (round to nearest even, as
-/// `anedvd_quant::f32_to_f16` for every finite value; overflow to infinity).
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-fn f16_round(v: f32) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(
-        _mm_set_ss(v),
-    )))
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
@@ -159,34 +150,4 @@ pub(in super::super) fn quantize_q8k(x: &[f32], dst: &mut [BlockQ8K]) {
     // SAFETY: only handed out by `super::quantizers`, after detecting
     // AVX2, FMA, F16C and AVX-512 F/BW/VL.
     unsafe { q8k_row(x, dst) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use anedvd_quant::{f16_to_f32, f32_to_f16};
-
-    /// F16C's rounding equals ggml's software f32 → f16 on finite values:
-    /// every exponent, strided mantissas, both signs (subnormal results,
-    /// ties, overflow to infinity included).
-    #[test]
-    fn f16c_rounding_matches_software_on_finite_values() {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")) {
-            return;
-        }
-        let mut bits = 0u32;
-        let mut n = 0;
-        while bits < 0x7f80_0000 {
-            for sign in [0, 0x8000_0000] {
-                let v = f32::from_bits(bits | sign);
-                // SAFETY: AVX2 and F16C were detected above.
-                let hw = unsafe { f16_round(v) };
-                let sw = f16_to_f32(f32_to_f16(v));
-                assert_eq!(hw.to_bits(), sw.to_bits(), "{v:e} ({:#x})", v.to_bits());
-                n += 1;
-            }
-            bits += 0x1f3;
-        }
-        assert!(n > 100_000);
-    }
 }

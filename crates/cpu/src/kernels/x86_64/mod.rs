@@ -14,6 +14,7 @@ mod avx2_packed;
 mod avx2_packed_k;
 mod avx2_panel;
 mod avx2_panel_k;
+mod avx2_quant;
 mod avx2_x4;
 mod avx512;
 mod avx512_attn;
@@ -70,15 +71,18 @@ pub(super) fn avx512_table(vnni: bool) -> Option<Table> {
     }
 }
 
-/// The AVX-512 activation quantizers (bit for bit the scalar ones), if the
-/// CPU has AVX-512 F/BW/VL.
+/// The widest activation quantizers (bit for bit the scalar ones) this CPU
+/// runs: AVX-512 F/BW/VL, else AVX2.
 #[allow(clippy::type_complexity)]
 pub(super) fn quantizers() -> Option<(fn(&[f32], &mut [Q8Block]), fn(&[f32], &mut [BlockQ8K]))> {
-    let ok = has_avx2()
+    let avx512 = has_avx2()
         && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl");
-    ok.then_some((avx512_quant::quantize_q8, avx512_quant::quantize_q8k))
+    if avx512 {
+        return Some((avx512_quant::quantize_q8, avx512_quant::quantize_q8k));
+    }
+    has_avx2().then_some((avx2_quant::quantize_q8, avx2_quant::quantize_q8k))
 }
 
 /// The widest gated activation (bit for bit the scalar one) this CPU
