@@ -7,8 +7,10 @@ use std::arch::x86_64::*;
 
 /// `MR` rows of [`gemm_f32`], 16 columns (two registers) at a time, then
 /// 8, then single columns with `f32::mul_add` (the same fused operation).
-/// At most four rows: four rows × two registers of sums, the two `b`
-/// vectors and the broadcast fit the 16 ymm registers.
+/// At most six rows: six rows × two registers of sums, the two `b`
+/// vectors and the broadcast fit the 16 ymm registers, and twelve
+/// independent sums cover the fused multiply-add's latency on both pipes
+/// (five cycles × two per cycle).
 ///
 /// # Safety
 /// AVX2 and FMA must be present. For `i < MR`, `p < k`, `j < n` the
@@ -96,8 +98,8 @@ unsafe fn gemm_rows<const MR: usize>(
     }
 }
 
-/// See `generic::gemm_f32`; 4 rows at a time (an 8-row block as two), then
-/// 2, 1.
+/// See `generic::gemm_f32`; 6 rows at a time, then 4, 2, 1 (each element
+/// is the same chain of fused multiply-adds whatever the blocking).
 pub(super) fn gemm_f32(
     a: &[f32],
     strides: (usize, usize),
@@ -107,24 +109,28 @@ pub(super) fn gemm_f32(
     ldc: usize,
     (m, k, n): (usize, usize, usize),
 ) {
-    for (i, mr) in super::super::generic::gemm_row_blocks(m) {
-        for (i, mr) in [(i, mr.min(4)), (i + 4, mr.saturating_sub(4))] {
-            if mr == 0 {
-                continue;
-            }
-            let ai = a[i * strides.0..].as_ptr();
-            let ci = c[i * ldc..].as_mut_ptr();
-            // SAFETY: only reachable through the AVX2 table (AVX2 and FMA
-            // detected), and `Kernels::gemm_f32` checked that every element
-            // the `m × k × n` product reads or writes is inside `a`, `b` and
-            // `c`; rows `i..i + mr` are a subset of those.
-            unsafe {
-                match mr {
-                    4 => gemm_rows::<4>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
-                    2 => gemm_rows::<2>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
-                    _ => gemm_rows::<1>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
-                }
+    let mut i = 0;
+    while i < m {
+        let mr = match m - i {
+            6.. => 6,
+            4..=5 => 4,
+            2..=3 => 2,
+            _ => 1,
+        };
+        let ai = a[i * strides.0..].as_ptr();
+        let ci = c[i * ldc..].as_mut_ptr();
+        // SAFETY: only reachable through the AVX2 table (AVX2 and FMA
+        // detected), and `Kernels::gemm_f32` checked that every element the
+        // `m × k × n` product reads or writes is inside `a`, `b` and `c`;
+        // rows `i..i + mr` are a subset of those.
+        unsafe {
+            match mr {
+                6 => gemm_rows::<6>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
+                4 => gemm_rows::<4>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
+                2 => gemm_rows::<2>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
+                _ => gemm_rows::<1>(ai, strides, b.as_ptr(), ldb, ci, ldc, k, n),
             }
         }
+        i += mr;
     }
 }
