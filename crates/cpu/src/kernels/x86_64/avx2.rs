@@ -3,8 +3,6 @@
 
 use super::super::generic::{unpack_k4_scales, unpack_q3k_scales, KVALUES_IQ4NL};
 use super::super::{Q8Block, Table};
-use super::super::{KV_PREFETCH_ROWS, WSUM_BLOCK_ROWS};
-use super::prefetch_rows;
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
 
@@ -614,169 +612,6 @@ fn wsum_f16(v: &[u8], stride: usize, p: &[f32], out: &mut [f32]) {
     unsafe { wsum_f16_inner(v, stride, p, out) }
 }
 
-/// Dots of each of `n` f16 rows with `G` queries of `hd`, every row
-/// decoded once: `out[g * n_out + j]`. Rows go in pairs so each query load
-/// serves two rows (one accumulator per row and query).
-#[target_feature(enable = "avx2,fma,f16c")]
-fn dot_f16_g<const G: usize>(
-    w: &[u8],
-    stride: usize,
-    q: &[f32],
-    hd: usize,
-    out: &mut [f32],
-    n_out: usize,
-) {
-    let body = hd / 8 * 8;
-    let tail = |row: &[u8], g: usize| {
-        super::super::generic::dot_f16(&row[2 * body..2 * hd], &q[g * hd + body..(g + 1) * hd])
-    };
-    let mut j = 0;
-    while j + 2 <= n_out {
-        let r0 = &w[j * stride..j * stride + 2 * hd];
-        let r1 = &w[(j + 1) * stride..(j + 1) * stride + 2 * hd];
-        prefetch_rows(w, stride, j + KV_PREFETCH_ROWS, 2, 2 * hd);
-        let mut acc = [[_mm256_setzero_ps(); 2]; G];
-        let mut i = 0;
-        while i < body {
-            let (k0, k1) = (load_f16(&r0[2 * i..]), load_f16(&r1[2 * i..]));
-            for (g, a) in acc.iter_mut().enumerate() {
-                let qv = ld_ps(&q[g * hd + i..]);
-                a[0] = _mm256_fmadd_ps(k0, qv, a[0]);
-                a[1] = _mm256_fmadd_ps(k1, qv, a[1]);
-            }
-            i += 8;
-        }
-        for (g, a) in acc.iter().enumerate() {
-            out[g * n_out + j] = hsum(a[0]) + tail(r0, g);
-            out[g * n_out + j + 1] = hsum(a[1]) + tail(r1, g);
-        }
-        j += 2;
-    }
-    if j < n_out {
-        let r0 = &w[j * stride..j * stride + 2 * hd];
-        let mut acc = [_mm256_setzero_ps(); G];
-        let mut i = 0;
-        while i < body {
-            let k0 = load_f16(&r0[2 * i..]);
-            for (g, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(k0, ld_ps(&q[g * hd + i..]), *a);
-            }
-            i += 8;
-        }
-        for (g, a) in acc.iter().enumerate() {
-            out[g * n_out + j] = hsum(*a) + tail(r0, g);
-        }
-    }
-}
-
-/// Dots of f16 rows with several queries (up to four per pass over the rows).
-fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out: &mut [f32]) {
-    if n_q == 0 {
-        return;
-    }
-    let (hd, n) = (q.len() / n_q, out.len() / n_q);
-    let mut g0 = 0;
-    while g0 < n_q {
-        let gq = (n_q - g0).min(4);
-        let (qs, os) = (&q[g0 * hd..(g0 + gq) * hd], &mut out[g0 * n..(g0 + gq) * n]);
-        // SAFETY: only reachable through `TABLE`, which `avx2_table` returns
-        // after detecting AVX2, FMA and F16C.
-        unsafe {
-            match gq {
-                4 => dot_f16_g::<4>(w, stride, qs, hd, os, n),
-                3 => dot_f16_g::<3>(w, stride, qs, hd, os, n),
-                2 => dot_f16_g::<2>(w, stride, qs, hd, os, n),
-                _ => dot_f16_g::<1>(w, stride, qs, hd, os, n),
-            }
-        }
-        g0 += gq;
-    }
-}
-
-/// Weighted sums of `len` f16 rows with `G` weight vectors, every row
-/// decoded once (the same per-lane sums as [`wsum_f16`]). Rows go in blocks
-/// of [`WSUM_BLOCK_ROWS`]: every 16-output column strip of a block before
-/// the next block, the accumulators parked in `out`.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn wsum_f16_g<const G: usize>(
-    v: &[u8],
-    stride: usize,
-    p: &[f32],
-    len: usize,
-    out: &mut [f32],
-    hd: usize,
-) {
-    let body = hd / 16 * 16;
-    for g in 0..G {
-        out[g * hd..g * hd + body].fill(0.0);
-    }
-    let mut j0 = 0;
-    while j0 < len {
-        let j1 = (j0 + WSUM_BLOCK_ROWS).min(len);
-        let mut i = 0;
-        while i < body {
-            let mut acc: [[__m256; 2]; G] =
-                std::array::from_fn(|g| [ld_ps(&out[g * hd + i..]), ld_ps(&out[g * hd + i + 8..])]);
-            for j in j0..j1 {
-                if i == 0 {
-                    // The next block's rows, whole, during the first strip.
-                    prefetch_rows(v, stride, j + WSUM_BLOCK_ROWS, 1, 2 * hd);
-                }
-                let row = &v[j * stride + 2 * i..j * stride + 2 * i + 32];
-                let (k0, k1) = (load_f16(row), load_f16(&row[16..]));
-                for (g, a) in acc.iter_mut().enumerate() {
-                    let pv = _mm256_set1_ps(p[g * len + j]);
-                    a[0] = _mm256_fmadd_ps(pv, k0, a[0]);
-                    a[1] = _mm256_fmadd_ps(pv, k1, a[1]);
-                }
-            }
-            for (g, a) in acc.iter().enumerate() {
-                for (h, a) in a.iter().enumerate() {
-                    let dst = &mut out[g * hd + i + 8 * h..g * hd + i + 8 * h + 8];
-                    // SAFETY: `dst` is 8 writable f32; `storeu` has no alignment requirement.
-                    unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *a) };
-                }
-            }
-            i += 16;
-        }
-        j0 = j1;
-    }
-    if body < hd {
-        for g in 0..G {
-            let o = &mut out[g * hd + body..(g + 1) * hd];
-            super::super::generic::wsum_f16(&v[2 * body..], stride, &p[g * len..(g + 1) * len], o);
-        }
-    }
-}
-
-/// Weighted sums of f16 rows with several weight vectors (up to four per
-/// pass over the rows).
-fn wsum_f16_multi(v: &[u8], stride: usize, p: &[f32], n_q: usize, out: &mut [f32]) {
-    if n_q == 0 {
-        return;
-    }
-    let (len, hd) = (p.len() / n_q, out.len() / n_q);
-    let mut g0 = 0;
-    while g0 < n_q {
-        let gq = (n_q - g0).min(4);
-        let (ps, os) = (
-            &p[g0 * len..(g0 + gq) * len],
-            &mut out[g0 * hd..(g0 + gq) * hd],
-        );
-        // SAFETY: only reachable through `TABLE`, which `avx2_table` returns
-        // after detecting AVX2, FMA and F16C.
-        unsafe {
-            match gq {
-                4 => wsum_f16_g::<4>(v, stride, ps, len, os, hd),
-                3 => wsum_f16_g::<3>(v, stride, ps, len, os, hd),
-                2 => wsum_f16_g::<2>(v, stride, ps, len, os, hd),
-                _ => wsum_f16_g::<1>(v, stride, ps, len, os, hd),
-            }
-        }
-        g0 += gq;
-    }
-}
-
 // ------------------------------------------------------------------- table
 
 /// A safe row loop around a `#[target_feature]` dot.
@@ -851,7 +686,7 @@ pub(super) const TABLE: Table = Table {
     gemm_f32: Some(super::avx2_attn::gemm_f32),
     axpy_f16,
     wsum_f16,
-    dot_f16_multi,
-    wsum_f16_multi,
+    dot_f16_multi: super::avx2_attn::dot_f16_multi,
+    wsum_f16_multi: super::avx2_attn::wsum_f16_multi,
     ..Table::GENERIC
 };
