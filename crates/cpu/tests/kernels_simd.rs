@@ -333,6 +333,19 @@ fn f16_multi_query_dots_match_f64() {
                         );
                     }
                 }
+                // Each weight vector's sums are the single-vector kernel's,
+                // bit for bit (every table accumulates each output in row
+                // order from zero).
+                for g in 0..n_q {
+                    let mut one = vec![f32::NAN; hd];
+                    k.weighted_sum_f16(&w, stride, &p[g * n_rows..(g + 1) * n_rows], &mut one);
+                    assert_eq!(
+                        &ws[g * hd..(g + 1) * hd],
+                        &one[..],
+                        "{} wsum hd={hd} n_q={n_q} q{g}: multi against single",
+                        k.name()
+                    );
+                }
                 // Rows beyond a short buffer are left out, as in `weighted_sum_f16`.
                 let short = &w[..2 * stride + 2 * hd - 1];
                 let mut ws = vec![f32::NAN; n_q * hd];

@@ -370,8 +370,8 @@ pub fn axpy_f16(y: &mut [f32], a: f32, x: &[u8]) {
 }
 
 /// The row blocks of a [`gemm_f32`] of `m` rows as `(first row, rows)`:
-/// 8 at a time, then 4, 2 and 1 (the register tiles the SIMD versions
-/// instantiate).
+/// 8 at a time, then 4, 2 and 1 (the register tiles the AVX-512 and NEON
+/// versions instantiate; the AVX2 one takes 6 rows at a time).
 pub(crate) fn gemm_row_blocks(m: usize) -> impl Iterator<Item = (usize, usize)> {
     let mut i = 0;
     std::iter::from_fn(move || {

@@ -14,14 +14,14 @@
 //!
 //! | weights | activation | x86-64 | aarch64 |
 //! |---|---|---|---|
-//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register); prefill: AVX2 4-token (8-row panels for Q4_0, Q5_0), AVX-512 16-row panels | NEON (dotprod `sdot` where detected); prefill: NEON and dotprod 4-token, i8mm 4-row panels |
+//! | Q8_0, Q4_0, Q5_0, IQ4_NL | Q8 | AVX2, AVX-512 (2 blocks/register); packed at load (AVX2, AVX-512 VNNI): 16-row panels; unpacked prefill: AVX2 4-token (8-row panels for Q4_0, Q5_0), AVX-512 16-row panels | NEON (dotprod `sdot` where detected); prefill: NEON and dotprod 4-token, i8mm 4-row panels |
 //! | Q4_1, Q5_1 | Q8 (with `s`) | AVX2 | NEON |
 //! | Q4_K, Q5_K, Q6_K | Q8_K | AVX2, AVX-512; prefill (Q4_K, Q6_K): AVX2 and AVX-512 4-token, AVX2 8-row and AVX-512 16-row panels | NEON (Q4_K, Q6_K also dotprod `sdot` where detected); prefill (Q4_K, Q6_K): NEON and dotprod 4-token, i8mm 4-row panels |
 //! | Q2_K, Q3_K, IQ4_XS | Q8_K | AVX2 | NEON |
 //! | F32, F16, BF16 | f32 | AVX2 | NEON |
 //! | f16 KV rows (attention: `axpy_f16`, weighted sums, multi-query dots) | f32 | AVX2, AVX-512 | NEON |
 //!
-//! Activation quantization (Q8, Q8_K) has AVX-512 and NEON versions; the
+//! Activation quantization (Q8, Q8_K) has AVX-512, AVX2 and NEON versions; the
 //! gated activation and the attention score exponentiation AVX-512, AVX2
 //! (`x86_64/act.rs`, one algorithm over both widths) and NEON ones; all bit
 //! for bit the scalar ones.

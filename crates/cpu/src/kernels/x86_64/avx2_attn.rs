@@ -191,7 +191,8 @@ fn dot_pass<const G: usize, const R: usize>(rows: [&[u8]; R], q: &[f32], body: u
 /// Dots of each of `n_out` f16 rows with `G` queries of `hd`, every row
 /// decoded once: `out[g * n_out + j]`. Rows go four at a time for up to two
 /// queries, two at a time for more ([`dot_pass`]); each pass's rows are
-/// bounds-checked once and read through pointers.
+/// bounds-checked once and read through pointers (the scalar tail of a head
+/// width that is not a multiple of 8 slices them again).
 #[target_feature(enable = "avx2,fma,f16c")]
 fn dot_f16_g<const G: usize>(
     w: &[u8],

@@ -202,6 +202,67 @@ mod tests {
     use super::*;
     use anedvd_quant::{f16_to_f32, f32_to_f16};
 
+    /// The AVX2 quantizers against the scalar ones, called directly (an
+    /// AVX-512 host hands out its own through `quantizers()`, so the
+    /// integration tests never reach these there): exact ties, zeros of
+    /// both signs, denormals (an infinite `1/d`), NaN and infinities (the
+    /// scalar path), a largest magnitude repeated with both signs, and
+    /// random blocks over twelve decades.
+    #[test]
+    fn avx2_quantizers_match_scalar_bit_for_bit() {
+        if !super::super::has_avx2() {
+            return;
+        }
+        let mut state = 0x9e37_79b9_u64;
+        let mut rand = || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let mut blocks: Vec<Vec<f32>> = vec![
+            (0..QK_K)
+                .map(|i| [127.0, -127.0, 0.5, -0.5, 1.5, -2.5, 20.5, -3.5][i % 8])
+                .collect(),
+            (0..QK_K)
+                .map(|i| [-127.0, 127.0, 0.5, -0.5, 1.5, -2.5, 20.5, -3.5][i % 8])
+                .collect(),
+            vec![0.0; QK_K],
+            (0..QK_K)
+                .map(|i| if i % 2 == 0 { -0.0 } else { 0.0 })
+                .collect(),
+            (0..QK_K).map(|i| f32::from_bits(1 + i as u32)).collect(),
+        ];
+        for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut b: Vec<f32> = (0..QK_K).map(|_| rand() * 5.0).collect();
+            b[37] = special;
+            b[200] = special;
+            blocks.push(b);
+        }
+        for e in -6..6 {
+            let s = 10f32.powi(e);
+            blocks.push((0..QK_K).map(|_| rand() * s).collect());
+        }
+        let x: Vec<f32> = blocks.concat();
+        let mut got = vec![Q8Block::quantize(&[0.0; 32]); x.len() / 32];
+        quantize_q8(&x, &mut got);
+        for (i, (g, c)) in got.iter().zip(x.chunks_exact(32)).enumerate() {
+            let want = Q8Block::quantize(c.try_into().expect("32 values"));
+            assert_eq!(g.qs, want.qs, "q8 block {i}");
+            assert_eq!(g.d.to_bits(), want.d.to_bits(), "q8 d block {i}");
+            assert_eq!(g.s.to_bits(), want.s.to_bits(), "q8 s block {i}");
+            assert_eq!(g.isum, want.isum, "q8 isum block {i}");
+        }
+        let mut got = vec![BlockQ8K::ZERO; x.len() / QK_K];
+        quantize_q8k(&x, &mut got);
+        for (i, (g, c)) in got.iter().zip(x.chunks_exact(QK_K)).enumerate() {
+            let want = BlockQ8K::quantize(c.try_into().expect("256 values"));
+            assert_eq!(g.qs, want.qs, "q8k block {i}");
+            assert_eq!(g.d.to_bits(), want.d.to_bits(), "q8k d block {i}");
+            assert_eq!(g.bsums, want.bsums, "q8k bsums block {i}");
+        }
+    }
+
     /// F16C's rounding equals ggml's software f32 → f16 on finite values:
     /// every exponent, strided mantissas, both signs (subnormal results,
     /// ties, overflow to infinity included).

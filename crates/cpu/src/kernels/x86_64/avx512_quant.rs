@@ -71,7 +71,10 @@ fn q8_block(x: &[f32; 32]) -> Q8Block {
     let mut qs = [0i8; 32];
     low_bytes(q0, &mut qs[..16]);
     low_bytes(q1, &mut qs[16..]);
-    // Finite inputs: every lane is in [-127, 127], its own low byte.
+    // Finite inputs: every lane is in [-127, 127], its own low byte, unless
+    // `1/d` is infinite (a block of denormals): then every lane is
+    // `i32::MIN`, whose low byte is 0, and the 32 of them sum to 0 mod 2^32,
+    // as the scalar sum of the bytes.
     let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
     Q8Block {
         d: f16_round(d),
