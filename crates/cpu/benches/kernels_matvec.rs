@@ -74,6 +74,8 @@ fn main() {
         // Qwen's 151936-token output matrix at hidden 2048 (Q6_K in a
         // Q4_K_M file): 255 MB.
         (GgmlType::Q6K, 151_936, 2048),
+        // 0.2 MB of Q6_K that stays in L2 (the kernel's compute rate).
+        (GgmlType::Q6K, 128, 2048),
         // Llama-3.1-8B's ffn_down (48 MB, long rows) and output matrix
         // (431 MB), both Q6_K in its Q4_K_M file.
         (GgmlType::Q6K, 4096, 14_336),

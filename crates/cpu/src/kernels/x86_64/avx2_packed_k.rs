@@ -14,6 +14,14 @@
 //! multiply pipe bounds them, the row kernels stream Q4_K at ~15 GB/s
 //! per core in cache, below what two cores read from DRAM.
 //!
+//! Four tokens at a time (prefill), a Q6_K panel is first unpacked for the
+//! whole token chunk ([`unpack_q6k_panel`]): rebuilding each register's
+//! 6-bit quants from `ql` and `qh` (about four shifts and masks) once per
+//! four tokens took a third of the kernel's time, because those
+//! instructions share the pipes of the products. Q6_K at 64 tokens went
+//! from 29 to 41 GB/s per token (`kernels_matvec`), Llama-3.2-1B-shaped
+//! pp512 from 115 to 125 tok/s.
+//!
 //! The integer sums are exactly the scalar twin's (`packed_k::products`)
 //! and combine with the same fused multiply-adds, so the results are
 //! equal bit for bit.
@@ -354,6 +362,158 @@ fn block_q6_k<const T: usize>(
     }
 }
 
+/// Register `c` (0..8) of run `i` of sub-block rows `128 n ..128 n + 128`
+/// of a Q6_K block's quants `q`, half `h`: the unsigned 6-bit quants of
+/// rows `8 h ..8 h + 8`, four per lane, rebuilt from `ql` and `qh`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q6k_weights(q: &[u8; Q6K_QUANTS], h: usize, n: usize, i: usize, c: usize) -> __m256i {
+    let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
+    let l = ld256(&q[64 * (16 * n + 8 * (i % 2) + c) + 32 * h..]);
+    let hb = ld256(&q[Q6K_QH + 64 * (8 * n + c) + 32 * h..]);
+    let low = if i < 2 {
+        _mm256_and_si256(l, m4)
+    } else {
+        _mm256_and_si256(_mm256_srli_epi16::<4>(l), m4)
+    };
+    // Bits 2 i ..2 i + 2 of `qh` to bits 4..6.
+    let high = match i {
+        0 => _mm256_slli_epi16::<4>(hb),
+        1 => _mm256_slli_epi16::<2>(hb),
+        2 => hb,
+        _ => _mm256_srli_epi16::<2>(hb),
+    };
+    _mm256_or_si256(low, _mm256_and_si256(high, m2))
+}
+
+/// Registers of one half of a Q6_K panel block as [`unpack_q6k_panel`]
+/// leaves them: the 64 quant registers in the order
+/// [`block_q6_k_unpacked`] reads them, the 16 sub-block scales of lane `r`
+/// as [`dup`] spreads them, then the 8 scale pairs of the bsum term (see
+/// [`block_q6_k`]).
+const Q6K_HALF: usize = 64 + 16 + 8;
+/// Registers of one unpacked Q6_K panel block (both halves).
+const Q6K_UNPACKED: usize = 2 * Q6K_HALF;
+
+/// [`block_q6_k`] for four tokens, on the block unpacked (`regs`, see
+/// [`Q6K_HALF`]), half by half and one sub-block run at a time, so that the
+/// four tokens' i16 and i32 sums, a register and the broadcast activations
+/// fit the 16 ymm registers. The multiply pipe bounds it: one `vpmaddubsw`
+/// per register and token, a `vpmaddwd` per two.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn block_q6_k_unpacked<const T: usize>(
+    regs: &[__m256i; Q6K_UNPACKED],
+    hd: &[u8; Q6K_HEADER],
+    y: [&BlockQ8K; T],
+    acc: &mut [[__m256; 2]; T],
+) {
+    for (h, half) in regs.chunks_exact(Q6K_HALF).enumerate() {
+        let Ok(half) = <&[__m256i; Q6K_HALF]>::try_from(half) else {
+            return;
+        };
+        let mut isum = [_mm256_setzero_si256(); T];
+        q6k_step::<T, 0, 0>(half, y, &mut isum);
+        q6k_step::<T, 0, 1>(half, y, &mut isum);
+        q6k_step::<T, 1, 0>(half, y, &mut isum);
+        q6k_step::<T, 1, 1>(half, y, &mut isum);
+        let d = f16x8(&hd[16 * h..]);
+        for t in 0..T {
+            let mut msum = _mm256_setzero_si256();
+            for j in 0..8 {
+                let b = _mm256_set1_epi32(bsum_pair(y[t], j));
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(half[80 + j], b));
+            }
+            let v = _mm256_sub_epi32(isum[t], _mm256_slli_epi32::<5>(msum));
+            let yd = _mm256_set1_ps(y[t].d);
+            acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(d, yd), acc[t][h]);
+        }
+    }
+}
+
+/// Adds the products of sub-blocks `8 N + 2 i + H4` (`i` in 0..4) of a
+/// half of [`block_q6_k_unpacked`] to `isum`: registers
+/// `16 (2 N + H4) + 4 i + c` of `half` against activation bytes
+/// `128 N + 16 H4 + 32 i + 4 c..`, the sums of each `i` times its scale
+/// pairs. Two registers at a time
+/// keep the i16 sums from saturating. (`N` and `H4` are constants so that
+/// every index is, and no bounds check is left in the loop.)
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q6k_step<const T: usize, const N: usize, const H4: usize>(
+    half: &[__m256i; Q6K_HALF],
+    y: [&BlockQ8K; T],
+    isum: &mut [__m256i; T],
+) {
+    for i in 0..4 {
+        let sc = half[64 + 8 * N + 2 * i + H4];
+        for pair in 0..2 {
+            let mut d16 = [_mm256_setzero_si256(); T];
+            for c in 2 * pair..2 * pair + 2 {
+                let w = half[16 * (2 * N + H4) + 4 * i + c];
+                for t in 0..T {
+                    let a = _mm256_set1_epi32(quad(y[t], 128 * N + 16 * H4 + 32 * i + 4 * c));
+                    d16[t] = add_dot16(d16[t], w, a);
+                }
+            }
+            for t in 0..T {
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(d16[t], sc));
+            }
+        }
+    }
+}
+
+/// `bsums[2 j]` in the low and `bsums[2 j + 1]` in the high 16 bits (one
+/// load: the two are adjacent).
+#[inline(always)]
+fn bsum_pair(y: &BlockQ8K, j: usize) -> i32 {
+    let b = &y.bsums[2 * j..2 * j + 2];
+    (u32::from(b[0] as u16) | (u32::from(b[1] as u16) << 16)) as i32
+}
+
+/// Every Q6_K register of a panel's `nb` blocks (quants `quants`) as
+/// [`q6k_weights`] rebuilds it, into `out` ([`Q6K_UNPACKED`] per block, in
+/// the order [`block_q6_k_unpacked`] reads them): a prefill chunk reads
+/// them once per four tokens.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_q6k_panel(panel: &[u8], nb: usize, out: &mut Vec<__m256i>) {
+    out.clear();
+    let (quants, headers) = panel.split_at(nb * Q6K_QUANTS);
+    for (q, hd) in quants
+        .chunks_exact(Q6K_QUANTS)
+        .zip(headers.chunks_exact(Q6K_HEADER))
+    {
+        let Ok(q) = q.try_into() else { return };
+        let groups: [__m128i; 16] = std::array::from_fn(|s| ld128(&hd[32 + 16 * s..]));
+        for h in 0..2 {
+            for n in 0..2 {
+                for h4 in 0..2 {
+                    for i in 0..4 {
+                        for c in 4 * h4..4 * h4 + 4 {
+                            out.push(q6k_weights(q, h, n, i, c));
+                        }
+                    }
+                }
+            }
+            for g in groups {
+                out.push(if h == 0 {
+                    dup::<false, true>(g)
+                } else {
+                    dup::<true, true>(g)
+                });
+            }
+            for j in 0..8 {
+                let (a, b) = (groups[2 * j], groups[2 * j + 1]);
+                out.push(if h == 0 {
+                    pairs::<false, true>(a, b)
+                } else {
+                    pairs::<true, true>(a, b)
+                });
+            }
+        }
+    }
+}
+
 /// Prefetches the `len` bytes at `p` (see `avx512_packed_k::prefetch`).
 /// Prefetching never faults, so running past the end of the panels is
 /// harmless.
@@ -370,11 +530,14 @@ const Q4K: u8 = 0;
 const Q6K: u8 = 1;
 
 /// One panel of `nb` blocks of type `K` against `T` tokens (`nb` blocks
-/// each): lane `r` of `result[t][h]` is row `8 h + r` · token `t`.
+/// each): lane `r` of `result[t][h]` is row `8 h + r` · token `t`. A Q6_K
+/// panel's quants come from `unpacked` when it is not empty (see
+/// [`unpack_q6k_panel`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn panel<const K: u8, const T: usize>(
     panel: &[u8],
+    unpacked: &[__m256i],
     nb: usize,
     y: [&[BlockQ8K]; T],
 ) -> [[__m256; 2]; T] {
@@ -396,10 +559,17 @@ fn panel<const K: u8, const T: usize>(
             .zip(headers.chunks_exact(Q6K_HEADER))
             .enumerate()
         {
-            // The headers (a tenth of the panel) one block ahead.
-            prefetch(h.as_ptr().wrapping_add(Q6K_HEADER), Q6K_HEADER);
-            if let (Ok(q), Ok(h)) = (q.try_into(), h.try_into()) {
-                block_q6_k::<T>(q, h, y.map(|yt| &yt[b]), &mut acc);
+            let (Ok(q), Ok(hd)) = (<&[u8; Q6K_QUANTS]>::try_from(q), h.try_into()) else {
+                continue;
+            };
+            let yb = y.map(|yt| &yt[b]);
+            let regs = unpacked.get(Q6K_UNPACKED * b..Q6K_UNPACKED * (b + 1));
+            if let (4, Some(Ok(regs))) = (T, regs.map(<&[__m256i; Q6K_UNPACKED]>::try_from)) {
+                block_q6_k_unpacked::<T>(regs, hd, yb, &mut acc);
+            } else {
+                // The headers (a tenth of the panel) one block ahead.
+                prefetch(h.as_ptr().wrapping_add(Q6K_HEADER), Q6K_HEADER);
+                block_q6_k::<T>(q, hd, yb, &mut acc);
             }
         }
     }
@@ -452,22 +622,33 @@ fn products_as<const K: u8>(
     }
     let row = |t: usize| &a[t * nb..(t + 1) * nb];
     let n_panels = n_rows.div_ceil(PANEL).min(panels.len() / pb);
+    let mut unpacked = Vec::new();
     for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
         let c1 = (c0 + TOKEN_CHUNK).min(n_tok);
         for p in 0..n_panels {
             let pw = &panels[p * pb..(p + 1) * pb];
+            unpacked.clear();
+            if K == Q6K && c1 - c0 >= 4 {
+                unpack_q6k_panel(pw, nb, &mut unpacked);
+            }
             let mut t = c0;
-            while K == Q4K && t + 4 <= c1 {
+            while t + 4 <= c1 {
                 let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                store(panel::<K, 4>(pw, nb, y), o, n_rows, p, t);
+                store(panel::<K, 4>(pw, &unpacked, nb, y), o, n_rows, p, t);
                 t += 4;
             }
             while t + 2 <= c1 {
-                store(panel::<K, 2>(pw, nb, [row(t), row(t + 1)]), o, n_rows, p, t);
+                store(
+                    panel::<K, 2>(pw, &[], nb, [row(t), row(t + 1)]),
+                    o,
+                    n_rows,
+                    p,
+                    t,
+                );
                 t += 2;
             }
             if t < c1 {
-                store(panel::<K, 1>(pw, nb, [row(t)]), o, n_rows, p, t);
+                store(panel::<K, 1>(pw, &[], nb, [row(t)]), o, n_rows, p, t);
             }
         }
     }
