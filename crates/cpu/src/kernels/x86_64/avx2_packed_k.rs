@@ -346,10 +346,7 @@ fn block_q6_k<const T: usize>(
     ];
     let d = [f16x8(&hd[..16]), f16x8(&hd[16..32])];
     for t in 0..T {
-        let bs = |j: usize| {
-            let (a, b) = (y[t].bsums[2 * j], y[t].bsums[2 * j + 1]);
-            _mm256_set1_epi32((i32::from(a) & 0xffff) | (i32::from(b) << 16))
-        };
+        let bs = |j: usize| _mm256_set1_epi32(bsum_pair(y[t], j));
         let yd = _mm256_set1_ps(y[t].d);
         for h in 0..2 {
             let mut msum = _mm256_setzero_si256();
