@@ -14,8 +14,9 @@
 //! multiply pipe bounds them, the row kernels stream Q4_K at ~15 GB/s
 //! per core in cache, below what two cores read from DRAM.
 //!
-//! Four tokens at a time (prefill), a Q6_K panel is first unpacked for the
-//! whole token chunk ([`unpack_q6k_panel`]): rebuilding each register's
+//! For a prefill chunk of [`UNPACK_MIN_TOKENS`] or more, a Q6_K panel is
+//! first unpacked for the whole chunk ([`unpack_q6k_panel`]) and read four
+//! tokens at a time: rebuilding each register's
 //! 6-bit quants from `ql` and `qh` (about four shifts and masks) once per
 //! four tokens took a third of the kernel's time, because those
 //! instructions share the pipes of the products. Q6_K at 64 tokens went
@@ -40,6 +41,12 @@ use std::arch::x86_64::*;
 const PANEL: usize = 16;
 /// Tokens per chunk (activations of one chunk stay in L2).
 const TOKEN_CHUNK: usize = 64;
+/// Tokens of a chunk from which a Q6_K panel is unpacked for the chunk
+/// ([`unpack_q6k_panel`]) and read four tokens at a time; smaller chunks
+/// take two at a time from the packed bytes. At 640x2048 (`kernels_matvec`,
+/// GB/s per token, two at a time / unpacked): 4 tokens 28.3 / 17.0, 8
+/// tokens 28.7 / 25.0, 16 tokens 28.9 / 32.5.
+const UNPACK_MIN_TOKENS: usize = 16;
 /// Bytes prefetched ahead of the block being read, a quarter of a block's
 /// share between its steps (see `avx512_packed_k::PREFETCH_AHEAD`).
 const PREFETCH_AHEAD: usize = 2048;
@@ -625,11 +632,11 @@ fn products_as<const K: u8>(
         for p in 0..n_panels {
             let pw = &panels[p * pb..(p + 1) * pb];
             unpacked.clear();
-            if K == Q6K && c1 - c0 >= 4 {
+            if K == Q6K && c1 - c0 >= UNPACK_MIN_TOKENS {
                 unpack_q6k_panel(pw, nb, &mut unpacked);
             }
             let mut t = c0;
-            while t + 4 <= c1 {
+            while (K == Q4K || !unpacked.is_empty()) && t + 4 <= c1 {
                 let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
                 store(panel::<K, 4>(pw, &unpacked, nb, y), o, n_rows, p, t);
                 t += 4;
