@@ -16,12 +16,11 @@
 //!
 //! For a prefill chunk of [`UNPACK_MIN_TOKENS`] or more, a Q6_K panel is
 //! first unpacked for the whole chunk ([`unpack_q6k_panel`]) and read four
-//! tokens at a time: rebuilding each register's
-//! 6-bit quants from `ql` and `qh` (about four shifts and masks) once per
-//! four tokens took a third of the kernel's time, because those
-//! instructions share the pipes of the products. Q6_K at 64 tokens went
-//! from 29 to 41 GB/s per token (`kernels_matvec`), Llama-3.2-1B-shaped
-//! pp512 from 115 to 125 tok/s.
+//! tokens at a time: rebuilding each register's 6-bit quants from `ql` and
+//! `qh` (about four shifts and masks) once per four tokens took a third of
+//! the kernel's time, because those instructions share the pipes of the
+//! products. Q6_K at 64 tokens went from 29 to 41 GB/s per token
+//! (`kernels_matvec`), Llama-3.2-1B-shaped pp512 from 115 to 125 tok/s.
 //!
 //! The integer sums are exactly the scalar twin's (`packed_k::products`)
 //! and combine with the same fused multiply-adds, so the results are
@@ -369,6 +368,11 @@ fn block_q6_k<const T: usize>(
 /// Register `c` (0..8) of run `i` of sub-block rows `128 n ..128 n + 128`
 /// of a Q6_K block's quants `q`, half `h`: the unsigned 6-bit quants of
 /// rows `8 h ..8 h + 8`, four per lane, rebuilt from `ql` and `qh`.
+/// [`block_q6_k`] rebuilds the four runs of a register inline from one
+/// load each of `ql` and `qh`: built from this function instead it ran 5%
+/// slower at two tokens (8-token chunks, 30.4 against 28.9 GB/s per
+/// token), though 11% faster at one token in cache (19.9 against 22.1) and
+/// the same at one token from DRAM, the decode case.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn q6k_weights(q: &[u8; Q6K_QUANTS], h: usize, n: usize, i: usize, c: usize) -> __m256i {
@@ -439,9 +443,9 @@ fn block_q6_k_unpacked<const T: usize>(
 /// half of [`block_q6_k_unpacked`] to `isum`: registers
 /// `16 (2 N + H4) + 4 i + c` of `half` against activation bytes
 /// `128 N + 16 H4 + 32 i + 4 c..`, the sums of each `i` times its scale
-/// pairs. Two registers at a time
-/// keep the i16 sums from saturating. (`N` and `H4` are constants so that
-/// every index is, and no bounds check is left in the loop.)
+/// pairs. Two registers at a time keep the i16 sums from saturating. (`N`
+/// and `H4` are constants so that every index is, and no bounds check is
+/// left in the loop.)
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn q6k_step<const T: usize, const N: usize, const H4: usize>(
@@ -475,10 +479,10 @@ fn bsum_pair(y: &BlockQ8K, j: usize) -> i32 {
     (u32::from(b[0] as u16) | (u32::from(b[1] as u16) << 16)) as i32
 }
 
-/// Every Q6_K register of a panel's `nb` blocks (quants `quants`) as
-/// [`q6k_weights`] rebuilds it, into `out` ([`Q6K_UNPACKED`] per block, in
-/// the order [`block_q6_k_unpacked`] reads them): a prefill chunk reads
-/// them once per four tokens.
+/// Every Q6_K register of a panel's `nb` blocks as [`q6k_weights`]
+/// rebuilds it, with the blocks' scale registers, into `out`
+/// ([`Q6K_UNPACKED`] per block, in the order [`block_q6_k_unpacked`] reads
+/// them): a prefill chunk reads them once per four tokens.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn unpack_q6k_panel(panel: &[u8], nb: usize, out: &mut Vec<__m256i>) {
     out.clear();
