@@ -45,8 +45,13 @@ use std::arch::x86_64::*;
 const PANEL: usize = 16;
 /// Tokens per chunk (activations of one chunk stay in L2).
 const TOKEN_CHUNK: usize = 64;
-/// Bytes of packed data prefetched ahead of the block being read.
-const PREFETCH_AHEAD: usize = 2048;
+/// Bytes of packed data prefetched ahead of the block being read (shorter
+/// than the AVX-512 kernels' for the reason `avx2_packed_k::PREFETCH_AHEAD`
+/// gives). The Q8_0 262144x640 matvec (Gemma 3 270M's output matrix) on two
+/// threads from DRAM (`kernels_matvec` "threads" rows, GB/s, two runs) at
+/// 768 / 1024 / 1280 / 1536 / 2048 / 3072 bytes: 30.7-30.9 / 31.6-31.1 /
+/// 29.5-29.9 / 26.8-26.8 / 25.2-24.9 / 27.0-26.8.
+const PREFETCH_AHEAD: usize = 1024;
 /// Tokens of a chunk from which Q5_0 panels are unpacked once for the
 /// chunk ([`unpack_panel`]) rather than once per four tokens
 /// (`kernels_matvec`, Q5_0 2048x640 in L2, GB/s per token, once per chunk
