@@ -25,8 +25,9 @@ both engines (medians) with ratios, peak RSS of both, and anedvd's decode as str
 second (tok/s times the bytes one token reads: every tensor but an untied token embedding, from
 `anedvd inspect --json`) and as a fraction of the read bandwidth: --bandwidth GB/s, or with
 --measure-bandwidth the median of `cargo bench -p anedvd-cpu --bench membw` at the thread count
-benchmarked (the faster of its 4 KiB and huge-page reads), run once per round between the two engines (a shared host's bandwidth can move by 2x
-within an hour, so a figure measured apart from the run says little).
+benchmarked (the faster of its 4 KiB and huge-page reads), run once per round between the two
+engines (a shared host's bandwidth can move by 2x within an hour, so a figure measured apart from
+the run says little).
 
 Usage:
   scripts/bench-vs-llamacpp.py --model M [--model M2 ...] [--bandwidth GBS | --measure-bandwidth]

@@ -10,10 +10,10 @@
 //!
 //! On Linux the buffer is read twice, once in 4 KiB pages and once in
 //! transparent huge pages (an anonymous map advised `MADV_HUGEPAGE`, as the
-//! engine's packed weights are): on a 2-vCPU Zen 2 VM a plain read of 1 GiB
-//! ran 29.7 GB/s in 4 KiB pages and 34.0 in huge pages, 64 MiB 25.0 and 34.7
-//! (nested paging makes each TLB miss a long walk). The ceiling a decode can
-//! reach is the faster of the two.
+//! engine's packed weights are): on a 2-vCPU Zen 2 VM two threads read 1 GiB
+//! at 29.3 GB/s in 4 KiB pages and 35.5 in huge pages (nested paging makes
+//! each TLB miss a long walk). The ceiling a decode can reach is the faster
+//! of the two.
 
 use std::hint::black_box;
 use std::sync::Barrier;

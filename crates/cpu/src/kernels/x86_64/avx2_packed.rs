@@ -47,10 +47,9 @@ const PANEL: usize = 16;
 const TOKEN_CHUNK: usize = 64;
 /// Bytes of packed data prefetched ahead of the block being read (shorter
 /// than the AVX-512 kernels' for the reason `avx2_packed_k::PREFETCH_AHEAD`
-/// gives). The Q8_0 262144x640 matvec (Gemma 3 270M's output matrix) on two
-/// threads from DRAM (`kernels_matvec` "threads" rows, GB/s, two runs) at
-/// 768 / 1024 / 1280 / 1536 / 2048 / 3072 bytes: 30.7-30.9 / 31.6-31.1 /
-/// 29.5-29.9 / 26.8-26.8 / 25.2-24.9 / 27.0-26.8.
+/// gives): the Q8_0 262144x640 matvec (Gemma 3 270M's output matrix) on two
+/// threads from DRAM ran ~25 GB/s at 2048 and ~31 at 1024 (the sweep:
+/// docs/BENCHMARKS.md).
 const PREFETCH_AHEAD: usize = 1024;
 /// Tokens of a chunk from which Q5_0 panels are unpacked once for the
 /// chunk ([`unpack_panel`]) rather than once per four tokens

@@ -49,16 +49,12 @@ const UNPACK_MIN_TOKENS: usize = 16;
 /// Bytes prefetched ahead of the block being read, a quarter of a block's
 /// share between its steps (see `avx512_packed_k::PREFETCH_AHEAD`). Shorter
 /// than the AVX-512 kernels' 2048: a Zen 2 core streams about half a Zen 5
-/// core's bytes per second, so the misses it can keep in flight cover
-/// fewer bytes ahead, and prefetching further only queues requests behind
-/// them. `kernels_matvec` "threads" rows (two threads from DRAM, GB/s, two
-/// runs, 1024 / 1280 / 1536 / 2048 / 3072 bytes): Q4_K 81920x2048 27.0-26.5
-/// / 27.7-27.0 / 26.3-23.4 / 21.7-22.7 / 22.7-23.3, Q6_K 128256x4096
-/// 24.4-24.3 / 27.3-26.5 / 27.2-28.3 / 26.7-27.9 / 25.1-26.5. The
-/// Llama-3.2-1B-shaped file's decode (`anedvd bench -p 0 -n 64 -t 2`, two
-/// alternating rounds): 30.6-30.7 tok/s at 1152, 31.0-31.8 at 1280,
-/// 31.2-31.5 at 1408, 31.4-31.8 at 1536, 30.1-30.2 at 1792, 29.1-29.6 at
-/// 2048.
+/// core's bytes per second, so the misses it keeps in flight cover fewer
+/// bytes ahead, and prefetching further only queues requests behind them.
+/// Two threads from DRAM (`kernels_matvec` "threads" rows): Q4_K 81920x2048
+/// ~22 GB/s at 2048, ~27 at 1280, Q6_K ~26 at either; the
+/// Llama-3.2-1B-shaped file's decode 29.1-29.6 -> 31.0-31.8 tok/s (the
+/// sweep of distances: docs/BENCHMARKS.md, the seventh issue-18 session).
 const PREFETCH_AHEAD: usize = 1280;
 
 /// Eight bytes (the low half of `v` or, with `HI`, its high half) as
