@@ -43,7 +43,7 @@
 //! (`packed_k.rs`); this module's [`PackedWeights`] and [`Kernels`] entry
 //! points serve all.
 
-use super::packed_k;
+use super::{arena, packed_k};
 use super::{check_fits, out_shape, ActFormat, KernelError};
 use super::{Kernels, PanelOut, Q8Block, QuantizedActivation, QK8};
 use anedvd_base::GgmlType;
@@ -123,21 +123,21 @@ pub struct PackedWeights {
     len: usize,
 }
 
-/// Zeroed, page-aligned memory: an anonymous map asking for transparent
-/// huge pages where the OS has them (one fault and fewer TLB misses per
-/// 2 MB instead of per 4 KB: packing the 178 MB output matrix of Gemma 3
-/// 270M spent more time faulting pages in than packing), else a `Vec`.
+/// Zeroed, 64-byte-aligned memory: a region of the packed weights' arena,
+/// which lays matrices back to back in maps asking for transparent huge
+/// pages (one fault and fewer TLB misses per 2 MB instead of per 4 KB:
+/// packing the 178 MB output matrix of Gemma 3 270M spent more time
+/// faulting pages in than packing; see `arena.rs` for decode), else a
+/// `Vec`.
 enum Buffer {
-    Map(memmap2::MmapMut),
+    Arena(arena::Region),
     Vec { bytes: Vec<u8>, start: usize },
 }
 
 impl Buffer {
     fn zeroed(len: usize) -> Self {
-        if let Ok(m) = memmap2::MmapMut::map_anon(len.max(1)) {
-            #[cfg(target_os = "linux")]
-            let _ = m.advise(memmap2::Advice::HugePage);
-            return Buffer::Map(m);
+        if let Some(r) = arena::PACKED_WEIGHTS.region(len) {
+            return Buffer::Arena(r);
         }
         // `vec![0; n]` takes fresh zero pages from the allocator (no writes).
         let bytes = vec![0u8; len + 63];
@@ -147,14 +147,14 @@ impl Buffer {
 
     fn bytes(&self) -> &[u8] {
         match self {
-            Buffer::Map(m) => m,
+            Buffer::Arena(r) => r.bytes(),
             Buffer::Vec { bytes, start } => &bytes[*start..],
         }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         match self {
-            Buffer::Map(m) => m,
+            Buffer::Arena(r) => r.bytes_mut(),
             Buffer::Vec { bytes, start } => &mut bytes[*start..],
         }
     }

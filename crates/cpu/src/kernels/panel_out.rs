@@ -5,11 +5,11 @@
 //! straight into the layer's activations, with no scratch copy to gather
 //! afterwards).
 //!
-//! The one place outside the SIMD modules that allows `unsafe`: safe
-//! Rust cannot hand several threads `&mut` access to interleaved parts of
-//! one slice (a token-major band is a strided set of runs), so the views
-//! write through a raw pointer, each write bounds-checked and confined to
-//! the view's rows.
+//! One of the two places outside the SIMD modules that allow `unsafe`
+//! (with `arena.rs`): safe Rust cannot hand several threads `&mut` access
+//! to interleaved parts of one slice (a token-major band is a strided set
+//! of runs), so the views write through a raw pointer, each write
+//! bounds-checked and confined to the view's rows.
 #![allow(unsafe_code)]
 
 use std::marker::PhantomData;

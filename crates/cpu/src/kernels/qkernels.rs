@@ -106,6 +106,7 @@
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 mod act;
+mod arena;
 pub mod generic;
 mod packed;
 mod packed_k;
