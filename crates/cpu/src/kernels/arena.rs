@@ -14,7 +14,9 @@
 //!
 //! A region is never reused: the chunk is unmapped when the last region
 //! cut from it is dropped (the allocator holds only a weak reference), so
-//! a model's chunks go with its matrices.
+//! a model's chunks go with its matrices. A model loaded while another
+//! is alive (a draft model) starts in the other's last chunk, which then
+//! stays mapped until both are dropped.
 //!
 //! One of the two places outside the SIMD modules that allow `unsafe`
 //! (with `panel_out.rs`): safe Rust cannot hand out `&mut` access to
