@@ -186,6 +186,24 @@ fn main() {
             if k.packs(ty) {
                 let mut p = k.new_packed(ty, rows, cols).expect("packed");
                 k.pack_rows(ty, &w, cols, p.panels_mut()).expect("pack");
+                // The packed kernels' own ceiling: a plain read of the
+                // packed bytes, which sit in huge pages (the file-layout
+                // copy `w` above is a `Vec`, mostly in 4 KiB pages).
+                let packed: &[u8] = p.panels_mut();
+                let per = time(secs, || {
+                    let (a, b) = packed.split_at(packed.len() / 2);
+                    let (sa, sb) = sinks.split_at_mut(1);
+                    std::thread::scope(|s| {
+                        s.spawn(|| sa[0] ^= read_all(black_box(a)));
+                        s.spawn(|| sb[0] ^= read_all(black_box(b)));
+                    });
+                });
+                black_box(sinks);
+                println!(
+                    "| (read only, packed) | {rows}x{cols} | 2 | u64 sum | {:.1} | {:.2} |",
+                    per * 1e6,
+                    packed.len() as f64 / per / 1e9
+                );
                 let per = time(secs, || {
                     let (o1, o2) = out.split_at_mut(half);
                     std::thread::scope(|s| {
