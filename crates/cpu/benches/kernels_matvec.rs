@@ -151,21 +151,7 @@ fn main() {
         act.quantize_for(ty, &x, cols).expect("activation");
         let mut out = vec![0.0f32; rows];
         let half = rows / 2;
-        let mut sinks = [0u64; 2];
-        let per = time(secs, || {
-            let (a, b) = w.split_at(w.len() / 2);
-            let (sa, sb) = sinks.split_at_mut(1);
-            std::thread::scope(|s| {
-                s.spawn(|| sa[0] ^= read_all(black_box(a)));
-                s.spawn(|| sb[0] ^= read_all(black_box(b)));
-            });
-        });
-        black_box(sinks);
-        println!(
-            "| (read only) | {rows}x{cols} | 2 | u64 sum | {:.1} | {:.2} |",
-            per * 1e6,
-            w.len() as f64 / per / 1e9
-        );
+        read_on_two_threads("(read only)", &w, rows, cols, secs);
         for k in Kernels::available().into_iter().skip(1) {
             let per = time(secs, || {
                 let (o1, o2) = out.split_at_mut(half);
@@ -189,21 +175,7 @@ fn main() {
                 // The packed kernels' own ceiling: a plain read of the
                 // packed bytes, which sit in huge pages (the file-layout
                 // copy `w` above is a `Vec`, mostly in 4 KiB pages).
-                let packed: &[u8] = p.panels_mut();
-                let per = time(secs, || {
-                    let (a, b) = packed.split_at(packed.len() / 2);
-                    let (sa, sb) = sinks.split_at_mut(1);
-                    std::thread::scope(|s| {
-                        s.spawn(|| sa[0] ^= read_all(black_box(a)));
-                        s.spawn(|| sb[0] ^= read_all(black_box(b)));
-                    });
-                });
-                black_box(sinks);
-                println!(
-                    "| (read only, packed) | {rows}x{cols} | 2 | u64 sum | {:.1} | {:.2} |",
-                    per * 1e6,
-                    packed.len() as f64 / per / 1e9
-                );
+                read_on_two_threads("(read only, packed)", p.panels_mut(), rows, cols, secs);
                 let per = time(secs, || {
                     let (o1, o2) = out.split_at_mut(half);
                     std::thread::scope(|s| {
@@ -271,4 +243,24 @@ fn main() {
             black_box(&out);
         }
     }
+}
+
+/// Prints a "threads" row for a plain read of `bytes`, half on each of two
+/// threads: the memory system's ceiling for the kernels' rows beside it.
+fn read_on_two_threads(label: &str, bytes: &[u8], rows: usize, cols: usize, secs: f64) {
+    let mut sinks = [0u64; 2];
+    let per = time(secs, || {
+        let (a, b) = bytes.split_at(bytes.len() / 2);
+        let (sa, sb) = sinks.split_at_mut(1);
+        std::thread::scope(|s| {
+            s.spawn(|| sa[0] ^= read_all(black_box(a)));
+            s.spawn(|| sb[0] ^= read_all(black_box(b)));
+        });
+    });
+    black_box(sinks);
+    println!(
+        "| {label} | {rows}x{cols} | 2 | u64 sum | {:.1} | {:.2} |",
+        per * 1e6,
+        bytes.len() as f64 / per / 1e9
+    );
 }
