@@ -130,7 +130,7 @@ impl Arena {
         if len >= CHUNK {
             // A matrix larger than a chunk gets its own; the current one
             // stays.
-            let chunk = Chunk::new(len.next_multiple_of(HUGE))?;
+            let chunk = Chunk::new(len.checked_next_multiple_of(HUGE)?)?;
             return Some(Region {
                 chunk,
                 offset: 0,
@@ -181,6 +181,15 @@ mod tests {
         let next = arena.region(64).expect("map");
         assert!(Arc::ptr_eq(&small.chunk, &next.chunk));
         assert_eq!(next.offset, ALIGN);
+    }
+
+    #[test]
+    fn an_impossible_length_is_refused_not_wrapped() {
+        let arena = Arena::new();
+        assert!(arena.region(usize::MAX - 1).is_none());
+        assert!(arena.region(usize::MAX - HUGE + 1).is_none());
+        // The arena still works afterwards.
+        assert_eq!(arena.region(64).expect("map").bytes().len(), 64);
     }
 
     #[test]

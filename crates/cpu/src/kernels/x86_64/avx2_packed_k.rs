@@ -612,6 +612,7 @@ fn panel<const K: u8, const T: usize>(
         }
     } else {
         let (quants, headers) = panel.split_at(nb * Q6K_QUANTS);
+        let stream = Q6kStream { panel, nb };
         for (b, (q, h)) in quants
             .chunks_exact(Q6K_QUANTS)
             .zip(headers.chunks_exact(Q6K_HEADER))
@@ -625,7 +626,6 @@ fn panel<const K: u8, const T: usize>(
             if let (4, Some(Ok(regs))) = (T, regs.map(<&[__m256i; Q6K_UNPACKED]>::try_from)) {
                 block_q6_k_unpacked::<T>(regs, hd, yb, &mut acc);
             } else {
-                let stream = Q6kStream { panel, nb };
                 prefetch(stream.header_after(b), Q6K_HEADER);
                 block_q6_k::<T>(q, hd, stream.quants_ahead(b), yb, &mut acc);
             }
