@@ -64,11 +64,18 @@ impl BlockQ8K {
         for (q, &v) in out.qs.iter_mut().zip(x) {
             *q = nearest_int(iscale * v).min(127) as i8;
         }
-        for (s, c) in out.bsums.iter_mut().zip(out.qs.chunks_exact(16)) {
+        out.finish(iscale);
+        out
+    }
+
+    /// Completes a block whose quants `qs` were rounded with `iscale`
+    /// (`-127 / max`): the sums of each 16 quants and `d = 1 / iscale`, as
+    /// [`Self::quantize`] and the SIMD quantizers that reproduce it end.
+    pub fn finish(&mut self, iscale: f32) {
+        for (s, c) in self.bsums.iter_mut().zip(self.qs.chunks_exact(16)) {
             *s = c.iter().map(|&q| q as i32).sum::<i32>() as i16;
         }
-        out.d = 1.0 / iscale;
-        out
+        self.d = 1.0 / iscale;
     }
 }
 

@@ -158,10 +158,7 @@ fn q8k_block(x: &[f32; QK_K]) -> BlockQ8K {
         });
         to_bytes(i, q);
     }
-    for (s, c) in out.bsums.iter_mut().zip(out.qs.chunks_exact(16)) {
-        *s = c.iter().map(|&q| i32::from(q)).sum::<i32>() as i16;
-    }
-    out.d = 1.0 / iscale;
+    out.finish(iscale);
     out
 }
 

@@ -116,10 +116,7 @@ fn q8k_block(x: &[f32; QK_K]) -> BlockQ8K {
         );
         low_bytes(_mm512_min_epi32(i, _mm512_set1_epi32(127)), q);
     }
-    for (s, c) in out.bsums.iter_mut().zip(out.qs.chunks_exact(16)) {
-        *s = c.iter().map(|&q| i32::from(q)).sum::<i32>() as i16;
-    }
-    out.d = 1.0 / iscale;
+    out.finish(iscale);
     out
 }
 
