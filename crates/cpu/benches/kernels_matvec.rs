@@ -1,7 +1,8 @@
 //! Matvec throughput of the quantized kernels, in GB/s of weight bytes, one
-//! thread, for every instruction set this CPU runs (`cargo bench -p
-//! anedvd-cpu --bench kernels_matvec`; `BENCH_SECS` sets the time per case,
-//! default 1, best of 5 rounds; `BENCH_FILTER` keeps cases whose label contains it).
+//! thread, for every instruction set this CPU runs, then the f32 tile
+//! products of tiled attention in GFLOP/s (`cargo bench -p anedvd-cpu
+//! --bench kernels_matvec`; `BENCH_SECS` sets the time per case, default 1,
+//! best of 5 rounds; `BENCH_FILTER` keeps cases whose label contains it).
 
 use anedvd_base::GgmlType;
 use anedvd_cpu::qkernels::{Kernels, QuantizedActivation};
@@ -194,6 +195,8 @@ fn main() {
         black_box(&out);
     }
 
+    gemm_f32_rows(&filter, secs);
+
     // Prefill: 8 activation rows per call (`BENCH_TOKENS` overrides); GB/s
     // counts the weight bytes once per token (so it compares with the matvec
     // figures above).
@@ -263,4 +266,42 @@ fn read_on_two_threads(label: &str, bytes: &[u8], rows: usize, cols: usize, secs
         per * 1e6,
         bytes.len() as f64 / per / 1e9
     );
+}
+
+/// GFLOP/s of `Kernels::gemm_f32` at the two products of one tile of tiled
+/// attention (`attention/tiled.rs`: 64 keys, 128 query rows, head_dim
+/// 256, as in Gemma 3's global layers), one thread, in cache.
+fn gemm_f32_rows(filter: &str, secs: f64) {
+    let (keys, rows, hd) = (64, 128, 256);
+    // (label, m, k, n, a's strides, ldb, ldc)
+    let cases = [
+        ("S^T = K Q^T", keys, hd, rows, (hd, 1), rows, rows),
+        ("O += P V", rows, keys, hd, (1, rows), hd, hd),
+    ];
+    println!();
+    println!("| gemm_f32 | m x k x n | isa | us | GFLOP/s |");
+    println!("|---|---|---|---|---|");
+    for (label, m, k, n, (rs, cs), ldb, ldc) in cases {
+        if !format!("gemm_f32 {label}").contains(filter) {
+            continue;
+        }
+        let a: Vec<f32> = (0..(m - 1) * rs + (k - 1) * cs + 1)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        let b: Vec<f32> = (0..k * ldb).map(|i| (i as f32 * 0.11).cos()).collect();
+        let mut c = vec![0.0f32; m * ldc];
+        for kern in Kernels::available() {
+            let per = time(secs, || {
+                kern.gemm_f32(&a, (rs, cs), black_box(&b), ldb, &mut c, ldc, (m, k, n))
+                    .expect("gemm");
+            });
+            black_box(&c);
+            println!(
+                "| {label} | {m}x{k}x{n} | {} | {:.1} | {:.1} |",
+                kern.name(),
+                per * 1e6,
+                2.0 * (m * k * n) as f64 / per / 1e9
+            );
+        }
+    }
 }

@@ -531,7 +531,12 @@ fn unpack_q6k_panel(panel: &[u8], nb: usize, out: &mut Vec<__m256i>) {
 
 /// Prefetches the `len` bytes at `p` (see `avx512_packed_k::prefetch`).
 /// Prefetching never faults, so running past the end of the panels is
-/// harmless.
+/// harmless. LLVM schedules `_mm_prefetch` freely (it touches no memory
+/// the compiler sees): the block loops stay rolled because in a fully
+/// unrolled Q6_K block it moved every prefetch below the last multiply,
+/// and two threads streamed 16 GB/s from DRAM instead of 25; pinned in
+/// place with `asm!`, both K-quant kernels were slower than with LLVM's
+/// placement (docs/BENCHMARKS.md, the ninth issue-18 session).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) fn prefetch(p: *const u8, len: usize) {
