@@ -109,11 +109,19 @@ pub(super) fn unpack_q45_0<const FIVE: bool>(x0: &[u8], x1: &[u8]) -> __m512i {
 /// Q6_K `ffn_down` rows streamed at 17 GB/s prefetched whole, 28 with 2 KB
 /// of each prefetched, 36 with none (Zen 5 host, one thread, 48 MB): a long
 /// row is a stream the hardware prefetcher follows by itself.
+///
+/// Q6_K rows (the file's layout, used where the model does not fit the
+/// last-level cache) are not prefetched: on a Zen 4 host the 255 MB Q6_K
+/// 151936x2048 product (1680-byte rows) went 14.3-16.8 -> 18.8-20.7 GB/s on
+/// one thread and 25.8-26.9 -> 27.5-31.6 on two without it (three
+/// alternating runs), and Llama-3.2-1B-shaped decode, whose tied output
+/// matrix is such rows, was faster in 5 of 6 alternating pairs (medians
+/// 28.8 -> 30.3 tok/s). The AVX2 row kernels prefetch nothing either.
 const ROWS_PREFETCH_AHEAD: usize = 2048;
 
 /// A safe row loop around a `#[target_feature]` dot.
 macro_rules! rows512 {
-    ($feat:literal; $($rows:ident, $inner:ident => $dot:ident : $a:ty;)*) => {$(
+    ($feat:literal; $($rows:ident, $inner:ident => $dot:ident : $a:ty, ahead $ahead:expr;)*) => {$(
         #[target_feature(enable = $feat)]
         fn $inner(w: &[u8], rb: usize, a: &[$a], out: &mut [f32]) {
             if rb == 0 {
@@ -121,11 +129,11 @@ macro_rules! rows512 {
             }
             for (o, row) in out.iter_mut().zip(w.chunks_exact(rb)) {
                 // The rows are one contiguous stream: its bytes
-                // ROWS_PREFETCH_AHEAD further on are fetched while this
+                // `$ahead` further on are fetched while this
                 // short row is multiplied
                 // (prefetching never faults, so past the end is harmless).
-                let ahead = row.as_ptr().wrapping_add(ROWS_PREFETCH_AHEAD);
-                let len = if rb <= ROWS_PREFETCH_AHEAD { rb } else { 0 };
+                let ahead = row.as_ptr().wrapping_add($ahead);
+                let len = if rb <= $ahead { rb } else { 0 };
                 for l in (0..len).step_by(64) {
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l).cast());
                 }
@@ -409,13 +417,13 @@ macro_rules! kernels {
 
             rows512! {
                 $feat;
-                rows_q8_0, inner_q8_0 => dot_q8_0: Q8Block;
-                rows_q4_0, inner_q4_0 => dot_q4_0: Q8Block;
-                rows_q5_0, inner_q5_0 => dot_q5_0: Q8Block;
-                rows_iq4_nl, inner_iq4_nl => dot_iq4_nl: Q8Block;
-                rows_q4_k, inner_q4_k => dot_q4_k: BlockQ8K;
-                rows_q5_k, inner_q5_k => dot_q5_k: BlockQ8K;
-                rows_q6_k, inner_q6_k => dot_q6_k: BlockQ8K;
+                rows_q8_0, inner_q8_0 => dot_q8_0: Q8Block, ahead ROWS_PREFETCH_AHEAD;
+                rows_q4_0, inner_q4_0 => dot_q4_0: Q8Block, ahead ROWS_PREFETCH_AHEAD;
+                rows_q5_0, inner_q5_0 => dot_q5_0: Q8Block, ahead ROWS_PREFETCH_AHEAD;
+                rows_iq4_nl, inner_iq4_nl => dot_iq4_nl: Q8Block, ahead ROWS_PREFETCH_AHEAD;
+                rows_q4_k, inner_q4_k => dot_q4_k: BlockQ8K, ahead ROWS_PREFETCH_AHEAD;
+                rows_q5_k, inner_q5_k => dot_q5_k: BlockQ8K, ahead ROWS_PREFETCH_AHEAD;
+                rows_q6_k, inner_q6_k => dot_q6_k: BlockQ8K, ahead 0;
             }
 
             /// This build's table (AVX2 kernels for the other types, `$base` for

@@ -36,6 +36,16 @@ const TOKEN_CHUNK: usize = 64;
 /// 100-106 GB/s per token and the Q6_K 151936x2048 one 80-82 -> 89-93.
 const PREFETCH_AHEAD: usize = 2048;
 
+/// [`PREFETCH_AHEAD`] on Zen 4 (see `x86_64::prefetch_far`), whose cores
+/// keep fewer bytes in flight at 2048 than they stream: the Q4_K 81920x2048
+/// product (94 MB) ran 17.1-19.2 / 18.0-20.6 / 19.0-20.3 / 19.9-20.4 GB/s on
+/// one thread at 2048 / 3072 / 4096 / 8192 bytes, 23.3-27.4 / 22.9-30.9 /
+/// 28.6-31.5 / 27.7-33.2 on two (three alternating runs each), and
+/// Llama-3.2-1B-shaped decode at 4096 was faster in 4 of 6 alternating
+/// pairs (32.1-33.1 -> 34.7-35.4 tok/s in the last four). On the Intel host
+/// above 4096 lost 17%, on Zen 5 it lost on the 3B file.
+const PREFETCH_AHEAD_FAR: usize = 4096;
+
 /// The 16 rows' eight sub-block scales and eight mins of panel block
 /// `blk`, one i32 per row (lane).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -61,13 +71,17 @@ fn scales(blk: &[u8]) -> ([__m512i; 8], [__m512i; 8]) {
 /// out of registers and was slower.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn block_q4_k<const T: usize>(blk: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; T]) {
+fn block_q4_k<const T: usize, const AHEAD: usize>(
+    blk: &[u8],
+    y: [&BlockQ8K; T],
+    acc: &mut [__m512; T],
+) {
     let (sc, mn) = scales(blk);
     let m4 = _mm512_set1_epi8(0x0f);
     let mut isum = [_mm512_setzero_si512(); T];
-    let ahead = blk.as_ptr().wrapping_add(PREFETCH_AHEAD);
+    let ahead = blk.as_ptr().wrapping_add(AHEAD);
     for k in 0..4 {
-        // A quarter of the block [`PREFETCH_AHEAD`] bytes on per quarter read.
+        // A quarter of the block `AHEAD` bytes on per quarter read.
         prefetch(ahead.wrapping_add(k * Q4K_BLOCK / 4), Q4K_BLOCK / 4);
         let mut lo = [_mm512_setzero_si512(); T];
         let mut hi = [_mm512_setzero_si512(); T];
@@ -112,11 +126,16 @@ fn block_q4_k<const T: usize>(blk: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; 
 /// `acc[t]`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn block_q6_k<const T: usize>(q: &[u8], h: &[u8], y: [&BlockQ8K; T], acc: &mut [__m512; T]) {
+fn block_q6_k<const T: usize, const AHEAD: usize>(
+    q: &[u8],
+    h: &[u8],
+    y: [&BlockQ8K; T],
+    acc: &mut [__m512; T],
+) {
     let (m4, m2) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x30));
     let mut isum = [_mm512_setzero_si512(); T];
-    // A quarter of the quants [`PREFETCH_AHEAD`] bytes on per quarter read.
-    let (ahead, part) = (q.as_ptr().wrapping_add(PREFETCH_AHEAD), Q6K_QUANTS / 4);
+    // A quarter of the quants `AHEAD` bytes on per quarter read.
+    let (ahead, part) = (q.as_ptr().wrapping_add(AHEAD), Q6K_QUANTS / 4);
     for n in 0..2 {
         // Quads `4 h4 ..4 h4 + 4` of the four 32-weight runs of this half
         // are sub-blocks `8 n + 2 i + h4`.
@@ -191,11 +210,15 @@ const Q6K: u8 = 1;
 /// each): lane `r` of result `t` is row `r` · token `t`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn panel<const K: u8, const T: usize>(panel: &[u8], nb: usize, y: [&[BlockQ8K]; T]) -> [__m512; T] {
+fn panel<const K: u8, const T: usize, const AHEAD: usize>(
+    panel: &[u8],
+    nb: usize,
+    y: [&[BlockQ8K]; T],
+) -> [__m512; T] {
     let mut acc = [_mm512_setzero_ps(); T];
     if K == Q4K {
         for (b, blk) in panel.chunks_exact(Q4K_BLOCK).enumerate() {
-            block_q4_k::<T>(blk, y.map(|yt| &yt[b]), &mut acc);
+            block_q4_k::<T, AHEAD>(blk, y.map(|yt| &yt[b]), &mut acc);
         }
     } else {
         let (quants, headers) = panel.split_at(nb * Q6K_QUANTS);
@@ -204,14 +227,14 @@ fn panel<const K: u8, const T: usize>(panel: &[u8], nb: usize, y: [&[BlockQ8K]; 
             let h = &headers[b * Q6K_HEADER..(b + 1) * Q6K_HEADER];
             // The headers (a tenth of the panel) one block ahead.
             prefetch(h.as_ptr().wrapping_add(Q6K_HEADER), Q6K_HEADER);
-            block_q6_k::<T>(q, h, y.map(|yt| &yt[b]), &mut acc);
+            block_q6_k::<T, AHEAD>(q, h, y.map(|yt| &yt[b]), &mut acc);
         }
     }
     acc
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn products_as<const K: u8>(
+fn products_as<const K: u8, const AHEAD: usize>(
     panels: &[u8],
     nb: usize,
     n_rows: usize,
@@ -239,24 +262,43 @@ fn products_as<const K: u8>(
             let mut t = c0;
             while t + 4 <= c1 {
                 let y = [row(t), row(t + 1), row(t + 2), row(t + 3)];
-                store(panel::<K, 4>(pw, nb, y), o, n_rows, p, t);
+                store(panel::<K, 4, AHEAD>(pw, nb, y), o, n_rows, p, t);
                 t += 4;
             }
             match c1 - t {
                 3 => {
                     let y = [row(t), row(t + 1), row(t + 2)];
-                    store(panel::<K, 3>(pw, nb, y), o, n_rows, p, t);
+                    store(panel::<K, 3, AHEAD>(pw, nb, y), o, n_rows, p, t);
                 }
-                2 => store(panel::<K, 2>(pw, nb, [row(t), row(t + 1)]), o, n_rows, p, t),
-                1 => store(panel::<K, 1>(pw, nb, [row(t)]), o, n_rows, p, t),
+                2 => store(
+                    panel::<K, 2, AHEAD>(pw, nb, [row(t), row(t + 1)]),
+                    o,
+                    n_rows,
+                    p,
+                    t,
+                ),
+                1 => store(panel::<K, 1, AHEAD>(pw, nb, [row(t)]), o, n_rows, p, t),
                 _ => {}
             }
         }
     }
 }
 
-/// Packed K-quant products (see `packed_k::products`).
+/// Packed K-quant products (see `packed_k::products`), prefetching
+/// [`PREFETCH_AHEAD_FAR`] ahead where `x86_64::prefetch_far` says so.
 pub(super) fn packed_products_k(
+    ty: GgmlType,
+    panels: &[u8],
+    nb: usize,
+    n_rows: usize,
+    a: &[BlockQ8K],
+    o: &mut PanelOut<'_>,
+) {
+    products_with(super::prefetch_far(), ty, panels, nb, n_rows, a, o);
+}
+
+fn products_with(
+    far: bool,
     ty: GgmlType,
     panels: &[u8],
     nb: usize,
@@ -272,8 +314,14 @@ pub(super) fn packed_products_k(
     // `products_as` is compiled for.
     unsafe {
         match ty {
-            GgmlType::Q4K => products_as::<Q4K>(panels, nb, n_rows, a, o),
-            GgmlType::Q6K => products_as::<Q6K>(panels, nb, n_rows, a, o),
+            GgmlType::Q4K if far => {
+                products_as::<Q4K, PREFETCH_AHEAD_FAR>(panels, nb, n_rows, a, o)
+            }
+            GgmlType::Q4K => products_as::<Q4K, PREFETCH_AHEAD>(panels, nb, n_rows, a, o),
+            GgmlType::Q6K if far => {
+                products_as::<Q6K, PREFETCH_AHEAD_FAR>(panels, nb, n_rows, a, o)
+            }
+            GgmlType::Q6K => products_as::<Q6K, PREFETCH_AHEAD>(panels, nb, n_rows, a, o),
             _ => {}
         }
     }
