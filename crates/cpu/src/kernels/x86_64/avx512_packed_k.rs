@@ -36,7 +36,7 @@ const TOKEN_CHUNK: usize = 64;
 /// 100-106 GB/s per token and the Q6_K 151936x2048 one 80-82 -> 89-93.
 const PREFETCH_AHEAD: usize = 2048;
 
-/// [`PREFETCH_AHEAD`] on Zen 4 (see `x86_64::prefetch_far`), whose cores
+/// [`PREFETCH_AHEAD`] on Zen 4 (`x86_64::is_zen4`), whose cores
 /// keep fewer bytes in flight at 2048 than they stream: the Q4_K 81920x2048
 /// product (94 MB) ran 17.1-19.2 / 18.0-20.6 / 19.0-20.3 / 19.9-20.4 GB/s on
 /// one thread at 2048 / 3072 / 4096 / 8192 bytes, 23.3-27.4 / 22.9-30.9 /
@@ -285,7 +285,7 @@ fn products_as<const K: u8, const AHEAD: usize>(
 }
 
 /// Packed K-quant products (see `packed_k::products`), prefetching
-/// [`PREFETCH_AHEAD_FAR`] ahead where `x86_64::prefetch_far` says so.
+/// [`PREFETCH_AHEAD_FAR`] ahead on Zen 4.
 pub(super) fn packed_products_k(
     ty: GgmlType,
     panels: &[u8],
@@ -294,7 +294,7 @@ pub(super) fn packed_products_k(
     a: &[BlockQ8K],
     o: &mut PanelOut<'_>,
 ) {
-    products_with(super::prefetch_far(), ty, panels, nb, n_rows, a, o);
+    products_with(super::is_zen4(), ty, panels, nb, n_rows, a, o);
 }
 
 fn products_with(

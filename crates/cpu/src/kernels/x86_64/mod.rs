@@ -52,14 +52,18 @@ fn prefetch_rows(w: &[u8], stride: usize, r: usize, n: usize, bytes: usize) {
     }
 }
 
-/// Whether the packed AVX-512 kernels prefetch further ahead than the
-/// distances measured on Intel and Zen 5: true on AMD family 0x19 (Zen 3
-/// and Zen 4, of which only Zen 4 has AVX-512). Read once from `cpuid`.
-fn prefetch_far() -> bool {
-    static FAR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FAR.get_or_init(|| {
+/// Whether this CPU is a Zen 4 (AMD family 0x19, of which only Zen 4 has
+/// AVX-512), where the AVX-512 VNNI table's packed decode products were
+/// measured to stream DRAM better with two changes: packed K-quants
+/// prefetched further ahead (`avx512_packed_k::PREFETCH_AHEAD_FAR`) and the
+/// legacy types' few-token products in AVX2 (`avx512_packed::
+/// packed_products`). Read once from `cpuid`.
+fn is_zen4() -> bool {
+    static ZEN4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ZEN4.get_or_init(|| {
         use std::arch::x86_64::__cpuid;
         let vendor = __cpuid(0);
+        // "AuthenticAMD" in EBX, EDX, ECX.
         let amd = [vendor.ebx, vendor.edx, vendor.ecx] == [0x6874_7541, 0x6974_6e65, 0x444d_4163];
         let eax = __cpuid(1).eax;
         let base = (eax >> 8) & 0xf;
