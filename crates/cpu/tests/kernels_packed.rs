@@ -4,7 +4,9 @@
 //! twin against the file-layout kernels (`Kernels::matvec`) within the f32
 //! reduction-order tolerance, on ragged shapes (partial last panels, odd
 //! block counts, token counts around the 4-token tile and past the 64-token
-//! chunk) and row ranges split on panels as threads split them.
+//! chunk, 5, 7 and 9 also reaching the AVX-512 kernels' 1- and 3-token tails
+//! on Zen 4, where fewer than 4 tokens take the AVX2 kernels) and row ranges
+//! split on panels as threads split them.
 
 #![allow(clippy::unwrap_used)]
 
@@ -50,7 +52,7 @@ fn every_table_packs_like_the_scalar_twin_and_multiplies_bit_for_bit() {
             let n_cols = cols_for(ty, n_blocks);
             let w = random_weights(ty, n_rows, n_cols, &mut rng, |r| r.f() * 0.05);
             let mut want_p = pack(&generic, ty, &w, n_rows, n_cols);
-            for n_tok in [1usize, 2, 3, 4, 5, 9, 70] {
+            for n_tok in [1usize, 2, 3, 4, 5, 7, 9, 70] {
                 let x: Vec<f32> = (0..n_cols * n_tok).map(|_| rng.f() * 3.0).collect();
                 act.quantize_for(ty, &x, n_cols).unwrap();
                 let mut want = vec![0.0; n_rows * n_tok];
