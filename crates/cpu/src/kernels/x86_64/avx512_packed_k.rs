@@ -294,18 +294,7 @@ pub(super) fn packed_products_k(
     a: &[BlockQ8K],
     o: &mut PanelOut<'_>,
 ) {
-    products_with(super::is_zen4(), ty, panels, nb, n_rows, a, o);
-}
-
-fn products_with(
-    far: bool,
-    ty: GgmlType,
-    panels: &[u8],
-    nb: usize,
-    n_rows: usize,
-    a: &[BlockQ8K],
-    o: &mut PanelOut<'_>,
-) {
+    let far = super::is_zen4();
     if nb == 0 {
         return;
     }
