@@ -423,6 +423,7 @@ macro_rules! kernels {
                 rows_iq4_nl, inner_iq4_nl => dot_iq4_nl: Q8Block, ahead ROWS_PREFETCH_AHEAD;
                 rows_q4_k, inner_q4_k => dot_q4_k: BlockQ8K, ahead ROWS_PREFETCH_AHEAD;
                 rows_q5_k, inner_q5_k => dot_q5_k: BlockQ8K, ahead ROWS_PREFETCH_AHEAD;
+                // `ahead 0`: no row is that short, so none is prefetched.
                 rows_q6_k, inner_q6_k => dot_q6_k: BlockQ8K, ahead 0;
             }
 

@@ -294,10 +294,10 @@ pub(super) fn packed_products_k(
     a: &[BlockQ8K],
     o: &mut PanelOut<'_>,
 ) {
-    let far = super::is_zen4();
     if nb == 0 {
         return;
     }
+    let far = super::is_zen4();
     // SAFETY: only reachable through the AVX-512 VNNI table, which
     // `avx512_table(true)` returns after detecting every feature that
     // `products_as` is compiled for.
