@@ -380,6 +380,10 @@ pub(crate) struct Table {
     pub f32: RowsF32,
     pub f16: RowsF32,
     pub bf16: RowsF32,
+    /// Four-token row loops ([`Kernels::matmul`]), for the types that have
+    /// no panel kernel in the table: both serve batches of four or more
+    /// tokens and the panel is tried first, so a type with one never
+    /// reaches these.
     pub x4_q4_0: Option<Rows4Q8>,
     pub x4_q5_0: Option<Rows4Q8>,
     pub x4_q8_0: Option<Rows4Q8>,
@@ -1066,9 +1070,11 @@ impl Kernels {
     /// `out[(r - rows.start) * n_tok + t] = W[r] · act[t]` with
     /// `n_tok = act.n_rows()` (weight-row-major). Weight rows are taken in
     /// tiles of 16 so each tile is read from memory once for all tokens;
-    /// where the table has four-row kernels (x86 and aarch64: Q4_0, Q5_0,
-    /// Q8_0, IQ4_NL, Q4_K, Q6_K) each weight block is also unpacked once per
-    /// four tokens.
+    /// batches of four or more tokens go to the type's panel kernel where
+    /// the table has one, else to its four-row kernel where it has that
+    /// (AVX2: Q8_0, IQ4_NL; NEON with dotprod and without i8mm: Q4_0,
+    /// Q5_0, Q8_0, IQ4_NL, Q4_K, Q6_K), which unpacks each weight block once
+    /// per four tokens.
     pub fn matmul(
         &self,
         ty: GgmlType,

@@ -9,7 +9,6 @@ use super::avx2::{
     self, f16v, hsum128, ld128, ld256, ld256i, rd16, rd32, signed_iq4_nl, signed_q8_0,
 };
 use super::avx512_panel::ld512;
-use super::avx512_x4::{dpw_bw, dpw_vnni};
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
 
@@ -27,6 +26,20 @@ pub(super) fn dp_vnni(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
 pub(super) fn dp_bw(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
     let p = _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
     _mm512_add_epi32(acc, p)
+}
+
+/// `acc + sum of 2 (i16 × i16)` per i32 lane, with VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+pub(super) fn dpw_vnni(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    _mm512_dpwssd_epi32(acc, a, b)
+}
+
+/// `acc + sum of 2 (i16 × i16)` per i32 lane, without VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+pub(super) fn dpw_bw(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
 }
 
 /// A `vpshufb` index repeating i16 lane `lo` of each 128-bit lane in the
@@ -124,8 +137,10 @@ pub(super) fn ld512i(s: &[i8]) -> __m512i {
     unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
 }
 
-/// One pair of Q4_0 / Q5_0 blocks as unsigned bytes
-/// `[lo0 hi0 lo1 hi1]` (`w + OFF`), exactly as the `dot_q45_0` kernels.
+/// One pair of Q4_0 / Q5_0 blocks as unsigned bytes `w + OFF`, the
+/// weights in block order `[lo0 hi0 lo1 hi1]` (each block's 16 bytes
+/// broadcast to both 128-bit lanes of its half, shifted by 0 and 4; the
+/// Q5_0 fifth bit added through a byte mask).
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 #[inline]
 pub(super) fn unpack_q45_0<const FIVE: bool>(x0: &[u8], x1: &[u8]) -> __m512i {
@@ -253,22 +268,9 @@ macro_rules! kernels {
             fn dot_q45_0<const BB: usize, const FIVE: bool>(x: &[u8], y: &[Q8Block]) -> f32 {
                 let nb = (x.len() / BB).min(y.len());
                 let (x, y) = (&x[..nb * BB], &y[..nb]);
-                let qs = if FIVE { 6 } else { 2 };
                 let offv = _mm512_set1_epi8(if FIVE { 16 } else { 8 });
-                let m4 = _mm512_set1_epi8(0x0f);
-                // Shift counts per 128-bit lane of [x0 x0 x1 x1]: 0, 4, 0, 4.
-                const S4: i64 = 0x0004_0004_0004_0004;
-                let shifts = _mm512_set_epi64(S4, S4, 0, 0, S4, S4, 0, 0);
                 let step = |acc: __m512, x0: &[u8], x1: &[u8], y0: &Q8Block, y1: &Q8Block| {
-                    let b0 = _mm256_broadcastsi128_si256(ld128(&x0[qs..]));
-                    let b1 = _mm256_broadcastsi128_si256(ld128(&x1[qs..]));
-                    // [lo0 hi0 lo1 hi1]: the weights in block order.
-                    let t = _mm512_srlv_epi16(join(b0, b1), shifts);
-                    let mut u = _mm512_and_si512(t, m4);
-                    if FIVE {
-                        let k = _mm512_kunpackd(u64::from(rd32(x1, 2)), u64::from(rd32(x0, 2)));
-                        u = _mm512_mask_add_epi8(u, k, u, _mm512_set1_epi8(0x10));
-                    }
+                    let u = unpack_q45_0::<FIVE>(x0, x1);
                     let yv = join(ld256i(&y0.qs), ld256i(&y1.qs));
                     let p = _mm512_sub_epi32(
                         $dp(_mm512_setzero_si512(), u, yv),
@@ -465,11 +467,6 @@ macro_rules! kernels {
                 q4_k: rows_q4_k,
                 q5_k: rows_q5_k,
                 q6_k: rows_q6_k,
-                x4_q4_0: Some(super::super::avx512_x4::$m::rows4_q4_0),
-                x4_q5_0: Some(super::super::avx512_x4::$m::rows4_q5_0),
-                x4_q8_0: Some(super::super::avx512_x4::$m::X4_Q8_0),
-                x4_q4_k: Some(super::super::avx512_x4::$m::rows4_q4_k),
-                x4_q6_k: Some(super::super::avx512_x4::$m::rows4_q6_k),
                 panel_q4_k: Some(super::super::avx512_panel_k::$m::panel_q4_k),
                 dot_f16_multi: super::super::avx512_attn::dot_f16_multi,
                 wsum_f16_multi: super::super::avx512_attn::wsum_f16_multi,
@@ -494,6 +491,9 @@ const PANELS_VNNI: Table = Table {
     packed: Some(super::avx512_packed::packed_products),
     packed_k: Some(super::avx512_packed_k::packed_products_k),
     packed_q6_k_streams: false,
+    // Every batch the four-token kernels would take goes to the panels above.
+    x4_q8_0: None,
+    x4_iq4_nl: None,
     ..avx2::TABLE
 };
 

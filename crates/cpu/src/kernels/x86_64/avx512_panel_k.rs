@@ -11,10 +11,10 @@
 use super::super::{PanelOut, PanelScratch};
 use super::avx2_panel_k::{pair, quad, row_data, unpack, Kind};
 use super::avx512::{dp_bw, dp_vnni};
+use super::avx512::{dpw_bw, dpw_vnni};
 use super::avx512_panel::{
     ld512, ld512ps, st512, store, transpose16, TransposeIdx, PANEL, PB, TOKEN_CHUNK,
 };
-use super::avx512_x4::{dpw_bw, dpw_vnni};
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
 

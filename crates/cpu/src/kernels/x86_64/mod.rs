@@ -23,7 +23,6 @@ mod avx512_packed_k;
 mod avx512_panel;
 mod avx512_panel_k;
 mod avx512_quant;
-mod avx512_x4;
 
 use super::{Q8Block, Table};
 use anedvd_quant::BlockQ8K;
