@@ -242,9 +242,9 @@ pub(super) fn dot_f16_multi(w: &[u8], stride: usize, q: &[f32], n_q: usize, out:
         let gq = (n_q - g0).min(4);
         let (qs, os) = (&q[g0 * hd..(g0 + gq) * hd], &mut out[g0 * n..(g0 + gq) * n]);
         // SAFETY: only reachable through the AVX2 table, which `avx2_table`
-        // returns after detecting AVX2, FMA and F16C, and the AVX-512 tables
-        // on Zen 4, which `avx512_table` returns only when `has_avx2` holds
-        // as well.
+        // returns after detecting AVX2, FMA and F16C, and the Zen 4 AVX-512
+        // table (`avx512::ZEN4_VNNI`), which `avx512_table` returns only
+        // when `has_avx2` holds as well.
         unsafe {
             match gq {
                 4 => dot_f16_g::<4>(w, stride, qs, hd, os, n),

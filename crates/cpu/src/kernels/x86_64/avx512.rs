@@ -8,6 +8,7 @@ use super::super::{Q8Block, Table};
 use super::avx2::{
     self, f16v, hsum128, ld128, ld256, ld256i, rd16, rd32, signed_iq4_nl, signed_q8_0,
 };
+use super::avx512_packed_k::{PREFETCH_AHEAD, PREFETCH_AHEAD_FAR};
 use super::avx512_panel::ld512;
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
@@ -488,8 +489,8 @@ const PANELS_VNNI: Table = Table {
     panel_q8_0: Some(super::avx512_packed::panel_q8_0),
     panel_iq4_nl: Some(super::avx512_packed::panel_iq4_nl),
     pack: super::avx512_packed::pack,
-    packed: Some(super::avx512_packed::packed_products),
-    packed_k: Some(super::avx512_packed_k::packed_products_k),
+    packed: Some(super::avx512_packed::packed_products::<false>),
+    packed_k: Some(super::avx512_packed_k::packed_products_k::<PREFETCH_AHEAD>),
     packed_q6_k_streams: false,
     // Every batch the four-token kernels would take goes to the panels above.
     x4_q8_0: None,
@@ -525,3 +526,21 @@ kernels!(
     PANELS_BW,
     "Kernels using `vpmaddubsw` + `vpmaddwd` (AVX512-BW)."
 );
+
+/// The VNNI table on Zen 4 (`x86_64::is_zen4`), whose cores streamed DRAM
+/// faster with three choices measured there (docs/BENCHMARKS.md): packed
+/// K-quants prefetched further ahead ([`PREFETCH_AHEAD_FAR`]), the legacy
+/// types' products of few tokens in AVX2 (`avx512_packed::FEW_TOKENS`),
+/// and the AVX2 attention dots over f16 keys. Those dots, over three
+/// 32000-position caches (`attention_decode` bench, 2 threads), read
+/// 21.3-22.0 GB/s in three of four alternating runs against 12.8-20.2 for
+/// the AVX-512 ones (one thread: 1.3 against 1.8 ms per layer; the AVX2
+/// weighted sums were slower, 16.1-19.1 GB/s), and Gemma 3 270M decode at
+/// depth 8192 was faster in 4 of 4 alternating pairs (medians 94.2 -> 97.9
+/// tok/s).
+pub(super) const ZEN4_VNNI: Table = Table {
+    packed: Some(super::avx512_packed::packed_products::<true>),
+    packed_k: Some(super::avx512_packed_k::packed_products_k::<PREFETCH_AHEAD_FAR>),
+    dot_f16_multi: super::avx2_attn::dot_f16_multi,
+    ..vnni::TABLE
+};

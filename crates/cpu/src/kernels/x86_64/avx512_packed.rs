@@ -123,8 +123,8 @@ fn panel<const K: u8, const T: usize>(
     acc
 }
 
-/// Products of fewer tokens than this run the AVX2 kernels on Zen 4 (same
-/// layout, bit for bit the same sums): there they stream the panels from
+/// Products of fewer tokens than this run the AVX2 kernels in the Zen 4
+/// table (`avx512::ZEN4_VNNI`; same layout, bit for bit the same sums): there they stream the panels from
 /// DRAM faster than these. The Q8_0 262144x640 product (178 MB, Gemma 3
 /// 270M's output matrix) read 20.0-20.9 GB/s on one thread against
 /// 14.2-17.0 here, and 29.6-32.1 against 19.8-26.9 on two (four alternating
@@ -196,8 +196,10 @@ pub(super) fn pack(ty: GgmlType, src: &[u8], rb: usize, nb: usize, dst: &mut [u8
     }
 }
 
-/// Packed products (see `packed::packed_products`).
-pub(super) fn packed_products(
+/// Packed products (see `packed::packed_products`); with `FEW_IN_AVX2`
+/// (the Zen 4 table) those of fewer than [`FEW_TOKENS`] tokens run the AVX2
+/// kernels.
+pub(super) fn packed_products<const FEW_IN_AVX2: bool>(
     ty: GgmlType,
     panels: &[u8],
     nb: usize,
@@ -209,7 +211,7 @@ pub(super) fn packed_products(
     if nb == 0 {
         return;
     }
-    if a.len() / nb < FEW_TOKENS && super::is_zen4() {
+    if FEW_IN_AVX2 && a.len() / nb < FEW_TOKENS {
         return super::avx2_packed::packed_products(ty, panels, nb, n_rows, a, o);
     }
     // SAFETY: as in `pack`.
@@ -244,7 +246,7 @@ fn per_call(
     // `pack` writes every byte of the panels it is given.
     sc.wq.resize(n_rows.div_ceil(PANEL) * nb * bb * PANEL, 0);
     pack(ty, &w[..n_rows * rb], rb, nb, &mut sc.wq);
-    packed_products(ty, &sc.wq, nb, n_rows, a, o);
+    packed_products::<false>(ty, &sc.wq, nb, n_rows, a, o);
 }
 
 macro_rules! per_call_kernels {

@@ -34,9 +34,9 @@ const TOKEN_CHUNK: usize = 64;
 /// Llama-3.2-1B-shaped decode went 47.2-50.4 -> 49.7-53.6 tok/s (five
 /// alternating pairs), the Q4_K 81920x2048 product at 8 tokens 94-104 ->
 /// 100-106 GB/s per token and the Q6_K 151936x2048 one 80-82 -> 89-93.
-const PREFETCH_AHEAD: usize = 2048;
+pub(super) const PREFETCH_AHEAD: usize = 2048;
 
-/// [`PREFETCH_AHEAD`] on Zen 4 (`x86_64::is_zen4`), whose cores
+/// [`PREFETCH_AHEAD`] in the Zen 4 table (`avx512::ZEN4_VNNI`), whose cores
 /// keep fewer bytes in flight at 2048 than they stream: the Q4_K 81920x2048
 /// product (94 MB) ran 17.1-19.2 / 18.0-20.6 / 19.0-20.3 / 19.9-20.4 GB/s on
 /// one thread at 2048 / 3072 / 4096 / 8192 bytes, 23.3-27.4 / 22.9-30.9 /
@@ -44,7 +44,7 @@ const PREFETCH_AHEAD: usize = 2048;
 /// Llama-3.2-1B-shaped decode at 4096 was faster in 4 of 6 alternating
 /// pairs (32.1-33.1 -> 34.7-35.4 tok/s in the last four). On the Intel host
 /// above 4096 lost 17%, on Zen 5 it lost on the 3B file.
-const PREFETCH_AHEAD_FAR: usize = 4096;
+pub(super) const PREFETCH_AHEAD_FAR: usize = 4096;
 
 /// The 16 rows' eight sub-block scales and eight mins of panel block
 /// `blk`, one i32 per row (lane).
@@ -285,8 +285,9 @@ fn products_as<const K: u8, const AHEAD: usize>(
 }
 
 /// Packed K-quant products (see `packed_k::products`), prefetching
-/// [`PREFETCH_AHEAD_FAR`] ahead on Zen 4.
-pub(super) fn packed_products_k(
+/// `AHEAD` bytes ahead ([`PREFETCH_AHEAD`], or [`PREFETCH_AHEAD_FAR`] in the
+/// Zen 4 table).
+pub(super) fn packed_products_k<const AHEAD: usize>(
     ty: GgmlType,
     panels: &[u8],
     nb: usize,
@@ -297,20 +298,13 @@ pub(super) fn packed_products_k(
     if nb == 0 {
         return;
     }
-    let far = super::is_zen4();
     // SAFETY: only reachable through the AVX-512 VNNI table, which
     // `avx512_table(true)` returns after detecting every feature that
     // `products_as` is compiled for.
     unsafe {
         match ty {
-            GgmlType::Q4K if far => {
-                products_as::<Q4K, PREFETCH_AHEAD_FAR>(panels, nb, n_rows, a, o)
-            }
-            GgmlType::Q4K => products_as::<Q4K, PREFETCH_AHEAD>(panels, nb, n_rows, a, o),
-            GgmlType::Q6K if far => {
-                products_as::<Q6K, PREFETCH_AHEAD_FAR>(panels, nb, n_rows, a, o)
-            }
-            GgmlType::Q6K => products_as::<Q6K, PREFETCH_AHEAD>(panels, nb, n_rows, a, o),
+            GgmlType::Q4K => products_as::<Q4K, AHEAD>(panels, nb, n_rows, a, o),
+            GgmlType::Q6K => products_as::<Q6K, AHEAD>(panels, nb, n_rows, a, o),
             _ => {}
         }
     }

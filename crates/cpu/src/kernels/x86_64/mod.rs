@@ -52,11 +52,8 @@ fn prefetch_rows(w: &[u8], stride: usize, r: usize, n: usize, bytes: usize) {
 }
 
 /// Whether this CPU is a Zen 4 (AMD family 0x19, of which only Zen 4 has
-/// AVX-512), where the AVX-512 VNNI table's decode kernels were measured to
-/// stream DRAM better with three changes: packed K-quants prefetched
-/// further ahead (`avx512_packed_k::PREFETCH_AHEAD_FAR`), the legacy types'
-/// few-token products in AVX2 (`avx512_packed::packed_products`) and the
-/// AVX2 attention dots (`avx512_table`). Read once from `cpuid`.
+/// AVX-512), which gets the VNNI table tuned for it (`avx512::ZEN4_VNNI`).
+/// Read once from `cpuid`.
 fn is_zen4() -> bool {
     static ZEN4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ZEN4.get_or_init(|| {
@@ -87,26 +84,17 @@ pub(super) fn avx512_table(vnni: bool) -> Option<Table> {
         && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl");
-    let table = match (base, vnni) {
+    match (base, vnni) {
         (false, _) => None,
         (true, false) => Some(avx512::bw::TABLE),
-        (true, true) => is_x86_feature_detected!("avx512vnni").then_some(avx512::vnni::TABLE),
-    }?;
-    // Zen 4: the AVX2 attention dots. Over three 32000-position f16 caches
-    // (`attention_decode` bench, 2 threads) they read 21.3-22.0 GB/s in
-    // three of four alternating runs against 12.8-20.2 for the AVX-512
-    // ones; one thread's profile put the dots at 1.3 against 1.8 ms per
-    // layer with the weighted sums equal (the AVX2 weighted sums as well
-    // were slower, 16.1-19.1 GB/s). Gemma 3 270M decode at depth 8192 was
-    // faster in 4 of 4 alternating pairs (medians 94.2 -> 97.9 tok/s).
-    Some(if is_zen4() {
-        Table {
-            dot_f16_multi: avx2_attn::dot_f16_multi,
-            ..table
-        }
-    } else {
-        table
-    })
+        (true, true) => is_x86_feature_detected!("avx512vnni").then(|| {
+            if is_zen4() {
+                avx512::ZEN4_VNNI
+            } else {
+                avx512::vnni::TABLE
+            }
+        }),
+    }
 }
 
 /// The widest activation quantizers (bit for bit the scalar ones) this CPU
