@@ -887,7 +887,9 @@ fn isa_caps_pick_the_most_capable_table_at_or_below_them() {
             IsaCap::Neon => best_of(&["neon"]),
             IsaCap::Generic => "generic",
         };
-        assert_eq!(Kernels::capped(cap).name(), want, "cap {}", cap.name());
+        // The Zen 4 tuning of a table counts as that table.
+        let got = Kernels::capped(cap).name().trim_end_matches("-zen4");
+        assert_eq!(got, want, "cap {}", cap.name());
     }
     if cfg!(target_arch = "aarch64") {
         assert!(available.contains(&"neon"), "{available:?}");

@@ -568,22 +568,34 @@ impl Kernels {
         None
     }
 
-    /// AVX-512 F/BW/VL kernels with VNNI, if this CPU has them.
+    /// AVX-512 F/BW/VL kernels with VNNI, if this CPU has them (tuned for
+    /// Zen 4 on Zen 4).
     pub fn avx512() -> Option<Self> {
-        Self::x86_avx512(true, "avx512vnni")
+        Self::x86_avx512(true)
     }
 
     /// AVX-512 F/BW/VL kernels without VNNI (`vpmaddubsw` + `vpmaddwd`), if
     /// this CPU has AVX-512 F/BW/VL.
     pub fn avx512_without_vnni() -> Option<Self> {
-        Self::x86_avx512(false, "avx512")
+        Self::x86_avx512(false)
     }
 
     #[allow(unused_variables)]
-    fn x86_avx512(vnni: bool, name: &'static str) -> Option<Self> {
+    fn x86_avx512(vnni: bool) -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
         {
-            x86_64::avx512_table(vnni).map(|table| Self { name, table })
+            x86_64::avx512_table(vnni).map(|(name, table)| Self { name, table })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    }
+
+    /// The AVX-512 VNNI tuning [`Self::avx512`] does not pick on this CPU
+    /// (the Zen 4 one elsewhere, the plain one on Zen 4).
+    fn avx512_other_tuning() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            x86_64::avx512_vnni_other_tuning().map(|(name, table)| Self { name, table })
         }
         #[cfg(not(target_arch = "x86_64"))]
         None
@@ -659,7 +671,8 @@ impl Kernels {
         order.iter().find_map(|f| f()).unwrap_or_else(Self::generic)
     }
 
-    /// Every table this CPU runs, generic first (for tests and benchmarks).
+    /// Every table this CPU runs, generic first (for tests and benchmarks;
+    /// on AVX-512 VNNI both tunings, the one [`Self::detect`] picks first).
     pub fn available() -> Vec<Self> {
         let mut v = vec![Self::generic()];
         v.extend(Self::neon());
@@ -668,11 +681,12 @@ impl Kernels {
         v.extend(Self::avx2());
         v.extend(Self::avx512_without_vnni());
         v.extend(Self::avx512());
+        v.extend(Self::avx512_other_tuning());
         v
     }
 
     /// The instruction set's name (`generic`, `avx2`, `avx512`, `avx512vnni`,
-    /// `neon`, `neon-dotprod`, `neon-i8mm`).
+    /// `avx512vnni-zen4`, `neon`, `neon-dotprod`, `neon-i8mm`).
     pub fn name(&self) -> &'static str {
         self.name
     }

@@ -77,24 +77,33 @@ pub(super) fn avx2_table() -> Option<Table> {
     has_avx2().then_some(avx2::TABLE)
 }
 
-/// The AVX-512 table, if the CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL
-/// (and VNNI when `vnni`).
-pub(super) fn avx512_table(vnni: bool) -> Option<Table> {
+/// The AVX-512 VNNI tunings, by name: the plain table and Zen 4's (the
+/// same instructions, other choices of kernel and prefetch distance).
+const VNNI_TUNINGS: [(&str, Table); 2] = [
+    ("avx512vnni", avx512::vnni::TABLE),
+    ("avx512vnni-zen4", avx512::ZEN4_VNNI),
+];
+
+/// The AVX-512 table and its name, if the CPU has AVX2, FMA, F16C and
+/// AVX-512 F/BW/VL (and VNNI when `vnni`; the Zen 4 tuning on Zen 4).
+pub(super) fn avx512_table(vnni: bool) -> Option<(&'static str, Table)> {
     let base = has_avx2()
         && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl");
     match (base, vnni) {
         (false, _) => None,
-        (true, false) => Some(avx512::bw::TABLE),
-        (true, true) => is_x86_feature_detected!("avx512vnni").then(|| {
-            if is_zen4() {
-                avx512::ZEN4_VNNI
-            } else {
-                avx512::vnni::TABLE
-            }
-        }),
+        (true, false) => Some(("avx512", avx512::bw::TABLE)),
+        (true, true) => {
+            is_x86_feature_detected!("avx512vnni").then(|| VNNI_TUNINGS[usize::from(is_zen4())])
+        }
     }
+}
+
+/// The AVX-512 VNNI tuning this CPU does not get, if it has VNNI: tests and
+/// benchmarks run it too, so each tuning is checked on every VNNI host.
+pub(super) fn avx512_vnni_other_tuning() -> Option<(&'static str, Table)> {
+    avx512_table(true).map(|_| VNNI_TUNINGS[usize::from(!is_zen4())])
 }
 
 /// The widest activation quantizers (bit for bit the scalar ones) this CPU
