@@ -124,8 +124,8 @@ fn panel<const K: u8, const T: usize>(
 }
 
 /// Products of fewer tokens than this run the AVX2 kernels in the Zen 4
-/// table (`avx512::ZEN4_VNNI`; same layout, bit for bit the same sums): there they stream the panels from
-/// DRAM faster than these. The Q8_0 262144x640 product (178 MB, Gemma 3
+/// table (`avx512::ZEN4_VNNI`; same layout, bit for bit the same sums):
+/// there they stream the panels from DRAM faster than these. The Q8_0 262144x640 product (178 MB, Gemma 3
 /// 270M's output matrix) read 20.0-20.9 GB/s on one thread against
 /// 14.2-17.0 here, and 29.6-32.1 against 19.8-26.9 on two (four alternating
 /// runs); Gemma 3 270M decode was faster in 11 of 13 alternating pairs
@@ -183,9 +183,9 @@ pub(super) fn pack(ty: GgmlType, src: &[u8], rb: usize, nb: usize, dst: &mut [u8
     if nb == 0 || rb < nb * ty.block_bytes() as usize {
         return;
     }
-    // SAFETY: only reachable through the AVX-512 VNNI table, which
-    // `avx512_table(true)` returns after detecting every feature that
-    // `pack_as` and `products_as` are compiled for.
+    // SAFETY: only reachable through the AVX-512 VNNI tables (both
+    // tunings), which `avx512_table(true)` returns after detecting every
+    // feature that `pack_as` and `products_as` are compiled for.
     unsafe {
         match k {
             Q8_0 => pack_as::<Q8_0>(src, rb, nb, dst),

@@ -298,9 +298,9 @@ pub(super) fn packed_products_k<const AHEAD: usize>(
     if nb == 0 {
         return;
     }
-    // SAFETY: only reachable through the AVX-512 VNNI table, which
-    // `avx512_table(true)` returns after detecting every feature that
-    // `products_as` is compiled for.
+    // SAFETY: only reachable through the AVX-512 VNNI tables (both
+    // tunings), which `avx512_table(true)` returns after detecting every
+    // feature that `products_as` is compiled for.
     unsafe {
         match ty {
             GgmlType::Q4K => products_as::<Q4K, AHEAD>(panels, nb, n_rows, a, o),
