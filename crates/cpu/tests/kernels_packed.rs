@@ -4,9 +4,9 @@
 //! twin against the file-layout kernels (`Kernels::matvec`) within the f32
 //! reduction-order tolerance, on ragged shapes (partial last panels, odd
 //! block counts, token counts around the 4-token tile and past the 64-token
-//! chunk, 5, 7 and 9 also reaching the AVX-512 kernels' 1- and 3-token tails
-//! on Zen 4, where fewer than 4 tokens take the AVX2 kernels) and row ranges
-//! split on panels as threads split them.
+//! chunk; 5, 7 and 9 also reach the AVX-512 kernels' 1- and 3-token tails in
+//! the Zen 4 tuning `avx512vnni-zen4`, where fewer than 4 tokens take the
+//! AVX2 kernels) and row ranges split on panels as threads split them.
 
 #![allow(clippy::unwrap_used)]
 

@@ -422,9 +422,9 @@ pub(super) fn packed_products(
     }
     // SAFETY: only reachable through the AVX2 table, which `avx2_table`
     // returns after detecting AVX2, FMA and F16C, every feature
-    // `products_as` is compiled for, and from the AVX-512 VNNI table's
-    // `avx512_packed::packed_products`, which `avx512_table` returns only
-    // where `has_avx2` holds as well.
+    // `products_as` is compiled for, and from the Zen 4 AVX-512 VNNI
+    // table's `avx512_packed::packed_products::<true>`, which
+    // `avx512_table` returns only where `has_avx2` holds as well.
     unsafe {
         match k {
             Q8_0 => products_as::<Q8_0>(panels, nb, n_rows, a, o),

@@ -62,7 +62,7 @@ fn i16_pair_index(lo: i32, hi: i32) -> __m512i {
 /// << 4, u1 & 3f, (u2 >> 4 & 0f) | (u1 >> 6 & 3) << 4]` per byte.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 #[inline]
-pub(super) fn k4_scales(xb: &[u8]) -> __m128i {
+fn k4_scales(xb: &[u8]) -> __m128i {
     let v = ld128(&xb[4..20]);
     // [u0, u2, u1, u2] with the last shifted right by 4, and [u0, u0, u1, u1]
     let w1 = _mm_srlv_epi32(
@@ -87,7 +87,7 @@ pub(super) fn k4_scales(xb: &[u8]) -> __m128i {
 /// into the neighbouring byte is masked away).
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 #[inline]
-pub(super) fn unpack_q6_k_half(xb: &[u8], c: usize) -> [__m512i; 2] {
+fn unpack_q6_k_half(xb: &[u8], c: usize) -> [__m512i; 2] {
     let bits = ld512(&xb[64 * c..]);
     let hb = _mm512_broadcast_i64x4(ld256(&xb[128 + 32 * c..]));
     let (m4, m30) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x30));
@@ -107,7 +107,7 @@ pub(super) fn unpack_q6_k_half(xb: &[u8], c: usize) -> [__m512i; 2] {
 /// of the block): its 128-bit lane `l` repeats group `4r + l`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
-pub(super) fn q6_k_scale_index(r: i64) -> __m512i {
+fn q6_k_scale_index(r: i64) -> __m512i {
     let rep = |g: i64| g * 0x0001_0001_0001_0001;
     let g = 4 * r;
     _mm512_set_epi64(
@@ -125,14 +125,14 @@ pub(super) fn q6_k_scale_index(r: i64) -> __m512i {
 /// `[lo | hi]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
-pub(super) fn join(lo: __m256i, hi: __m256i) -> __m512i {
+fn join(lo: __m256i, hi: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
 /// Loads 64 signed bytes from the start of `s`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
-pub(super) fn ld512i(s: &[i8]) -> __m512i {
+fn ld512i(s: &[i8]) -> __m512i {
     let s = &s[..64];
     // SAFETY: `s` is 64 readable bytes; `loadu` has no alignment requirement.
     unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
@@ -144,7 +144,7 @@ pub(super) fn ld512i(s: &[i8]) -> __m512i {
 /// Q5_0 fifth bit added through a byte mask).
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 #[inline]
-pub(super) fn unpack_q45_0<const FIVE: bool>(x0: &[u8], x1: &[u8]) -> __m512i {
+fn unpack_q45_0<const FIVE: bool>(x0: &[u8], x1: &[u8]) -> __m512i {
     let qs = if FIVE { 6 } else { 2 };
     let m4 = _mm512_set1_epi8(0x0f);
     const S4: i64 = 0x0004_0004_0004_0004;

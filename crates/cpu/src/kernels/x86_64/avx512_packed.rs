@@ -125,14 +125,15 @@ fn panel<const K: u8, const T: usize>(
 
 /// Products of fewer tokens than this run the AVX2 kernels in the Zen 4
 /// table (`avx512::ZEN4_VNNI`; same layout, bit for bit the same sums):
-/// there they stream the panels from DRAM faster than these. The Q8_0 262144x640 product (178 MB, Gemma 3
-/// 270M's output matrix) read 20.0-20.9 GB/s on one thread against
-/// 14.2-17.0 here, and 29.6-32.1 against 19.8-26.9 on two (four alternating
-/// runs); Gemma 3 270M decode was faster in 11 of 13 alternating pairs
-/// (medians 91.1 -> 104.5 tok/s). Neither a prefetch distance of
-/// 1024 or 2048 bytes nor this loop's prefetches spread over the block
-/// closed the gap, and the cause is not found (the VM has no hardware
-/// counters). In L2 these kernels are twice as fast, so prefill stays here.
+/// there they stream the panels from DRAM faster than these. The Q8_0
+/// 262144x640 product (178 MB, Gemma 3 270M's output matrix) read
+/// 20.0-20.9 GB/s on one thread against 14.2-17.0 here, and 29.6-32.1
+/// against 19.8-26.9 on two (four alternating runs); Gemma 3 270M decode
+/// was faster in 11 of 13 alternating pairs (medians 91.1 -> 104.5 tok/s).
+/// Neither a prefetch distance of 1024 or 2048 bytes nor this loop's
+/// prefetches spread over the block closed the gap, and the cause is not
+/// found (the VM has no hardware counters). In L2 these kernels are twice
+/// as fast, so prefill stays here.
 const FEW_TOKENS: usize = 4;
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
