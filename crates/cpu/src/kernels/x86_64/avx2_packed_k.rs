@@ -31,7 +31,7 @@ use super::super::packed_k::{
 };
 use super::super::PanelOut;
 use super::avx2::{ld128, ld256};
-use super::avx2_panel_k::quad;
+use super::avx2_panel_k::{bsum_pairs, quad};
 use anedvd_base::GgmlType;
 use anedvd_quant::BlockQ8K;
 use std::arch::x86_64::*;
@@ -182,9 +182,7 @@ fn block_q4_k<const T: usize>(
     let d = [f16x8(&blk[..16]), f16x8(&blk[16..32])];
     let dmin = [f16x8(&blk[32..48]), f16x8(&blk[48..64])];
     for t in 0..T {
-        let b = |s: usize| i32::from(y[t].bsums[2 * s]) + i32::from(y[t].bsums[2 * s + 1]);
-        let bs: [__m256i; 4] =
-            std::array::from_fn(|j| _mm256_set1_epi32((b(2 * j) & 0xffff) | (b(2 * j + 1) << 16)));
+        let bs = bsum_pairs(y[t]).map(|p| _mm256_set1_epi32(p));
         let yd = _mm256_set1_ps(y[t].d);
         for h in 0..2 {
             let mut msum = _mm256_setzero_si256();
@@ -218,10 +216,8 @@ fn block_q4_k_by_half<const T: usize>(
     let (sc, mn) = q4k_scales(blk);
     let m4 = _mm256_set1_epi8(0x0f);
     let ahead = blk.as_ptr().wrapping_add(PREFETCH_AHEAD);
-    let bsum_pairs: [[__m256i; 4]; T] = std::array::from_fn(|t| {
-        let b = |s: usize| i32::from(y[t].bsums[2 * s]) + i32::from(y[t].bsums[2 * s + 1]);
-        std::array::from_fn(|j| _mm256_set1_epi32((b(2 * j) & 0xffff) | (b(2 * j + 1) << 16)))
-    });
+    let bsums: [[__m256i; 4]; T] =
+        std::array::from_fn(|t| bsum_pairs(y[t]).map(|p| _mm256_set1_epi32(p)));
     for h in 0..2 {
         let mut isum = [_mm256_setzero_si256(); T];
         for k in 0..4 {
@@ -273,7 +269,7 @@ fn block_q4_k_by_half<const T: usize>(
         let dmin = f16x8(&blk[32 + 16 * h..]);
         for t in 0..T {
             let mut msum = _mm256_setzero_si256();
-            for (m, b) in mn2.iter().zip(&bsum_pairs[t]) {
+            for (m, b) in mn2.iter().zip(&bsums[t]) {
                 msum = _mm256_add_epi32(msum, _mm256_madd_epi16(*m, *b));
             }
             let yd = _mm256_set1_ps(y[t].d);

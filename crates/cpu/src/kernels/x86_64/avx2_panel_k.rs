@@ -61,6 +61,15 @@ pub(super) fn pair(lo: i16, hi: i16) -> i32 {
     i32::from(lo as u16) | (i32::from(hi) << 16)
 }
 
+/// Token `y`'s sub-block sums of one super-block in pairs: sub-blocks 2j
+/// and 2j + 1 as the low and high i16 of entry j, the operand of a
+/// `vpmaddwd` / `vpdpwssd` against Q4_K mins in pairs (a sub-block's sum of
+/// 32 values in -127..=127 fits 16 bits).
+pub(super) fn bsum_pairs(y: &BlockQ8K) -> [i32; 4] {
+    let s32 = |s: usize| y.bsums[2 * s] + y.bsums[2 * s + 1];
+    std::array::from_fn(|j| pair(s32(2 * j), s32(2 * j + 1)))
+}
+
 /// The 256 weights of one block as eight 32-weight groups of unsigned bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -269,10 +278,7 @@ fn panel_q4k<const T: usize>(
         let ws = &sc.ws[blk * nf..(blk + 1) * nf];
         let yb = y.map(|r| &r[b]);
         let isum = scaled_dots::<T, 32>(wq, wi, yb);
-        let bp = yb.map(|v| {
-            let s32 = |s: usize| v.bsums[2 * s] + v.bsums[2 * s + 1];
-            [0, 1, 2, 3].map(|q| pair(s32(2 * q), s32(2 * q + 1)))
-        });
+        let bp = yb.map(bsum_pairs);
         let imin = pair_dots::<T, 4>(&wi[8 * PANEL..], bp);
         let (d, dmin) = (ld256ps(ws), ld256ps(&ws[PANEL..]));
         for t in 0..T {

@@ -10,7 +10,7 @@ use super::super::packed_k::{panel_bytes, Q4K_BLOCK, Q4K_QS, Q6K_HEADER, Q6K_QH,
 use super::super::PanelOut;
 use super::avx2::{ld128, ld256};
 use super::avx2_packed_k::q4k_scales;
-use super::avx2_panel_k::quad;
+use super::avx2_panel_k::{bsum_pairs, quad};
 use super::avx512_panel::{ld512, store, PANEL};
 use anedvd_base::GgmlType;
 use anedvd_quant::BlockQ8K;
@@ -77,14 +77,6 @@ impl Q4kScales {
         }
         Self { sc, mn2 }
     }
-}
-
-/// Token `y`'s sub-block sums of one super-block, sub-blocks 2j and 2j + 1
-/// as the two 16-bit halves of entry j (against [`Q4kScales::mn2`]; a
-/// sub-block's sum of 32 values in -127..=127 fits 16 bits).
-fn bsum_pairs(y: &BlockQ8K) -> [i32; 4] {
-    let b = |s: usize| i32::from(y.bsums[2 * s]) + i32::from(y.bsums[2 * s + 1]);
-    std::array::from_fn(|j| (b(2 * j) & 0xffff) | (b(2 * j + 1) << 16))
 }
 
 /// One panel block against `T` tokens: adds row `r` · token `t`'s share

@@ -9,7 +9,7 @@
 //! then one conversion and FMA per block for all 16 rows.
 
 use super::super::{PanelOut, PanelScratch};
-use super::avx2_panel_k::{pair, quad, row_data, unpack, Kind};
+use super::avx2_panel_k::{bsum_pairs, quad, row_data, unpack, Kind};
 use super::avx512::{dp_bw, dp_vnni};
 use super::avx512::{dpw_bw, dpw_vnni};
 use super::avx512_panel::{
@@ -143,10 +143,7 @@ macro_rules! panel_k_kernels {
                     let ws = &sc.ws[blk * nf..(blk + 1) * nf];
                     let yb = y.map(|r| &r[b]);
                     let isum = scaled_dots::<T, 32>(wq, wi, yb);
-                    let bp = yb.map(|v| {
-                        let s32 = |s: usize| v.bsums[2 * s] + v.bsums[2 * s + 1];
-                        [0, 1, 2, 3].map(|q| pair(s32(2 * q), s32(2 * q + 1)))
-                    });
+                    let bp = yb.map(bsum_pairs);
                     let imin = pair_dots::<T, 4>(&wi[8 * PANEL..], bp);
                     let (d, dmin) = (ld512ps(ws), ld512ps(&ws[PANEL..]));
                     for t in 0..T {
