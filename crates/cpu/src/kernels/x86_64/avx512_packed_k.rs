@@ -303,6 +303,8 @@ fn products_as<const K: u8, const AHEAD: usize>(
     });
     for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
         let c1 = (c0 + TOKEN_CHUNK).min(n_tok);
+        // A last chunk of one to three tokens has no group to share them.
+        let groups = groups && c1 - c0 >= 4;
         if groups {
             pairs.clear();
             pairs.extend(a[c0 * nb..c1 * nb].iter().map(bsum_pairs));
