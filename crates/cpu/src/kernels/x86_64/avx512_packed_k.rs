@@ -4,7 +4,9 @@
 //! register of unsigned quants (Q4_K: a register's low or high nibbles;
 //! Q6_K: nibbles of `ql` with two bits of `qh` above them, `q + 32`) takes
 //! one `vpdpbusd` against four signed activation bytes, shared by up to
-//! four tokens. Scalar twin: `packed_k::products` (bit for bit).
+//! four tokens. In a prefill chunk the Q4_K scales, widened to i32 lanes,
+//! and the tokens' sub-block sums are prepared once for all its four-token
+//! groups. Scalar twin: `packed_k::products` (bit for bit).
 
 use super::super::packed_k::{panel_bytes, Q4K_BLOCK, Q4K_QS, Q6K_HEADER, Q6K_QH, Q6K_QUANTS};
 use super::super::PanelOut;
@@ -60,8 +62,6 @@ impl Q4kScales {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     #[inline]
     fn of(blk: &[u8]) -> Self {
-        // Loops, not `map` closures: a closure does not inherit the target
-        // features, so its intrinsics would not inline.
         let (sc8, mn8) = q4k_scales(blk);
         let mut sc = [_mm512_setzero_si512(); 8];
         for (s, v) in sc.iter_mut().zip(sc8) {
@@ -294,17 +294,11 @@ fn products_as<const K: u8, const AHEAD: usize>(
     // host: the 1408x2048 product at 64 tokens 88.5-90.5 -> 93.5-95.4 GB/s
     // per token, Llama-3.2-1B-shaped pp512 faster in 5 of 5 alternating
     // pairs, medians 220.6 -> 241.3 tok/s).
-    let groups = K == Q4K && n_tok >= 4;
-    let mut scales = Vec::with_capacity(if groups { nb } else { 0 });
-    let mut pairs = Vec::with_capacity(if groups {
-        nb * TOKEN_CHUNK.min(n_tok)
-    } else {
-        0
-    });
+    let (mut scales, mut pairs) = (Vec::new(), Vec::new());
     for c0 in (0..n_tok).step_by(TOKEN_CHUNK) {
         let c1 = (c0 + TOKEN_CHUNK).min(n_tok);
-        // A last chunk of one to three tokens has no group to share them.
-        let groups = groups && c1 - c0 >= 4;
+        // A chunk of one to three tokens (decode) has no group to share them.
+        let groups = K == Q4K && c1 - c0 >= 4;
         if groups {
             pairs.clear();
             pairs.extend(a[c0 * nb..c1 * nb].iter().map(bsum_pairs));
